@@ -1,0 +1,57 @@
+# One entry point for everything. `make demo` and `make test` do all set-up on a fresh machine.
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+
+# Cold Rust builds are long: keep the build cache outside the clone.
+export CARGO_TARGET_DIR ?= $(HOME)/.cache/gpu-market/target
+# Anchor's IDL builder runs `cargo +$RUSTUP_TOOLCHAIN`; pin it so nothing is downloaded.
+export RUSTUP_TOOLCHAIN ?= stable
+
+VENV := .venv
+PY := $(VENV)/bin/python
+LOCALNET := $(CARGO_TARGET_DIR)/debug/gpum-localnet
+
+.PHONY: all setup venv localnet test test-rust test-py idl idl-check demo lint clean
+
+all: test
+
+setup: venv localnet
+
+# Python: one venv with the SDK/CLI, worker and validator installed editable.
+venv: $(VENV)/.installed
+$(VENV)/.installed: clients/py/pyproject.toml worker/pyproject.toml validator/pyproject.toml requirements-dev.txt
+	python3 -m venv $(VENV)
+	$(VENV)/bin/pip install -q --upgrade pip
+	$(VENV)/bin/pip install -q -r requirements-dev.txt -e clients/py -e worker -e validator
+	touch $@
+
+localnet:
+	cargo build -p gpum-localnet
+
+# The committed IDL, regenerated with Anchor's idl-build (no SBF toolchain needed).
+idl:
+	cargo run -q -p gpum-idl -- programs/gpu_market > idl/gpu_market.json.tmp
+	mv idl/gpu_market.json.tmp idl/gpu_market.json
+
+idl-check:
+	cargo run -q -p gpum-idl -- programs/gpu_market > $(CARGO_TARGET_DIR)/gpu_market.idl.json
+	@diff -u idl/gpu_market.json $(CARGO_TARGET_DIR)/gpu_market.idl.json \
+	  || { echo "idl/gpu_market.json is stale: run 'make idl' and commit it"; exit 1; }
+
+test-rust:
+	cargo test --workspace
+
+test-py: venv localnet
+	GPUM_LOCALNET_BIN=$(LOCALNET) $(PY) -m pytest
+
+test: idl-check test-rust test-py
+
+demo: venv localnet
+	GPUM_LOCALNET_BIN=$(LOCALNET) $(PY) -m gpu_market.demo
+
+lint: venv
+	$(VENV)/bin/ruff check clients/py worker validator tests bench
+	cargo clippy --workspace --all-targets
+
+clean:
+	rm -rf $(VENV) $(CARGO_TARGET_DIR)

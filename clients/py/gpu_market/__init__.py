@@ -1,0 +1,66 @@
+"""gpu-market client SDK: IDL, PDAs, typed instructions, settle transactions, the gpum CLI.
+
+The public API is ``__all__`` (pinned by ``tests/test_public_api.py``); the contract is
+``docs/sdk-api.md``. Importing the package is cheap: the client, codec and views (which pull
+in anchorpy and solana-py) load on first attribute access, so ``gpu_market.receipt`` and
+``gpu_market.proof`` stay usable on their own.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from .constants import PROGRAM_ID
+
+__all__ = [
+    "DEFAULT_MARKET_PARAMS",
+    "PROGRAM_ID",
+    "AccountNotFound",
+    "Attestation",
+    "ChainError",
+    "ConfirmationTimeout",
+    "GpuMarketClient",
+    "GpuMarketError",
+    "InvalidAccount",
+    "JobView",
+    "MarketView",
+    "ProviderView",
+    "RpcUnavailable",
+    "SdkError",
+    "SettleItem",
+    "TransactionTooLarge",
+    "ValidatorView",
+]
+
+_LAZY = {
+    "DEFAULT_MARKET_PARAMS": "client",
+    "Attestation": "settle",
+    "GpuMarketClient": "client",
+    "InvalidAccount": "client",
+    "SettleItem": "settle",
+    "AccountNotFound": "errors",
+    "ChainError": "errors",
+    "ConfirmationTimeout": "errors",
+    "GpuMarketError": "errors",
+    "RpcUnavailable": "errors",
+    "SdkError": "errors",
+    "TransactionTooLarge": "errors",
+    "JobView": "accounts",
+    "MarketView": "accounts",
+    "ProviderView": "accounts",
+    "ValidatorView": "accounts",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'gpu_market' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

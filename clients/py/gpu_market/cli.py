@@ -1,0 +1,554 @@
+"""``gpum``: command-line client of gpu-market.
+
+Solana CLI conventions: ``--url/-u`` (``localnet``, ``devnet``, ``testnet``, ``mainnet-beta``
+or a URL), ``--keypair/-k`` (Solana JSON keypair file, default ``~/.config/solana/id.json``);
+both default to the Solana CLI config file when it exists. Common options work before or
+after the subcommand. Token amounts are in UI units of the mint (``1.5`` = 1.5 tokens),
+parsed exactly. ``--output json`` prints one JSON object per command.
+
+Every expected failure prints one line ``error: ...`` saying what to do, and exits with 2
+(bad input) or 1 (chain, RPC or file problems); never a traceback (set ``GPUM_DEBUG=1`` to
+see one for unexpected errors).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+from solders.keypair import Keypair
+from solders.pubkey import Pubkey
+
+from .units import AmountError, format_ui_amount, parse_ui_amount
+
+__all__ = ["cli", "load_keypair", "main", "resolve_url"]
+
+MONIKERS = {
+    "localnet": "http://127.0.0.1:8899",
+    "localhost": "http://127.0.0.1:8899",
+    "devnet": "https://api.devnet.solana.com",
+    "testnet": "https://api.testnet.solana.com",
+    "mainnet-beta": "https://api.mainnet-beta.solana.com",
+    "l": "http://127.0.0.1:8899",
+    "d": "https://api.devnet.solana.com",
+    "t": "https://api.testnet.solana.com",
+    "m": "https://api.mainnet-beta.solana.com",
+}
+DEFAULT_KEYPAIR = "~/.config/solana/id.json"
+SOLANA_CONFIG = "~/.config/solana/cli/config.yml"
+
+
+class CliError(click.ClickException):
+    """A one-line, actionable failure (exit code 1)."""
+
+    exit_code = 1
+
+
+# ----------------------------------------------------------------------------- pure helpers
+
+
+def _solana_config() -> dict[str, str]:
+    """``json_rpc_url`` and ``keypair_path`` from the Solana CLI config, if readable."""
+    path = Path(os.environ.get("GPUM_SOLANA_CONFIG", SOLANA_CONFIG)).expanduser()
+    out: dict[str, str] = {}
+    try:
+        for line in path.read_text().splitlines():
+            key, sep, value = line.partition(":")
+            if sep and key.strip() in ("json_rpc_url", "keypair_path"):
+                out[key.strip()] = value.strip().strip("'\"")
+    except OSError:
+        pass
+    return out
+
+
+def resolve_url(value: str | None) -> str:
+    """A moniker or URL -> URL (default: Solana CLI config, else localnet)."""
+    if value is None:
+        value = _solana_config().get("json_rpc_url", "localnet")
+    if value in MONIKERS:
+        return MONIKERS[value]
+    if value.startswith(("http://", "https://")):
+        return value
+    raise click.BadParameter(
+        f"{value!r} is not a URL or one of localnet, devnet, testnet, mainnet-beta",
+        param_hint="'--url'",
+    )
+
+
+def load_keypair(path: str) -> Keypair:
+    """Read a Solana JSON keypair file (array of 64 bytes); CliError says how to fix it."""
+    p = Path(path).expanduser()
+    try:
+        text = p.read_text()
+    except FileNotFoundError:
+        raise CliError(
+            f"keypair file {p} not found: create one with `solana-keygen new -o {p}` "
+            "or pass --keypair PATH"
+        ) from None
+    except OSError as e:
+        raise CliError(f"cannot read keypair file {p}: {e.strerror}") from None
+    try:
+        raw = json.loads(text)
+        if not (isinstance(raw, list) and len(raw) == 64 and all(isinstance(b, int) for b in raw)):
+            raise ValueError
+        return Keypair.from_bytes(bytes(raw))
+    except ValueError:
+        raise CliError(
+            f"keypair file {p} is not a Solana keypair (expected a JSON array of 64 bytes, "
+            "as written by `solana-keygen new`)"
+        ) from None
+
+
+class PubkeyType(click.ParamType):
+    """A base58 public key."""
+
+    name = "PUBKEY"
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> Pubkey:
+        if isinstance(value, Pubkey):
+            return value
+        try:
+            return Pubkey.from_string(str(value).strip())
+        except ValueError:
+            self.fail(f"{value!r} is not a valid base58 public key", param, ctx)
+
+
+PUBKEY = PubkeyType()
+
+
+# ----------------------------------------------------------------------------- context
+
+
+class Env:
+    """Resolved common options, and the lazily built client."""
+
+    def __init__(self) -> None:
+        self.url: str | None = None
+        self.keypair_path: str | None = None
+        self.program_id: Pubkey | None = None
+        self.output = "text"
+        self._client = None
+        self._keypair: Keypair | None = None
+
+    @property
+    def keypair(self) -> Keypair:
+        if self._keypair is None:
+            path = self.keypair_path or _solana_config().get("keypair_path", DEFAULT_KEYPAIR)
+            self._keypair = load_keypair(path)
+        return self._keypair
+
+    @property
+    def client(self):
+        if self._client is None:
+            from .client import GpuMarketClient
+            from .constants import PROGRAM_ID
+
+            self._client = GpuMarketClient(
+                resolve_url(self.url), payer=None, program_id=self.program_id or PROGRAM_ID
+            )
+        return self._client
+
+    def emit(self, data: dict[str, Any], text_lines: list[str] | None = None) -> None:
+        if self.output == "json":
+            click.echo(json.dumps(data, default=str, sort_keys=False))
+        else:
+            for line in text_lines if text_lines is not None else [f"{k}: {v}" for k, v in data.items()]:
+                click.echo(line)
+
+
+def _common(f: Callable) -> Callable:
+    """Common options, accepted on the group and on every command."""
+
+    @click.option("--url", "-u", default=None, help="RPC URL or moniker (localnet, devnet, ...).")
+    @click.option("--keypair", "-k", "keypair_path", default=None, help="Signer keypair file.")
+    @click.option("--program-id", type=PUBKEY, default=None, help="gpu_market program id.")
+    @click.option(
+        "--output", type=click.Choice(["text", "json"]), default=None, help="Output format."
+    )
+    @functools.wraps(f)
+    def wrapper(*args: Any, url=None, keypair_path=None, program_id=None, output=None, **kw: Any):
+        env = click.get_current_context().ensure_object(Env)
+        if url is not None:
+            env.url = url
+        if keypair_path is not None:
+            env.keypair_path = keypair_path
+        if program_id is not None:
+            env.program_id = program_id
+        if output is not None:
+            env.output = output
+        if env.url is not None:
+            resolve_url(env.url)  # fail early on a bad moniker
+        return f(env, *args, **kw)
+
+    return wrapper
+
+
+def _market_option(f: Callable) -> Callable:
+    return click.option(
+        "--market",
+        type=PUBKEY,
+        required=True,
+        envvar="GPUM_MARKET",
+        help="Market address (or set GPUM_MARKET).",
+    )(f)
+
+
+def _amount(text: str, decimals: int, what: str, allow_zero: bool = False) -> int:
+    try:
+        return parse_ui_amount(text, decimals, allow_zero=allow_zero)
+    except AmountError as e:
+        raise click.BadParameter(str(e), param_hint=what) from None
+
+
+def _market(env: Env, market: Pubkey):
+    m = env.client.fetch_market(market)
+    if m is None:
+        raise CliError(f"market {market} does not exist on {env.client.url}; check --market and --url")
+    return m
+
+
+# ----------------------------------------------------------------------------- commands
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@_common
+def cli(env: Env) -> None:
+    """gpu-market: rent out and rent GPUs, paid from on-chain escrow."""
+
+
+@cli.group()
+def market() -> None:
+    """Create and inspect markets."""
+
+
+@market.command("init")
+@_common
+@click.option("--id", "market_id", type=click.IntRange(0, 2**64 - 1), default=0, show_default=True)
+@click.option("--stake-mint", type=PUBKEY, required=True, help="Mint providers stake.")
+@click.option("--payment-mint", type=PUBKEY, required=True, help="Mint users pay in.")
+@click.option(
+    "--treasury",
+    type=PUBKEY,
+    default=None,
+    help="Payment-mint token account for fees (default: your ATA, created if missing).",
+)
+@click.option("--fee-bps", type=click.IntRange(0, 2500), default=500, show_default=True)
+@click.option("--burn-bps", type=click.IntRange(0, 10000), default=5000, show_default=True)
+@click.option("--min-stake-per-gpu", default="0", show_default=True, help="Stake-mint UI units.")
+@click.option("--unbonding-seconds", type=click.IntRange(0), default=14 * 24 * 3600, show_default=True)
+@click.option("--window-seconds", type=click.IntRange(1, 3600), default=60, show_default=True)
+@click.option("--settle-quorum", type=click.IntRange(1, 255), default=1, show_default=True)
+@click.option("--max-missed-windows", type=click.IntRange(1), default=10, show_default=True)
+@click.option("--downtime-slash-bps", type=click.IntRange(0, 10000), default=100, show_default=True)
+@click.option("--equivocation-slash-bps", type=click.IntRange(0, 10000), default=5000, show_default=True)
+@click.option("--reporter-reward-bps", type=click.IntRange(0, 10000), default=1000, show_default=True)
+@click.option("--validator-min-bond", default="0", show_default=True, help="Stake-mint UI units.")
+@click.option("--max-skew-seconds", type=click.IntRange(0, 300), default=5, show_default=True)
+def market_init(env: Env, market_id: int, stake_mint: Pubkey, payment_mint: Pubkey,
+                treasury: Pubkey | None, min_stake_per_gpu: str, validator_min_bond: str,
+                **params: int) -> None:  # fmt: skip
+    """Create a market and its stake vault; prints the market address."""
+    from . import pda, tokens
+
+    kp = env.keypair
+    client = env.client
+    decimals = client.mint_decimals(stake_mint)
+    client.mint_decimals(payment_mint)  # fails clearly if it is not a mint
+    params["min_stake_per_gpu"] = _amount(min_stake_per_gpu, decimals, "'--min-stake-per-gpu'", True)
+    params["validator_min_bond"] = _amount(validator_min_bond, decimals, "'--validator-min-bond'", True)
+    if treasury is None:
+        treasury = tokens.create_ata(client, kp, kp.pubkey(), payment_mint)
+    address = pda.market_pda(kp.pubkey(), market_id, client.program_id)
+    sig = client.initialize_market(kp, market_id, stake_mint, payment_mint, treasury, params)
+    env.emit(
+        {"market": str(address), "treasury": str(treasury), "signature": str(sig)},
+        [f"market: {address}", f"treasury: {treasury}", f"signature: {sig}"],
+    )
+
+
+@market.command("status")
+@_common
+@_market_option
+def market_status(env: Env, market: Pubkey) -> None:
+    """Show a market's parameters and totals."""
+    m = _market(env, market)
+    sd = env.client.mint_decimals(m.stake_mint)
+    pd_ = env.client.mint_decimals(m.payment_mint)
+    data = {
+        "market": str(market),
+        "authority": str(m.authority),
+        "id": m.id,
+        "stake_mint": str(m.stake_mint),
+        "payment_mint": str(m.payment_mint),
+        "treasury": str(m.treasury),
+        "paused": m.paused,
+        "params": vars(m.params).copy(),
+        "totals": {
+            "staked": format_ui_amount(m.totals.staked, sd),
+            "bonded": format_ui_amount(m.totals.bonded, sd),
+            "burned": format_ui_amount(m.totals.burned, pd_),
+            "fees": format_ui_amount(m.totals.fees, pd_),
+            "jobs": m.totals.jobs,
+        },
+    }
+    env.emit(data)
+
+
+@cli.group()
+def provider() -> None:
+    """Register, stake and inspect GPU providers."""
+
+
+@provider.command("register")
+@_common
+@_market_option
+@click.option("--worker-key", type=PUBKEY, required=True, help="Hot key on the GPU machine.")
+@click.option("--gpu-model", required=True, help="e.g. 'NVIDIA H100 80GB HBM3' (<= 32 bytes).")
+@click.option("--gpu-count", type=click.IntRange(1, 256), required=True)
+@click.option("--vram-mib", type=click.IntRange(0, 2**32 - 1), required=True)
+@click.option("--region", default="", help="e.g. 'eu-west' (<= 16 bytes).")
+@click.option("--price", required=True, help="Price per GPU-second, payment-mint UI units.")
+@click.option("--worker-key-expires-at", type=click.IntRange(0), default=0, help="Unix time; 0 = never.")
+def provider_register(env: Env, market: Pubkey, worker_key: Pubkey, gpu_model: str,
+                      gpu_count: int, vram_mib: int, region: str, price: str,
+                      worker_key_expires_at: int) -> None:  # fmt: skip
+    """Register your keypair as a provider (creates your payment ATA if missing)."""
+    from . import pda, tokens
+    from .accounts import GPU_MODEL_LEN, REGION_LEN, encode_fixed_str
+
+    for value, size, hint in ((gpu_model, GPU_MODEL_LEN, "'--gpu-model'"), (region, REGION_LEN, "'--region'")):
+        try:
+            encode_fixed_str(value, size, hint.strip("'-"))
+        except ValueError as e:
+            raise click.BadParameter(str(e), param_hint=hint) from None
+    kp = env.keypair
+    m = _market(env, market)
+    price_base = _amount(price, env.client.mint_decimals(m.payment_mint), "'--price'")
+    spec = {"gpu_model": gpu_model, "gpu_count": gpu_count, "vram_mib": vram_mib, "region": region}
+    sig = env.client.register_provider(kp, worker_key, spec, price_base, market, worker_key_expires_at)
+    address = pda.provider_pda(market, kp.pubkey(), env.client.program_id)
+    env.emit(
+        {
+            "provider": str(address),
+            "payment_account": str(tokens.ata(kp.pubkey(), m.payment_mint)),
+            "signature": str(sig),
+        }
+    )
+
+
+@provider.command("stake")
+@_common
+@_market_option
+@click.argument("amount")
+def provider_stake(env: Env, market: Pubkey, amount: str) -> None:
+    """Stake AMOUNT (stake-mint UI units) from your stake-mint ATA."""
+    kp = env.keypair
+    m = _market(env, market)
+    base = _amount(amount, env.client.mint_decimals(m.stake_mint), "'AMOUNT'")
+    sig = env.client.stake(kp, market, base)
+    env.emit({"staked": amount, "signature": str(sig)})
+
+
+@provider.command("status")
+@_common
+@_market_option
+@click.option("--owner", type=PUBKEY, default=None, help="Provider owner (default: your keypair).")
+def provider_status(env: Env, market: Pubkey, owner: Pubkey | None) -> None:
+    """Show a provider's spec, status, stake and reputation."""
+    from . import pda
+
+    owner = owner or env.keypair.pubkey()
+    address = pda.provider_pda(market, owner, env.client.program_id)
+    p = env.client.fetch_provider(address)
+    if p is None:
+        raise CliError(f"{owner} is not a provider of market {market}; run `gpum provider register`")
+    m = _market(env, market)
+    sd = env.client.mint_decimals(m.stake_mint)
+    pdec = env.client.mint_decimals(m.payment_mint)
+    env.emit(
+        {
+            "provider": str(address),
+            "owner": str(p.owner),
+            "worker_key": str(p.worker_key),
+            "status": p.status if p.jailed_until is None else f"jailed until {p.jailed_until}",
+            "gpu_model": p.spec.gpu_model,
+            "gpus": f"{p.gpus_in_use}/{p.spec.gpu_count} in use",
+            "vram_mib": p.spec.vram_mib,
+            "region": p.spec.region,
+            "price_per_gpu_second": format_ui_amount(p.price_per_gpu_second, pdec),
+            "stake": format_ui_amount(p.stake, sd),
+            "unbonding": format_ui_amount(p.unbonding.amount, sd),
+            "verified_seconds": p.reputation.verified_seconds,
+            "jobs_completed": p.reputation.jobs_completed,
+        }
+    )
+
+
+@cli.group()
+def validator() -> None:
+    """Register validators."""
+
+
+@validator.command("register")
+@_common
+@_market_option
+@click.argument("bond")
+def validator_register(env: Env, market: Pubkey, bond: str) -> None:
+    """Register your keypair as a validator, bonding BOND (stake-mint UI units)."""
+    from . import pda
+
+    kp = env.keypair
+    m = _market(env, market)
+    base = _amount(bond, env.client.mint_decimals(m.stake_mint), "'BOND'")
+    sig = env.client.register_validator(kp, market, base)
+    env.emit(
+        {"validator": str(pda.validator_pda(market, kp.pubkey(), env.client.program_id)),
+         "signature": str(sig)}
+    )  # fmt: skip
+
+
+@cli.group()
+def job() -> None:
+    """Create, inspect, finish and close jobs."""
+
+
+@job.command("create")
+@_common
+@_market_option
+@click.option("--provider", "provider_", type=PUBKEY, required=True,
+              help="Provider account address (see `gpum provider status`).")  # fmt: skip
+@click.option("--gpu-count", type=click.IntRange(1, 256), default=1, show_default=True)
+@click.option("--deposit", required=True, help="Escrow deposit, payment-mint UI units.")
+@click.option("--job-id", type=click.IntRange(0, 2**64 - 1), default=None,
+              help="Default: current unix time in milliseconds.")  # fmt: skip
+def job_create(env: Env, market: Pubkey, provider_: Pubkey, gpu_count: int, deposit: str,
+               job_id: int | None) -> None:  # fmt: skip
+    """Open a job on a provider and escrow the deposit from your payment ATA."""
+    kp = env.keypair
+    m = _market(env, market)
+    base = _amount(deposit, env.client.mint_decimals(m.payment_mint), "'--deposit'")
+    job_id = int(time.time() * 1000) if job_id is None else job_id
+    sig, address = env.client.create_job(kp, market, provider_, job_id, gpu_count, base)
+    env.emit({"job": str(address), "job_id": job_id, "signature": str(sig)})
+
+
+def _job_view(env: Env, address: Pubkey):
+    j = env.client.fetch_job(address)
+    if j is None:
+        raise CliError(f"job {address} does not exist (closed, or wrong --url)")
+    return j
+
+
+@job.command("status")
+@_common
+@click.argument("job_address", metavar="JOB", type=PUBKEY)
+def job_status(env: Env, job_address: Pubkey) -> None:
+    """Show a job's state and money flows."""
+    j = _job_view(env, job_address)
+    m = _market(env, j.market)
+    d = env.client.mint_decimals(m.payment_mint)
+    escrow = None
+    from . import pda
+
+    try:
+        escrow = env.client.token_balance(pda.escrow_pda(job_address, env.client.program_id))
+    except Exception:  # noqa: BLE001 - a missing escrow is shown as unknown
+        escrow = None
+    env.emit(
+        {
+            "job": str(job_address),
+            "status": j.status,
+            "user": str(j.user),
+            "provider": str(j.provider),
+            "gpu_count": j.gpu_count,
+            "rate_per_second": format_ui_amount(j.rate_per_second, d),
+            "deposited": format_ui_amount(j.deposited, d),
+            "settled_seconds": j.settled_seconds,
+            "paid_provider": format_ui_amount(j.paid_provider, d),
+            "paid_treasury": format_ui_amount(j.paid_treasury, d),
+            "burned": format_ui_amount(j.burned, d),
+            "refunded": format_ui_amount(j.refunded, d),
+            "escrow": None if escrow is None else format_ui_amount(escrow, d),
+            "last_seq": j.last_seq,
+            "started_at": j.started_at,
+            "ended_at": j.ended_at,
+        }
+    )
+
+
+def _job_action(name: str, method: str, doc: str) -> None:
+    @job.command(name, help=doc)
+    @_common
+    @click.argument("job_address", metavar="JOB", type=PUBKEY)
+    def command(env: Env, job_address: Pubkey) -> None:
+        kp = env.keypair
+        sig = getattr(env.client, method)(kp, job_address)
+        env.emit({"job": str(job_address), "signature": str(sig)})
+
+
+_job_action("accept", "accept_job", "Start an Open job (worker key or provider owner).")
+_job_action("finish", "finish_job", "Stop billing a Running job (user or provider owner).")
+_job_action("close", "close_job", "Refund the rest and close a finished job (user).")
+
+
+# ----------------------------------------------------------------------------- entry point
+
+
+def _one_line(message: str) -> str:
+    return " ".join(str(message).split())
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run ``gpum``; returns (and, as a script, exits with) the exit code."""
+    from .errors import GpuMarketError, SdkError
+    from .idl import IdlConversionError, IdlNotFound
+
+    prog = "gpum"
+    try:
+        cli.main(args=argv, prog_name=prog, standalone_mode=False)
+        return 0
+    except click.exceptions.Exit as e:
+        return e.exit_code
+    except click.Abort:
+        click.echo("error: aborted", err=True)
+        return 1
+    except click.UsageError as e:
+        cmd = e.ctx.command_path if e.ctx else prog
+        click.echo(f"error: {_one_line(e.format_message())} (see `{cmd} --help`)", err=True)
+        return 2
+    except click.ClickException as e:
+        click.echo(f"error: {_one_line(e.format_message())}", err=True)
+        return e.exit_code
+    except GpuMarketError as e:
+        click.echo(f"error: program error {e.name} ({e.code}): {_one_line(e.message)}", err=True)
+        return 1
+    except (SdkError, IdlNotFound, IdlConversionError) as e:
+        click.echo(f"error: {_one_line(str(e))}", err=True)
+        return 1
+    except ValueError as e:
+        click.echo(f"error: {_one_line(str(e))}", err=True)
+        return 2
+    except Exception as e:
+        if os.environ.get("GPUM_DEBUG"):
+            raise
+        click.echo(
+            f"error: unexpected {type(e).__name__}: {_one_line(str(e))} "
+            "(set GPUM_DEBUG=1 for a traceback)",
+            err=True,
+        )
+        return 1
+
+
+def _entry() -> None:  # pragma: no cover
+    sys.exit(main())
+
+
+if __name__ == "__main__":  # pragma: no cover
+    _entry()

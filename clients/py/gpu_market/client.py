@@ -1,0 +1,637 @@
+"""GpuMarketClient: synchronous reads and writes against any Solana JSON-RPC endpoint.
+
+The client only needs ``url``; it uses the standard RPC methods (getAccountInfo,
+getMultipleAccounts, getProgramAccounts, getLatestBlockhash, sendTransaction,
+getSignatureStatuses, getTransaction, getMinimumBalanceForRentExemption), so the same code
+runs against the local chain and a real cluster. Instruction encoding, PDAs, the settle
+layout and error parsing live in pure modules (``codec``, ``pda``, ``settle``, ``errors``).
+
+Every write signs with the given signer(s) plus ``payer`` (who pays fees; defaults to the
+first signer), sends with preflight, waits for ``commitment`` and returns the signature.
+Failures raise ``GpuMarketError`` (program error: ``.code``, ``.name``, ``.message``,
+``.logs``), ``ChainError`` (other transaction errors), ``RpcUnavailable`` (transport), or
+``TransactionTooLarge`` before anything is sent.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, fields, is_dataclass
+from typing import Any
+
+from solana.exceptions import SolanaRpcException
+from solana.rpc.api import Client
+from solana.rpc.commitment import Commitment
+from solana.rpc.core import RPCException, RPCNoResultException
+from solana.rpc.types import MemcmpOpts, TxOpts
+from solders.instruction import Instruction
+from solders.keypair import Keypair
+from solders.message import Message
+from solders.pubkey import Pubkey
+from solders.signature import Signature
+from solders.transaction import Transaction
+
+from . import pda, tokens
+from .accounts import (
+    GPU_MODEL_LEN,
+    JOB_STATUSES,
+    REGION_LEN,
+    JobView,
+    MarketParams,
+    MarketView,
+    ProviderView,
+    ValidatorView,
+    decode_account,
+    encode_fixed_str,
+)
+from .codec import Codec, default_codec
+from .constants import PACKET_DATA_SIZE, PROGRAM_ID, SYSTEM_PROGRAM_ID, TOKEN_PROGRAM_ID
+from .errors import (
+    AccountNotFound,
+    ChainError,
+    ConfirmationTimeout,
+    RpcUnavailable,
+    SdkError,
+    TransactionTooLarge,
+    chain_error_from_rpc_error,
+    chain_error_from_transaction_err,
+)
+from .settle import (
+    Attestation,
+    SettleAccounts,
+    SettleItem,
+    max_settle_items_per_tx,
+    settle_instructions,
+    transaction_size,
+)
+
+__all__ = [
+    "DEFAULT_MARKET_PARAMS",
+    "Attestation",
+    "GpuMarketClient",
+    "InvalidAccount",
+    "SettleItem",
+]
+
+DEFAULT_MARKET_PARAMS: dict[str, int] = {
+    "fee_bps": 500,  # 5% platform fee
+    "burn_bps": 5_000,  # half of the fee is burned
+    "min_stake_per_gpu": 0,
+    "unbonding_seconds": 14 * 24 * 3600,
+    "window_seconds": 60,
+    "settle_quorum": 1,
+    "max_missed_windows": 10,
+    "downtime_slash_bps": 100,
+    "equivocation_slash_bps": 5_000,
+    "reporter_reward_bps": 1_000,
+    "validator_min_bond": 0,
+    "max_skew_seconds": 5,
+}
+"""Market parameters used by ``initialize_market`` for every key the caller leaves out."""
+
+_COMMITMENT_RANK = {"processed": 0, "confirmed": 1, "finalized": 2}
+
+
+_B58 = "123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz"
+
+
+def _b58(raw: bytes) -> str:
+    """Base58 (Bitcoin alphabet), as memcmp filters want."""
+    n = int.from_bytes(raw, "big")
+    out = ""
+    while n:
+        n, r = divmod(n, 58)
+        out = _B58[r] + out
+    return "1" * (len(raw) - len(raw.lstrip(b"\0"))) + out
+
+
+class InvalidAccount(SdkError, ValueError):
+    """The account exists but is not the gpu_market account type asked for."""
+
+
+def _plain(value: Any) -> Any:
+    """Decoded borsh value -> plain Python (dicts, ints, bytes, Pubkey, lower-case enums)."""
+    if is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in fields(value)}
+    if isinstance(value, (list, tuple)):
+        if value and all(type(v) is int and 0 <= v <= 255 for v in value):
+            return bytes(value)  # the program's only int arrays are [u8; N]
+        return [_plain(v) for v in value]
+    if isinstance(value, (int, str, bytes, bool, Pubkey)) or value is None:
+        return value
+    if hasattr(value, "index") and type(value).__module__ == "sumtypes":
+        attrs = {k: _plain(v) for k, v in vars(value).items() if not k.startswith("_")}
+        name = type(value).__name__.lower()
+        return {name: attrs} if attrs else name
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items() if not str(k).startswith("_")}
+    return value
+
+
+class GpuMarketClient:
+    """Reads and writes gpu_market state through a Solana JSON-RPC ``url``."""
+
+    def __init__(
+        self,
+        url: str,
+        payer: Keypair | None = None,
+        program_id: Pubkey = PROGRAM_ID,
+        commitment: str = "confirmed",
+        *,
+        idl_path: str | None = None,
+        timeout: float = 30.0,
+        confirm_timeout: float = 60.0,
+        rpc: Client | None = None,
+    ) -> None:
+        if commitment not in _COMMITMENT_RANK:
+            raise ValueError(f"commitment must be one of {sorted(_COMMITMENT_RANK)}")
+        self.url = url
+        self.payer = payer
+        self.program_id = program_id
+        self.commitment = commitment
+        self.confirm_timeout = confirm_timeout
+        self.rpc = rpc or Client(url, commitment=Commitment(commitment), timeout=timeout)
+        self.codec: Codec = default_codec(program_id, idl_path)
+
+    # ================================================================== RPC plumbing
+
+    def _call(self, fn, *args, **kwargs):
+        """Run one solana-py call, mapping transport failures to RpcUnavailable."""
+        try:
+            return fn(*args, **kwargs)
+        except SolanaRpcException as e:
+            cause = e.__cause__
+            detail = f"{type(cause).__name__}: {cause}" if cause else e.error_msg
+            raise RpcUnavailable(
+                f"cannot reach the RPC endpoint {self.url} ({detail}); "
+                "check --url and that the node is running"
+            ) from e
+        except RPCException as e:
+            raise self._rpc_error(e) from e
+
+    def _rpc_error(self, e: RPCException) -> ChainError:
+        raw = e.args[0] if e.args else None
+        payload: dict[str, Any]
+        if hasattr(raw, "to_json"):
+            payload = json.loads(raw.to_json())
+        elif isinstance(raw, Mapping):
+            payload = dict(raw)
+        else:
+            payload = {"message": str(raw)}
+        return chain_error_from_rpc_error(payload, self.codec.errors, str(self.program_id))
+
+    def _account_infos(self, keys: Sequence[Pubkey]) -> list[tuple[Pubkey, bytes] | None]:
+        """``(owner, data)`` per key (None where absent), batched by 100."""
+        out: list[tuple[Pubkey, bytes] | None] = []
+        for i in range(0, len(keys), 100):
+            chunk = list(keys[i : i + 100])
+            resp = self._call(self.rpc.get_multiple_accounts, chunk, encoding="base64")
+            for acc in resp.value:
+                out.append(None if acc is None else (acc.owner, bytes(acc.data)))
+        return out
+
+    def account_info(self, key: Pubkey) -> tuple[Pubkey, bytes] | None:
+        """``(owner, data)`` of ``key`` or None if it does not exist."""
+        return self._account_infos([key])[0]
+
+    def _fetch(self, key: Pubkey, kind: str):
+        info = self.account_info(key)
+        if info is None:
+            return None
+        owner, data = info
+        if owner != self.program_id:
+            raise InvalidAccount(f"{key} is not a gpu_market account (owner {owner})")
+        try:
+            view = decode_account(data, key, self.codec)
+        except ValueError as e:
+            raise InvalidAccount(f"{key}: {e}") from None
+        if type(view).__name__ != f"{kind}View":
+            raise InvalidAccount(f"{key} is a {type(view).__name__[:-4]} account, not a {kind}")
+        return view
+
+    def _require(self, key: Pubkey, kind: str):
+        view = self._fetch(key, kind)
+        if view is None:
+            raise AccountNotFound(f"{kind} account {key} does not exist (check the address)")
+        return view
+
+    # ================================================================== reads
+
+    def fetch_market(self, market: Pubkey) -> MarketView | None:
+        """The Market at ``market``, or None if no account exists there."""
+        return self._fetch(market, "Market")
+
+    def fetch_provider(self, provider: Pubkey) -> ProviderView | None:
+        """The Provider at ``provider`` (the PDA, not the owner), or None."""
+        return self._fetch(provider, "Provider")
+
+    def fetch_validator(self, validator: Pubkey) -> ValidatorView | None:
+        """The Validator at ``validator`` (the PDA), or None."""
+        return self._fetch(validator, "Validator")
+
+    def fetch_job(self, job: Pubkey) -> JobView | None:
+        """The Job at ``job``, or None (closed jobs no longer exist)."""
+        return self._fetch(job, "Job")
+
+    def list_jobs(
+        self,
+        provider: Pubkey | None = None,
+        user: Pubkey | None = None,
+        statuses: Iterable[str] | None = None,
+        market: Pubkey | None = None,
+    ) -> list[JobView]:
+        """Jobs matching every given filter (getProgramAccounts + memcmp), sorted by address."""
+        codec = self.codec
+        filters: list[Any] = [codec.account_size("Job")]
+        disc = bytes(codec.coder.accounts.acc_name_to_discriminator["Job"])
+        filters.append(MemcmpOpts(offset=0, bytes=_b58(disc)))
+        for name, key in (("market", market), ("provider", provider), ("user", user)):
+            if key is not None:
+                filters.append(
+                    MemcmpOpts(
+                        offset=codec.field_offset("Job", name),
+                        bytes=_b58(bytes(key)),
+                    )
+                )
+        wanted = None
+        if statuses is not None:
+            wanted = {s.lower() for s in statuses}
+            bad = wanted - set(JOB_STATUSES)
+            if bad:
+                raise ValueError(f"unknown job status {sorted(bad)}; expected {JOB_STATUSES}")
+            if len(wanted) == 1:
+                (only,) = wanted
+                tag = codec.enum_index("JobStatus", only)
+                filters.append(
+                    MemcmpOpts(
+                        offset=codec.field_offset("Job", "status"),
+                        bytes=_b58(bytes([tag])),
+                    )
+                )
+        resp = self._call(
+            self.rpc.get_program_accounts, self.program_id, encoding="base64", filters=filters
+        )
+        jobs = []
+        for keyed in resp.value:
+            view = decode_account(bytes(keyed.account.data), keyed.pubkey, self.codec)
+            if wanted is None or view.status in wanted:
+                jobs.append(view)
+        return sorted(jobs, key=lambda j: bytes(j.address))
+
+    def token_balance(self, account: Pubkey) -> int:
+        """Token amount (base units) of a token account; AccountNotFound if it does not exist."""
+        info = self.account_info(account)
+        if info is None:
+            raise AccountNotFound(f"token account {account} does not exist")
+        return tokens.parse_token_account(info[1]).amount
+
+    def mint_supply(self, mint: Pubkey) -> int:
+        """Current supply (base units) of ``mint``."""
+        return self._mint(mint)[0]
+
+    def mint_decimals(self, mint: Pubkey) -> int:
+        """Decimals of ``mint``."""
+        return self._mint(mint)[1]
+
+    def _mint(self, mint: Pubkey) -> tuple[int, int]:
+        info = self.account_info(mint)
+        if info is None:
+            raise AccountNotFound(f"mint {mint} does not exist")
+        try:
+            return tokens.parse_mint(info[1])
+        except ValueError:
+            raise InvalidAccount(f"{mint} is not a token mint") from None
+
+    def transaction_logs(self, signature: Signature | str) -> list[str]:
+        """Log lines of a confirmed transaction (empty if the node has none)."""
+        sig = Signature.from_string(signature) if isinstance(signature, str) else signature
+        resp = self._call(
+            self.rpc.get_transaction,
+            sig,
+            encoding="json",
+            commitment=Commitment(self.commitment),
+            max_supported_transaction_version=0,
+        )
+        if resp.value is None or resp.value.transaction.meta is None:
+            return []
+        return list(resp.value.transaction.meta.log_messages or [])
+
+    def events(self, signature: Signature | str) -> list[tuple[str, dict[str, Any]]]:
+        """Events gpu_market emitted in a transaction, as ``(name, fields)`` in order.
+
+        Fields are plain Python: ints, bools, Pubkey, ``bytes`` for ``[u8; N]``, dicts for
+        nested structs.
+        """
+        return [(name, _plain(data)) for name, data in self.codec.parse_events(self.transaction_logs(signature))]
+
+    # ================================================================== sending
+
+    def send(self, instructions: Sequence[Instruction], signers: Sequence[Keypair]) -> Signature:
+        """Sign (payer + ``signers``), send with preflight, wait for the commitment.
+
+        Raises TransactionTooLarge before sending if the transaction exceeds 1232 bytes.
+        """
+        payer = self.payer or (signers[0] if signers else None)
+        if payer is None:
+            raise ValueError("no fee payer: pass payer= to GpuMarketClient or a signer")
+        unique: dict[Pubkey, Keypair] = {payer.pubkey(): payer}
+        for s in signers:
+            unique.setdefault(s.pubkey(), s)
+        size = transaction_size(instructions, payer.pubkey())
+        if size > PACKET_DATA_SIZE:
+            raise TransactionTooLarge(
+                f"transaction is {size} bytes, the limit is {PACKET_DATA_SIZE}; send fewer items"
+            )
+        blockhash = self._call(self.rpc.get_latest_blockhash).value.blockhash
+        msg = Message.new_with_blockhash(list(instructions), payer.pubkey(), blockhash)
+        needed = set(msg.account_keys[: msg.header.num_required_signatures])
+        tx = Transaction([k for p, k in unique.items() if p in needed], msg, blockhash)
+        try:
+            resp = self._call(
+                self.rpc.send_raw_transaction,
+                bytes(tx),
+                TxOpts(skip_confirmation=True, preflight_commitment=Commitment(self.commitment)),
+            )
+        except RPCNoResultException as e:
+            raise ChainError(f"the node did not accept the transaction: {e}") from e
+        sig = resp.value
+        self._confirm(sig)
+        return sig
+
+    def _confirm(self, sig: Signature) -> None:
+        deadline = time.monotonic() + self.confirm_timeout
+        want = _COMMITMENT_RANK[self.commitment]
+        delay = 0.05
+        while True:
+            resp = self._call(self.rpc.get_signature_statuses, [sig])
+            raw = json.loads(resp.to_json())["result"]["value"][0]
+            if raw is not None:
+                if raw.get("err") is not None:
+                    logs = []
+                    try:
+                        logs = self.transaction_logs(sig)
+                    except SdkError:
+                        pass
+                    raise chain_error_from_transaction_err(
+                        raw["err"], logs, self.codec.errors, str(self.program_id)
+                    )
+                status = raw.get("confirmationStatus")
+                if status is not None and _COMMITMENT_RANK.get(status, -1) >= want:
+                    return
+            if time.monotonic() > deadline:
+                raise ConfirmationTimeout(
+                    f"transaction {sig} not {self.commitment} after {self.confirm_timeout:.0f} s; "
+                    "check it with `solana confirm` before retrying"
+                )
+            time.sleep(delay)
+            delay = min(delay * 2, 0.5)
+
+    # ================================================================== writes
+
+    def initialize_market(
+        self,
+        authority: Keypair,
+        market_id: int,
+        stake_mint: Pubkey,
+        payment_mint: Pubkey,
+        treasury: Pubkey,
+        params: Mapping[str, int] | MarketParams | None = None,
+    ) -> Signature:
+        """Create market ``market_id`` of ``authority`` and its stake vault.
+
+        ``params`` keys missing from the mapping take DEFAULT_MARKET_PARAMS values; unknown
+        keys raise ValueError. The market address is ``pda.market_pda(authority, market_id)``.
+        """
+        p = asdict(params) if isinstance(params, MarketParams) else dict(params or {})
+        unknown = set(p) - set(DEFAULT_MARKET_PARAMS)
+        if unknown:
+            raise ValueError(f"unknown market params {sorted(unknown)}")
+        merged = {**DEFAULT_MARKET_PARAMS, **p}
+        market = pda.market_pda(authority.pubkey(), market_id, self.program_id)
+        ix = self.codec.instruction(
+            "initialize_market",
+            {"id": market_id, "params": merged},
+            {
+                "authority": authority.pubkey(),
+                "market": market,
+                "stake_mint": stake_mint,
+                "payment_mint": payment_mint,
+                "stake_vault": pda.stake_vault_pda(market, self.program_id),
+                "treasury": treasury,
+                "token_program": TOKEN_PROGRAM_ID,
+                "system_program": SYSTEM_PROGRAM_ID,
+            },
+        )
+        return self.send([ix], [authority])
+
+    def register_provider(
+        self,
+        owner: Keypair,
+        worker_key: Pubkey,
+        spec: Mapping[str, Any],
+        price_per_gpu_second: int,
+        market: Pubkey,
+        worker_key_expires_at: int = 0,
+    ) -> Signature:
+        """Register ``owner`` as a provider of ``market``.
+
+        ``spec``: ``gpu_model`` (str, <= 32 UTF-8 bytes), ``gpu_count``, ``vram_mib``,
+        ``region`` (str, <= 16 bytes). The same transaction creates the owner's payment-mint
+        ATA if missing (settlements pay there).
+        """
+        m = self._require(market, "Market")
+        spec_args = {
+            "gpu_model": list(encode_fixed_str(spec["gpu_model"], GPU_MODEL_LEN, "gpu_model")),
+            "gpu_count": int(spec["gpu_count"]),
+            "vram_mib": int(spec["vram_mib"]),
+            "region": list(encode_fixed_str(spec.get("region", ""), REGION_LEN, "region")),
+        }
+        ix = self.codec.instruction(
+            "register_provider",
+            {
+                "args": {
+                    "worker_key": worker_key,
+                    "worker_key_expires_at": worker_key_expires_at,
+                    "spec": spec_args,
+                    "price_per_gpu_second": price_per_gpu_second,
+                }
+            },
+            {
+                "owner": owner.pubkey(),
+                "market": market,
+                "provider": pda.provider_pda(market, owner.pubkey(), self.program_id),
+                "system_program": SYSTEM_PROGRAM_ID,
+            },
+        )
+        ata_ix = tokens.create_ata_idempotent_ix(owner.pubkey(), owner.pubkey(), m.payment_mint)
+        return self.send([ata_ix, ix], [owner])
+
+    def stake(self, owner: Keypair, market: Pubkey, amount: int) -> Signature:
+        """Move ``amount`` stake tokens from the owner's stake-mint ATA into the stake vault."""
+        m = self._require(market, "Market")
+        ix = self.codec.instruction(
+            "stake",
+            {"amount": amount},
+            {
+                "owner": owner.pubkey(),
+                "market": market,
+                "provider": pda.provider_pda(market, owner.pubkey(), self.program_id),
+                "stake_mint": m.stake_mint,
+                "owner_stake_account": tokens.ata(owner.pubkey(), m.stake_mint),
+                "stake_vault": m.stake_vault,
+                "token_program": TOKEN_PROGRAM_ID,
+            },
+        )
+        return self.send([ix], [owner])
+
+    def register_validator(self, authority: Keypair, market: Pubkey, bond: int) -> Signature:
+        """Register ``authority`` as a validator, bonding ``bond`` from its stake-mint ATA."""
+        m = self._require(market, "Market")
+        ix = self.codec.instruction(
+            "register_validator",
+            {"bond": bond},
+            {
+                "authority": authority.pubkey(),
+                "market": market,
+                "validator": pda.validator_pda(market, authority.pubkey(), self.program_id),
+                "stake_mint": m.stake_mint,
+                "authority_stake_account": tokens.ata(authority.pubkey(), m.stake_mint),
+                "stake_vault": m.stake_vault,
+                "token_program": TOKEN_PROGRAM_ID,
+                "system_program": SYSTEM_PROGRAM_ID,
+            },
+        )
+        return self.send([ix], [authority])
+
+    def create_job(
+        self,
+        user: Keypair,
+        market: Pubkey,
+        provider: Pubkey,
+        job_id: int,
+        gpu_count: int,
+        deposit: int,
+    ) -> tuple[Signature, Pubkey]:
+        """Open job ``job_id`` on ``provider`` (the Provider PDA), escrowing ``deposit`` from
+        the user's payment-mint ATA. Returns ``(signature, job address)``."""
+        m = self._require(market, "Market")
+        job = pda.job_pda(market, user.pubkey(), job_id, self.program_id)
+        ix = self.codec.instruction(
+            "create_job",
+            {"job_id": job_id, "gpu_count": gpu_count, "deposit": deposit},
+            {
+                "user": user.pubkey(),
+                "market": market,
+                "provider": provider,
+                "job": job,
+                "escrow": pda.escrow_pda(job, self.program_id),
+                "payment_mint": m.payment_mint,
+                "user_payment_account": tokens.ata(user.pubkey(), m.payment_mint),
+                "token_program": TOKEN_PROGRAM_ID,
+                "system_program": SYSTEM_PROGRAM_ID,
+            },
+        )
+        return self.send([ix], [user]), job
+
+    def accept_job(self, signer: Keypair, job: Pubkey) -> Signature:
+        """Start an Open job; ``signer`` is the provider's worker key or owner."""
+        j = self._require(job, "Job")
+        ix = self.codec.instruction(
+            "accept_job", {}, {"signer": signer.pubkey(), "provider": j.provider, "job": job}
+        )
+        return self.send([ix], [signer])
+
+    def finish_job(self, signer: Keypair, job: Pubkey) -> Signature:
+        """Stop billing a Running job; ``signer`` is the job's user or the provider's owner."""
+        j = self._require(job, "Job")
+        ix = self.codec.instruction(
+            "finish_job", {}, {"signer": signer.pubkey(), "provider": j.provider, "job": job}
+        )
+        return self.send([ix], [signer])
+
+    def close_job(self, user: Keypair, job: Pubkey) -> Signature:
+        """Refund what is left to the user's payment-mint ATA and close the job and escrow."""
+        j = self._require(job, "Job")
+        m = self._require(j.market, "Market")
+        ix = self.codec.instruction(
+            "close_job",
+            {},
+            {
+                "user": user.pubkey(),
+                "market": j.market,
+                "provider": j.provider,
+                "job": job,
+                "escrow": pda.escrow_pda(job, self.program_id),
+                "payment_mint": m.payment_mint,
+                "user_payment_account": tokens.ata(user.pubkey(), m.payment_mint),
+                "token_program": TOKEN_PROGRAM_ID,
+            },
+        )
+        return self.send([ix], [user])
+
+    # ================================================================== settle
+
+    def settle_instructions(
+        self, validator_authority: Pubkey, items: Sequence[SettleItem]
+    ) -> list[Instruction]:
+        """The instructions of one settle transaction for ``items`` (reads jobs, providers
+        and markets from chain; builds nothing it cannot resolve)."""
+        jobs = self._views([i.job for i in items], "Job")
+        providers = self._views(list({j.provider: None for j in jobs}), "Provider")
+        by_provider = {p.address: p for p in providers}
+        markets = self._views(list({j.market: None for j in jobs}), "Market")
+        by_market = {m.address: m for m in markets}
+        ixs: list[Instruction] = []
+        for item, job in zip(items, jobs):
+            market = by_market[job.market]
+            provider = by_provider[job.provider]
+            accounts = SettleAccounts(
+                market=job.market,
+                validator=pda.validator_pda(job.market, validator_authority, self.program_id),
+                provider=job.provider,
+                escrow=pda.escrow_pda(item.job, self.program_id),
+                provider_payment_account=tokens.ata(provider.owner, market.payment_mint),
+                treasury=market.treasury,
+                payment_mint=market.payment_mint,
+                extra_validators=tuple(
+                    pda.validator_pda(job.market, a.validator_authority, self.program_id)
+                    for a in item.attestations
+                ),
+            )
+            ixs.extend(settle_instructions(self.codec, validator_authority, item, accounts))
+        return ixs
+
+    def _views(self, keys: list[Pubkey], kind: str) -> list[Any]:
+        infos = self._account_infos(keys)
+        out = []
+        for key, info in zip(keys, infos):
+            if info is None:
+                raise AccountNotFound(f"{kind} account {key} does not exist (closed?)")
+            if info[0] != self.program_id:
+                raise InvalidAccount(f"{key} is not a gpu_market account")
+            view = decode_account(info[1], key, self.codec)
+            if type(view).__name__ != f"{kind}View":
+                raise InvalidAccount(f"{key} is not a {kind} account")
+            out.append(view)
+        return out
+
+    def settle(self, validator_authority: Keypair, items: Sequence[SettleItem]) -> Signature:
+        """Settle ``items`` in one transaction: per item ``[Ed25519..., settle]``, in order.
+
+        Raises TransactionTooLarge (nothing sent) if they do not fit; see
+        :meth:`max_settle_items_per_tx`.
+        """
+        if not items:
+            raise ValueError("settle needs at least one SettleItem")
+        ixs = self.settle_instructions(validator_authority.pubkey(), items)
+        return self.send(ixs, [validator_authority])
+
+    def max_settle_items_per_tx(self, settle_quorum: int = 1) -> int:
+        """How many SettleItems of one market always fit in one legacy transaction.
+
+        With the 173-byte receipt inside each Ed25519 instruction this is 1 for quorum 1 and 2
+        and 0 from quorum 3 (such a settle does not fit a legacy transaction at all).
+        """
+        return max_settle_items_per_tx(self.codec, settle_quorum)

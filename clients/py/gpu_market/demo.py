@@ -1,0 +1,367 @@
+"""The local network demo: one GPU job paid end to end (``make demo``; ``python -m gpu_market.demo``).
+
+Starts the local chain (``gpum-localnet``), creates the mints, the market, a staked provider, a
+validator and a user's escrowed job, then runs a simulated worker (``gpum-worker run
+--simulate``) and a validator node (``gpum-validator run``) as real processes. It waits for at
+least ``--settlements`` settlements to land, finishes and closes the job through the ``gpum``
+CLI, and prints a summary. The last line is one JSON object whose figures are all read back
+from the chain (token balances and mint supply), never computed from the inputs.
+
+Guarantees: every process it starts is stopped when it returns, on failure and on Ctrl-C; all
+state lives in a fresh temporary directory (``--workdir`` keeps it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+DECIMALS = 6
+UNIT = 10**DECIMALS
+
+
+class DemoError(RuntimeError):
+    """The demo could not complete; the message says which step and why."""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def localnet_binary() -> str:
+    """The ``gpum-localnet`` binary: ``$GPUM_LOCALNET_BIN``, else the one on PATH."""
+    path = os.environ.get("GPUM_LOCALNET_BIN") or shutil.which("gpum-localnet")
+    if not path or not Path(path).exists():
+        raise DemoError(
+            "gpum-localnet not found: run `make localnet` and set GPUM_LOCALNET_BIN, "
+            "or use `make demo`"
+        )
+    return path
+
+
+def _tool(name: str) -> str:
+    """A console script of the venv this interpreter runs in (gpum, gpum-worker, ...)."""
+    candidate = Path(sys.executable).with_name(name)
+    found = str(candidate) if candidate.exists() else shutil.which(name)
+    if not found:
+        raise DemoError(f"{name} is not installed in this environment: run `make venv`")
+    return found
+
+
+@dataclass
+class Processes:
+    """Child processes, each in its own process group, stopped in reverse order."""
+
+    workdir: Path
+    children: list[tuple[str, subprocess.Popen]] = field(default_factory=list)
+
+    def start(self, name: str, argv: list[str]) -> subprocess.Popen:
+        log = open(self.workdir / f"{name}.log", "wb")  # noqa: SIM115 - closed with the process
+        proc = subprocess.Popen(
+            argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        self.children.append((name, proc))
+        return proc
+
+    def check_alive(self) -> None:
+        for name, proc in self.children:
+            if proc.poll() is not None:
+                raise DemoError(f"{name} exited with code {proc.returncode}: {self.tail(name)}")
+
+    def tail(self, name: str, lines: int = 15) -> str:
+        path = self.workdir / f"{name}.log"
+        text = path.read_text(errors="replace") if path.exists() else ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    def stop_all(self) -> None:
+        for _name, proc in reversed(self.children):
+            if proc.poll() is None:
+                try:
+                    os.killpg(proc.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+        deadline = time.monotonic() + 10
+        for _name, proc in reversed(self.children):
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+
+
+def wait_for_line(proc: subprocess.Popen, log: Path, needle: str, timeout: float) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        text = log.read_text(errors="replace") if log.exists() else ""
+        for line in text.splitlines():
+            if needle in line:
+                return line
+        if proc.poll() is not None:
+            raise DemoError(f"{log.stem} exited with code {proc.returncode}:\n{text[-2000:]}")
+        time.sleep(0.1)
+    raise DemoError(f"{log.stem} did not print {needle!r} within {timeout:.0f}s")
+
+
+def wait_http(url: str, timeout: float) -> None:
+    import httpx
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url, timeout=1.0).status_code < 500:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    raise DemoError(f"{url} did not answer within {timeout:.0f}s")
+
+
+def write_keypair(path: Path, kp: Any) -> Path:
+    path.write_text(json.dumps(list(bytes(kp))))
+    path.chmod(0o600)
+    return path
+
+
+def run_demo(
+    workdir: Path,
+    *,
+    window_seconds: int = 2,
+    settle_every: int = 2,
+    settlements: int = 3,
+    gpus: int = 2,
+    timeout: float = 180.0,
+    say=print,
+) -> dict[str, Any]:
+    """Runs the whole flow in ``workdir``; returns the summary read back from the chain."""
+    from solders.keypair import Keypair
+
+    from . import pda, tokens
+    from .client import GpuMarketClient
+
+    procs = Processes(workdir)
+    try:
+        # -- local chain --------------------------------------------------------------
+        port = free_port()
+        url = f"http://127.0.0.1:{port}"
+        chain = procs.start("localnet", [localnet_binary(), "--port", str(port)])
+        wait_for_line(chain, workdir / "localnet.log", "ready on", timeout=60)
+        say(f"local chain       {url}")
+
+        admin, owner, user, validator = Keypair(), Keypair(), Keypair(), Keypair()
+        keys = {n: write_keypair(workdir / f"{n}.json", k) for n, k in
+                [("admin", admin), ("owner", owner), ("user", user), ("validator", validator)]}
+        client = GpuMarketClient(url, payer=admin)
+        worker_key_file = workdir / "worker-key.json"
+        worker_pub = _run([_tool("gpum-worker"), "keygen", "--out", str(worker_key_file)])
+        worker_pub = worker_pub.strip().split()[-1]
+        from solders.pubkey import Pubkey
+
+        for kp in (admin, owner, user, validator):
+            client.airdrop(kp.pubkey(), 10 * 10**9)
+        client.airdrop(Pubkey.from_string(worker_pub), 1 * 10**9)
+
+        # -- mints and balances (the admin is mint authority of both demo mints) -------
+        stake_mint = tokens.create_mint(client, admin, DECIMALS)
+        payment_mint = tokens.create_mint(client, admin, DECIMALS)
+        for kp, stake, pay in ((owner, 10_000, 0), (validator, 1_000, 0), (user, 0, 1_000)):
+            if stake:
+                acct = tokens.create_ata(client, admin, kp.pubkey(), stake_mint)
+                tokens.mint_to(client, stake_mint, acct, admin, stake * UNIT)
+            if pay:
+                acct = tokens.create_ata(client, admin, kp.pubkey(), payment_mint)
+                tokens.mint_to(client, payment_mint, acct, admin, pay * UNIT)
+        say(f"mints             stake={stake_mint} payment={payment_mint}")
+
+        gpum = [_tool("gpum"), "--url", url, "--output", "json"]
+
+        def cli(keypair: str, *args: str) -> dict[str, Any]:
+            out = _run([*gpum, *args[:2], "--keypair", str(keys[keypair]), *args[2:]])
+            return json.loads(out.strip().splitlines()[-1])
+
+        # -- market, provider, validator, job (through the CLI where users use it) -----
+        market = Pubkey.from_string(cli(
+            "admin", "market", "init", "--stake-mint", str(stake_mint),
+            "--payment-mint", str(payment_mint), "--window-seconds", str(window_seconds),
+            "--fee-bps", "1000", "--burn-bps", "5000", "--min-stake-per-gpu", "100",
+            "--validator-min-bond", "100")["market"])
+        say(f"market            {market}")
+        cli("owner", "provider", "register", "--market", str(market), "--worker-key", worker_pub,
+            "--gpu-model", "Simulated H100", "--gpu-count", str(gpus), "--vram-mib", "81920",
+            "--region", "localnet", "--price", "0.001")
+        cli("owner", "provider", "stake", "--market", str(market), "1000")
+        provider = pda.provider_pda(market, owner.pubkey())
+        say(f"provider          {provider} ({gpus} GPUs, staked 1000)")
+        cli("validator", "validator", "register", "--market", str(market), "500")
+        say(f"validator         {validator.pubkey()} (bond 500)")
+
+        user_pay = tokens.ata(user.pubkey(), payment_mint)
+        provider_pay = tokens.ata(owner.pubkey(), payment_mint)
+        treasury = client.fetch_market(market).treasury
+        user_before = client.token_balance(user_pay)
+        supply_before = client.mint_supply(payment_mint)
+        job = Pubkey.from_string(cli(
+            "user", "job", "create", "--market", str(market), "--provider", str(provider),
+            "--gpu-count", str(gpus), "--deposit", "50", "--job-id", "1")["job"])
+        user_after_create = client.token_balance(user_pay)
+        say(f"job               {job} (deposit 50, {gpus} GPUs)")
+
+        # -- validator node and worker -----------------------------------------------
+        vport = free_port()
+        vurl = f"http://127.0.0.1:{vport}"
+        vdb = workdir / "validator.sqlite"
+        procs.start("validator", [
+            _tool("gpum-validator"), "run", "--url", url, "--keypair", str(keys["validator"]),
+            "--market", str(market), "--listen", f"127.0.0.1:{vport}", "--db", str(vdb),
+            "--settle-every", str(settle_every)])
+        wait_http(f"{vurl}/health", timeout=30)
+        procs.start("worker", [
+            _tool("gpum-worker"), "run", "--simulate", "--gpus", str(gpus), "--seed", "1",
+            "--key", str(worker_key_file), "--db", str(workdir / "worker-outbox.sqlite"),
+            "--validator", vurl, "--window-seconds", str(window_seconds),
+            "--poll-seconds", "1", "--rpc-url", url, "--program-id", str(client.program_id),
+            "--market", str(market), "--provider", str(provider)])
+        say(f"worker + validator running (windows of {window_seconds}s, settle every "
+            f"{settle_every})")
+
+        # -- wait for settlements -----------------------------------------------------
+        vaddr = pda.validator_pda(market, validator.pubkey())
+        deadline = time.monotonic() + timeout
+        seen = -1
+        while True:
+            procs.check_alive()
+            count = client.fetch_validator(vaddr).settlements
+            if count != seen:
+                j = client.fetch_job(job)
+                say(f"  settlements={count} job.last_seq={j.last_seq} "
+                    f"settled_seconds={j.settled_seconds} status={j.status}")
+                seen = count
+            if count >= settlements:
+                break
+            if time.monotonic() > deadline:
+                raise DemoError(f"only {count} settlements after {timeout:.0f}s; validator log:\n"
+                                f"{procs.tail('validator')}\nworker log:\n{procs.tail('worker')}")
+            time.sleep(0.5)
+
+        # -- finish, final settlement within the grace, close ---------------------------
+        cli("user", "job", "finish", str(job))
+        ended_at = client.fetch_job(job).ended_at
+        say(f"job finished at   {ended_at}; waiting for the grace of 2 windows")
+        grace_end = ended_at + 2 * window_seconds
+        while _chain_time(client) <= grace_end:
+            procs.check_alive()
+            time.sleep(0.5)
+        final = client.fetch_job(job)
+        cli("user", "job", "close", str(job))
+        if client.fetch_job(job) is not None:
+            raise DemoError("job account still exists after close")
+
+        # -- read everything back from the chain --------------------------------------
+        deposited = user_before - user_after_create
+        provider_paid = client.token_balance(provider_pay)
+        treasury_balance = client.token_balance(treasury)
+        burned = supply_before - client.mint_supply(payment_mint)
+        refunded = client.token_balance(user_pay) - user_after_create
+        summary = {
+            "demo": "ok",
+            "windows_proved": _windows_proved(vdb, bytes(job)),
+            "windows_settled": final.last_seq,
+            "deposited": deposited,
+            "provider_paid": provider_paid,
+            "treasury": treasury_balance,
+            "burned": burned,
+            "refunded": refunded,
+            "conserved": deposited == provider_paid + treasury_balance + burned + refunded,
+        }
+        say("")
+        say(f"settled {final.settled_seconds} GPU-job seconds over {final.last_seq} windows "
+            f"at {final.rate_per_second / UNIT:g} per second")
+        for name in ("deposited", "provider_paid", "treasury", "burned", "refunded"):
+            say(f"  {name:<14}{summary[name] / UNIT:>12.6f}")
+        say(f"  conserved     {summary['conserved']}")
+        return summary
+    finally:
+        procs.stop_all()
+
+
+def _chain_time(client: Any) -> int:
+    """unix_timestamp of the chain's Clock sysvar (the program's notion of now)."""
+    from solders.pubkey import Pubkey
+
+    info = client.account_info(Pubkey.from_string("SysvarC1ock11111111111111111111111111111111"))
+    if info is None:
+        raise DemoError("the chain has no Clock sysvar")
+    return int.from_bytes(info[1][32:40], "little", signed=True)
+
+
+def _windows_proved(db: Path, job: bytes) -> int:
+    """Windows of ``job`` the validator accepted (its durable store, read-only)."""
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        row = con.execute(
+            "SELECT COUNT(*) FROM proofs WHERE job = ? AND decision = 'accepted'", (job,)
+        ).fetchone()
+    finally:
+        con.close()
+    return int(row[0])
+
+
+def _run(argv: list[str]) -> str:
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    if proc.returncode != 0:
+        raise DemoError(f"`{' '.join(argv[:4])} ...` failed: {proc.stderr.strip() or proc.stdout}")
+    return proc.stdout
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m gpu_market.demo", description=__doc__.split("\n")[0])
+    ap.add_argument("--window-seconds", type=int, default=2)
+    ap.add_argument("--settle-every", type=int, default=2)
+    ap.add_argument("--settlements", type=int, default=3)
+    ap.add_argument("--workdir", type=Path, default=None, help="keep state and logs here")
+    args = ap.parse_args(argv)
+
+    def interrupted(signum, frame):  # SIGTERM behaves like Ctrl-C: clean up, then exit
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupted)
+    tmp = None
+    if args.workdir is None:
+        tmp = tempfile.TemporaryDirectory(prefix="gpum-demo-")
+        workdir = Path(tmp.name)
+    else:
+        workdir = args.workdir
+        workdir.mkdir(parents=True, exist_ok=True)
+    try:
+        summary = run_demo(workdir, window_seconds=args.window_seconds,
+                           settle_every=args.settle_every, settlements=args.settlements)
+    except KeyboardInterrupt:
+        print("demo interrupted; every process it started was stopped", file=sys.stderr)
+        return 130
+    except DemoError as e:
+        print(f"demo failed: {e}", file=sys.stderr)
+        print(json.dumps({"demo": "failed", "error": str(e).splitlines()[0]}))
+        return 1
+    finally:
+        if tmp is not None:
+            tmp.cleanup()
+    print(json.dumps(summary))
+    return 0 if summary["conserved"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,172 @@
+"""gpum argument handling: every bad input is one actionable line, never a traceback."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+from gpu_market import cli as cli_mod
+from gpu_market.accounts import MarketParams, MarketTotals, MarketView
+from gpu_market.errors import GpuMarketError
+from solders.keypair import Keypair
+from solders.pubkey import Pubkey
+
+MARKET = str(Pubkey.new_unique())
+
+
+@pytest.fixture
+def keyfile(tmp_path):
+    path = tmp_path / "id.json"
+    path.write_text(json.dumps(list(bytes(Keypair()))))
+    return str(path)
+
+
+@pytest.fixture(autouse=True)
+def isolated(monkeypatch, tmp_path, idl_path):
+    monkeypatch.setenv("GPU_MARKET_IDL", str(idl_path))
+    monkeypatch.setenv("GPUM_SOLANA_CONFIG", str(tmp_path / "no-config.yml"))
+    monkeypatch.delenv("GPUM_MARKET", raising=False)
+    monkeypatch.delenv("GPUM_DEBUG", raising=False)
+
+
+def run(args: list[str]) -> tuple[int, str, str]:
+    runner = CliRunner()
+    with runner.isolation() as (out, err, *_):
+        code = cli_mod.main(args)
+        return code, out.getvalue().decode(), err.getvalue().decode()
+
+
+def assert_one_line_error(err: str, *needles: str) -> None:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("error: ")
+    assert "Traceback" not in err
+    for n in needles:
+        assert n in lines[0], lines[0]
+
+
+def fake_market() -> MarketView:
+    k = Pubkey.new_unique()
+    return MarketView(k, Pubkey.default(), 0, k, k, k, k,
+                      MarketParams(500, 5000, 0, 0, 60, 1, 10, 100, 5000, 1000, 0, 5),
+                      False, MarketTotals(0, 0, 0, 0, 0), 255, 255)  # fmt: skip
+
+
+@pytest.fixture
+def offline_chain(monkeypatch):
+    """Chain reads answered locally: one market, mints with 6 decimals."""
+    from gpu_market.client import GpuMarketClient
+
+    monkeypatch.setattr(GpuMarketClient, "fetch_market", lambda self, m: fake_market())
+    monkeypatch.setattr(GpuMarketClient, "mint_decimals", lambda self, m: 6)
+    calls = []
+    monkeypatch.setattr(GpuMarketClient, "stake", lambda self, kp, m, amount: calls.append(amount) or "SiG")
+    return calls
+
+
+def test_bad_pubkey():
+    code, _, err = run(["job", "status", "not-a-key"])
+    assert code == 2
+    assert_one_line_error(err, "not a valid base58 public key", "--help")
+
+
+def test_bad_market_option(keyfile):
+    code, _, err = run(["provider", "stake", "--market", "xyz", "-k", keyfile, "1"])
+    assert code == 2
+    assert_one_line_error(err, "'--market'", "xyz")
+
+
+def test_missing_keypair(tmp_path, offline_chain):
+    missing = tmp_path / "nope.json"
+    code, _, err = run(["provider", "stake", "--market", MARKET, "-k", str(missing), "1"])
+    assert code == 1
+    assert_one_line_error(err, str(missing), "solana-keygen new")
+
+
+@pytest.mark.parametrize("content", ["[1, 2", "[1, 2, 3]", '{"a": 1}', json.dumps([300] * 64)])
+def test_malformed_keypair(tmp_path, content, offline_chain):
+    path = tmp_path / "bad.json"
+    path.write_text(content)
+    code, _, err = run(["provider", "stake", "--market", MARKET, "-k", str(path), "1"])
+    assert code == 1
+    assert_one_line_error(err, "not a Solana keypair")
+
+
+@pytest.mark.parametrize(
+    "amount, needle",
+    [("1.0000001", "more decimal places than the mint's 6 decimals"), ("abc", "not a number"),
+     ("-1", "negative"), ("0", "greater than zero")],
+)  # fmt: skip
+def test_bad_amount(keyfile, offline_chain, amount, needle):
+    code, _, err = run(["provider", "stake", "--market", MARKET, "-k", keyfile, "--", amount])
+    assert code == 2
+    assert_one_line_error(err, needle)
+    assert offline_chain == []
+
+
+def test_good_amount_in_ui_units(keyfile, offline_chain):
+    code, out, err = run(["--output", "json", "provider", "stake", "--market", MARKET, "-k", keyfile, "1.5"])
+    assert (code, err) == (0, "")
+    assert offline_chain == [1_500_000]
+    assert json.loads(out) == {"staked": "1.5", "signature": "SiG"}
+
+
+def test_market_from_env(monkeypatch, keyfile, offline_chain):
+    monkeypatch.setenv("GPUM_MARKET", MARKET)
+    code, _, _ = run(["provider", "stake", "-k", keyfile, "2"])
+    assert code == 0 and offline_chain == [2_000_000]
+
+
+def test_bad_url():
+    code, _, err = run(["-u", "mainnet", "job", "status", MARKET])
+    assert code == 2
+    assert_one_line_error(err, "'--url'", "localnet, devnet, testnet, mainnet-beta")
+
+
+def test_unreachable_rpc():
+    code, _, err = run(["job", "status", "-u", "http://127.0.0.1:9", MARKET])
+    assert code == 1
+    assert_one_line_error(err, "cannot reach the RPC endpoint http://127.0.0.1:9", "--url")
+
+
+def test_program_error_is_one_line(monkeypatch, keyfile, offline_chain):
+    from gpu_market.client import GpuMarketClient
+
+    def boom(self, kp, m, amount):
+        raise GpuMarketError(6017, "InsufficientStake", "the provider's stake does not cover it", ["l1", "l2"])
+
+    monkeypatch.setattr(GpuMarketClient, "stake", boom)
+    code, _, err = run(["provider", "stake", "--market", MARKET, "-k", keyfile, "1"])
+    assert code == 1
+    assert_one_line_error(err, "InsufficientStake (6017)")
+
+
+def test_unexpected_error_has_no_traceback(monkeypatch, keyfile, offline_chain):
+    from gpu_market.client import GpuMarketClient
+
+    monkeypatch.setattr(GpuMarketClient, "stake", lambda *a: 1 / 0)
+    code, _, err = run(["provider", "stake", "--market", MARKET, "-k", keyfile, "1"])
+    assert code == 1
+    assert_one_line_error(err, "ZeroDivisionError", "GPUM_DEBUG=1")
+
+
+def test_gpu_model_too_long(keyfile, offline_chain):
+    args = ["provider", "register", "--market", MARKET, "-k", keyfile, "--worker-key", MARKET,
+            "--gpu-model", "x" * 33, "--gpu-count", "1", "--vram-mib", "1", "--price", "1"]  # fmt: skip
+    code, _, err = run(args)
+    assert code == 2
+    assert_one_line_error(err, "at most 32")
+
+
+def test_monikers():
+    assert cli_mod.resolve_url("localnet") == "http://127.0.0.1:8899"
+    assert cli_mod.resolve_url("devnet") == "https://api.devnet.solana.com"
+    assert cli_mod.resolve_url("http://host:1234") == "http://host:1234"
+
+
+def test_help_lists_commands():
+    code, out, _ = run(["job", "--help"])
+    assert code == 0
+    for sub in ("create", "status", "accept", "finish", "close"):
+        assert sub in out

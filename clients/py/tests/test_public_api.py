@@ -1,0 +1,65 @@
+"""The public API of ``gpu_market`` is pinned: changing it is a docs/sdk-api.md change."""
+
+from __future__ import annotations
+
+import inspect
+
+import gpu_market
+from gpu_market import client, pda
+
+EXPECTED = [
+    "PROGRAM_ID", "DEFAULT_MARKET_PARAMS", "AccountNotFound", "Attestation", "ChainError",
+    "ConfirmationTimeout", "GpuMarketClient", "GpuMarketError", "InvalidAccount", "JobView",
+    "MarketView", "ProviderView", "RpcUnavailable", "SdkError", "SettleItem",
+    "TransactionTooLarge", "ValidatorView",
+]  # fmt: skip
+
+
+def test_all_is_pinned():
+    assert sorted(gpu_market.__all__) == sorted(EXPECTED)
+    for name in EXPECTED:
+        assert getattr(gpu_market, name) is not None
+
+
+def test_program_id():
+    assert str(gpu_market.PROGRAM_ID) == "9mfnJ96kQ4APyqVvPKsBwVLCnwWwrSrGtkXZMyDspnkg"
+
+
+def test_documented_client_signatures():
+    """Names and parameter order of docs/sdk-api.md."""
+    sig = {n: list(inspect.signature(getattr(client.GpuMarketClient, n)).parameters)[1:]
+           for n in dir(client.GpuMarketClient) if not n.startswith("_")}  # fmt: skip
+    assert list(inspect.signature(client.GpuMarketClient).parameters)[:4] == [
+        "url", "payer", "program_id", "commitment"
+    ]  # fmt: skip
+    assert sig["fetch_market"] == ["market"] and sig["fetch_job"] == ["job"]
+    assert sig["fetch_provider"] == ["provider"] and sig["fetch_validator"] == ["validator"]
+    assert sig["list_jobs"][:3] == ["provider", "user", "statuses"]
+    assert sig["token_balance"] == ["account"] and sig["mint_supply"] == ["mint"]
+    assert sig["mint_decimals"] == ["mint"] and sig["events"] == ["signature"]
+    assert sig["initialize_market"] == ["authority", "market_id", "stake_mint", "payment_mint",
+                                        "treasury", "params"]  # fmt: skip
+    assert sig["register_provider"] == ["owner", "worker_key", "spec", "price_per_gpu_second",
+                                        "market", "worker_key_expires_at"]  # fmt: skip
+    assert sig["stake"] == ["owner", "market", "amount"]
+    assert sig["register_validator"] == ["authority", "market", "bond"]
+    assert sig["create_job"] == ["user", "market", "provider", "job_id", "gpu_count", "deposit"]
+    assert sig["accept_job"] == ["signer", "job"] and sig["finish_job"] == ["signer", "job"]
+    assert sig["close_job"] == ["user", "job"]
+    assert sig["settle"] == ["validator_authority", "items"]
+    assert "max_settle_items_per_tx" in sig
+    fields = list(inspect.signature(client.SettleItem).parameters)
+    assert fields[:7] == ["job", "seq", "cumulative_seconds", "window_end", "proof_hash",
+                          "worker_key", "receipt_signature"]  # fmt: skip
+    for name in ("market_pda", "stake_vault_pda", "provider_pda", "validator_pda", "job_pda",
+                 "escrow_pda", "market_pda_and_bump", "job_pda_and_bump"):  # fmt: skip
+        assert callable(getattr(pda, name))
+
+
+def test_import_is_lazy():
+    import subprocess
+    import sys
+
+    code = "import sys, gpu_market, gpu_market.receipt; print('anchorpy' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

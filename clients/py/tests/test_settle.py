@@ -1,0 +1,158 @@
+"""Settle transaction layout: Ed25519 instructions, settle accounts, packet limit."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+from gpu_market.constants import (
+    ED25519_PROGRAM_ID,
+    INSTRUCTIONS_SYSVAR_ID,
+    PACKET_DATA_SIZE,
+    PROGRAM_ID,
+    TOKEN_PROGRAM_ID,
+)
+from gpu_market.receipt import receipt_message
+from gpu_market.settle import (
+    Attestation,
+    SettleAccounts,
+    SettleItem,
+    ed25519_instruction,
+    max_settle_items_per_tx,
+    parse_ed25519_instruction,
+    settle_instructions,
+    transaction_size,
+)
+from solders.pubkey import Pubkey
+
+
+def keypair(seed: int) -> tuple[Ed25519PrivateKey, Pubkey]:
+    sk = Ed25519PrivateKey.from_private_bytes(bytes([seed]) * 32)
+    return sk, Pubkey(sk.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw))
+
+
+def accounts(extra: tuple[Pubkey, ...] = ()) -> SettleAccounts:
+    return SettleAccounts(
+        market=Pubkey(bytes([10] * 32)),
+        validator=Pubkey(bytes([11] * 32)),
+        provider=Pubkey(bytes([12] * 32)),
+        escrow=Pubkey(bytes([13] * 32)),
+        provider_payment_account=Pubkey(bytes([14] * 32)),
+        treasury=Pubkey(bytes([15] * 32)),
+        payment_mint=Pubkey(bytes([16] * 32)),
+        extra_validators=extra,
+    )
+
+
+def signed_item(market: Pubkey, attesters=()) -> SettleItem:
+    sk, pk = keypair(1)
+    job = Pubkey(bytes([20] * 32))
+    msg = receipt_message(bytes(PROGRAM_ID), bytes(market), bytes(job), 3, 180, 1_700_000_180, bytes([5] * 32))
+    atts = tuple(Attestation(apk, ask.sign(msg)) for ask, apk in attesters)
+    return SettleItem(job, 3, 180, 1_700_000_180, bytes([5] * 32), pk, sk.sign(msg), atts)
+
+
+def test_ed25519_layout_matches_program_tests_helper():
+    """Byte-for-byte what program-tests/tests/common/mod.rs::ed25519_ix_raw builds."""
+    pk, sig, msg = bytes(range(32)), bytes(range(64)), b"hello receipt"
+    ix = ed25519_instruction(pk, sig, msg)
+    expected = bytes([1, 0]) + struct.pack("<7H", 48, 0xFFFF, 16, 0xFFFF, 112, len(msg), 0xFFFF)
+    expected += pk + sig + msg
+    assert ix.program_id == ED25519_PROGRAM_ID
+    assert ix.accounts == []
+    assert bytes(ix.data) == expected
+    assert parse_ed25519_instruction(ix.data) == (pk, sig, msg)
+
+
+def test_ed25519_signature_verifies():
+    sk, pk = keypair(4)
+    msg = b"gpu-market/receipt/v1" + bytes(152)
+    ix = ed25519_instruction(bytes(pk), sk.sign(msg), msg)
+    got_pk, got_sig, got_msg = parse_ed25519_instruction(ix.data)
+    Ed25519PublicKey.from_public_bytes(got_pk).verify(got_sig, got_msg)  # raises if bad
+
+
+@pytest.mark.parametrize("pk, sig", [(bytes(31), bytes(64)), (bytes(32), bytes(63))])
+def test_ed25519_rejects_bad_lengths(pk, sig):
+    with pytest.raises(ValueError):
+        ed25519_instruction(pk, sig, b"m")
+
+
+def test_parse_rejects_foreign_offsets():
+    data = bytearray(ed25519_instruction(bytes(32), bytes(64), b"m").data)
+    data[4:6] = (0).to_bytes(2, "little")  # signature instruction index -> 0
+    with pytest.raises(ValueError, match="another instruction"):
+        parse_ed25519_instruction(bytes(data))
+
+
+def test_settle_item_is_ed25519_then_settle(codec):
+    acc = accounts()
+    item = signed_item(acc.market)
+    authority = Pubkey(bytes([30] * 32))
+    ed, settle = settle_instructions(codec, authority, item, acc)
+    pk, sig, msg = parse_ed25519_instruction(ed.data)
+    assert pk == bytes(item.worker_key) and sig == item.receipt_signature
+    assert msg == receipt_message(bytes(PROGRAM_ID), bytes(acc.market), bytes(item.job), 3, 180,
+                                  1_700_000_180, bytes([5] * 32))  # fmt: skip
+    Ed25519PublicKey.from_public_bytes(pk).verify(sig, msg)
+
+    assert settle.program_id == PROGRAM_ID
+    metas = [(m.pubkey, m.is_signer, m.is_writable) for m in settle.accounts]
+    assert metas == [
+        (authority, True, False),
+        (acc.market, False, True),
+        (acc.validator, False, True),
+        (acc.provider, False, True),
+        (item.job, False, True),
+        (acc.escrow, False, True),
+        (acc.provider_payment_account, False, True),
+        (acc.treasury, False, True),
+        (acc.payment_mint, False, True),
+        (INSTRUCTIONS_SYSVAR_ID, False, False),
+        (TOKEN_PROGRAM_ID, False, False),
+    ]
+    assert codec.instruction_accounts("settle") == [
+        "validator_authority", "market", "validator", "provider", "job", "escrow",
+        "provider_payment_account", "treasury", "payment_mint", "instructions", "token_program",
+    ]  # fmt: skip
+    assert bytes(settle.data)[8:] == struct.pack("<QQq", 3, 180, 1_700_000_180) + bytes([5] * 32)
+
+
+def test_quorum_attestations_nearest_first(codec):
+    attesters = [keypair(7), keypair(8)]
+    extra = (Pubkey(bytes([40] * 32)), Pubkey(bytes([41] * 32)))
+    acc = accounts(extra)
+    item = signed_item(acc.market, attesters)
+    ixs = settle_instructions(codec, Pubkey(bytes([30] * 32)), item, acc)
+    assert len(ixs) == 4
+    # settle reads remaining account k at distance k + 2: [att 2, att 1, worker, settle]
+    assert parse_ed25519_instruction(ixs[0].data)[0] == bytes(attesters[1][1])
+    assert parse_ed25519_instruction(ixs[1].data)[0] == bytes(attesters[0][1])
+    assert parse_ed25519_instruction(ixs[2].data)[0] == bytes(item.worker_key)
+    assert [m.pubkey for m in ixs[3].accounts[-2:]] == list(extra)
+    assert all(not m.is_writable and not m.is_signer for m in ixs[3].accounts[-2:])
+    with pytest.raises(ValueError, match="attestations"):
+        settle_instructions(codec, Pubkey(bytes([30] * 32)), item, accounts())
+
+
+def test_max_items_per_tx_respects_packet_limit(codec):
+    n = max_settle_items_per_tx(codec)
+    assert n >= 1
+    authority = Pubkey(bytes([30] * 32))
+    base = accounts()
+
+    def items(k: int):
+        out = []
+        for i in range(k):
+            acc = SettleAccounts(base.market, base.validator, Pubkey.new_unique(), Pubkey.new_unique(),
+                                 Pubkey.new_unique(), base.treasury, base.payment_mint)  # fmt: skip
+            out += settle_instructions(codec, authority, signed_item(base.market), acc)
+        return out
+
+    assert transaction_size(items(n), authority) <= PACKET_DATA_SIZE
+    assert transaction_size(items(n + 1), authority) > PACKET_DATA_SIZE
+    assert max_settle_items_per_tx(codec, 2) <= n
+    with pytest.raises(ValueError):
+        max_settle_items_per_tx(codec, 0)

@@ -1,0 +1,490 @@
+//! Test bench for gpu_market in the real runtime (LiteSVM + SBF SPL Token), shared by the
+//! Rust integration tests. Every helper that sends a transaction returns the runtime's result,
+//! so tests assert exact error codes.
+#![allow(dead_code)]
+
+use anchor_lang::{prelude::Pubkey, AccountDeserialize, InstructionData, ToAccountMetas};
+use ed25519_dalek::{Signer as _, SigningKey};
+use gpu_market::{
+    instructions::RegisterProviderArgs,
+    receipt::{Receipt, ED25519_PROGRAM_ID},
+    state::{GpuSpec, Job, Market, MarketParams, Provider, Validator},
+};
+use gpum_localnet::solana_account::ReadableAccount;
+use gpum_localnet::{
+    litesvm::{types::TransactionResult, LiteSVM},
+    solana_clock::Clock,
+    solana_instruction::{error::InstructionError, AccountMeta, Instruction},
+    solana_keypair::Keypair,
+    solana_pubkey::Pubkey as SPubkey,
+    solana_signer::Signer,
+    solana_transaction::Transaction,
+    solana_transaction_error::TransactionError,
+    spl_token_interface as spl_token,
+};
+
+pub const TOKEN_PROGRAM: Pubkey = spl_token::ID;
+pub const SYSTEM_PROGRAM: Pubkey = anchor_lang::system_program::ID;
+pub const INSTRUCTIONS_SYSVAR: Pubkey = solana_sdk_ids::sysvar::instructions::ID;
+pub const T0: i64 = 1_750_000_000;
+pub const DECIMALS: u8 = 6;
+pub const MINT_LEN: usize = 82;
+pub const TOKEN_ACCOUNT_LEN: usize = 165;
+
+pub fn default_params() -> MarketParams {
+    MarketParams {
+        fee_bps: 1_000,
+        burn_bps: 5_000,
+        min_stake_per_gpu: 1_000,
+        unbonding_seconds: 14 * 86_400,
+        window_seconds: 60,
+        settle_quorum: 1,
+        max_missed_windows: 10,
+        downtime_slash_bps: 100,
+        equivocation_slash_bps: 5_000,
+        reporter_reward_bps: 1_000,
+        validator_min_bond: 5_000,
+        max_skew_seconds: 5,
+    }
+}
+
+/// Maps an Anchor error variant to the runtime error it produces in instruction `ix`.
+pub fn custom(ix: u8, code: u32) -> TransactionError {
+    TransactionError::InstructionError(ix, InstructionError::Custom(code))
+}
+
+pub fn err_code(e: gpu_market::errors::GpuMarketError) -> u32 {
+    anchor_lang::error::ERROR_CODE_OFFSET + e as u32
+}
+
+pub struct Party {
+    pub key: Keypair,
+    pub payment: Pubkey,
+    pub stake: Pubkey,
+}
+
+/// A market with one staked provider (4 GPUs), one validator, and a funded user.
+pub struct Bench {
+    pub svm: LiteSVM,
+    pub admin: Keypair,
+    pub stake_mint: Pubkey,
+    pub payment_mint: Pubkey,
+    pub market: Pubkey,
+    pub stake_vault: Pubkey,
+    pub treasury: Pubkey,
+    pub provider_owner: Party,
+    pub provider: Pubkey,
+    pub worker: SigningKey,
+    pub validator_authority: Keypair,
+    pub validator: Pubkey,
+    pub user: Party,
+    pub now: i64,
+}
+
+pub fn pda(seeds: &[&[u8]]) -> Pubkey {
+    Pubkey::find_program_address(seeds, &gpu_market::ID).0
+}
+
+pub fn worker_pubkey(k: &SigningKey) -> Pubkey {
+    Pubkey::new_from_array(k.verifying_key().to_bytes())
+}
+
+impl Bench {
+    pub fn new() -> Self {
+        Self::with_params(default_params())
+    }
+
+    pub fn with_params(params: MarketParams) -> Self {
+        let mut svm = gpum_localnet::new_svm();
+        let admin = Keypair::new();
+        svm.airdrop(&admin.pubkey(), 100_000_000_000).unwrap();
+        let mut b = Bench {
+            svm,
+            stake_mint: Pubkey::default(),
+            payment_mint: Pubkey::default(),
+            market: Pubkey::default(),
+            stake_vault: Pubkey::default(),
+            treasury: Pubkey::default(),
+            provider_owner: Party { key: Keypair::new(), payment: Pubkey::default(), stake: Pubkey::default() },
+            provider: Pubkey::default(),
+            worker: SigningKey::from_bytes(&[7u8; 32]),
+            validator_authority: Keypair::new(),
+            validator: Pubkey::default(),
+            user: Party { key: Keypair::new(), payment: Pubkey::default(), stake: Pubkey::default() },
+            now: T0,
+            admin,
+        };
+        b.set_time(T0);
+        b.stake_mint = b.create_mint();
+        b.payment_mint = b.create_mint();
+        b.treasury = b.create_token_account(b.payment_mint, &b.admin.pubkey());
+        b.market = pda(&[gpu_market::seeds::MARKET, b.admin.pubkey().as_ref(), &0u64.to_le_bytes()]);
+        b.stake_vault = pda(&[gpu_market::seeds::STAKE_VAULT, b.market.as_ref()]);
+        let ix = b.ix_initialize_market(0, params);
+        b.send(&[ix], &[&b.admin.insecure_clone()]).unwrap();
+
+        let owner = b.provider_owner.key.insecure_clone();
+        b.provider_owner = b.fund_party(owner, 1_000_000, 0);
+        let user = b.user.key.insecure_clone();
+        b.user = b.fund_party(user, 0, 1_000_000_000);
+        let va = b.validator_authority.insecure_clone();
+        let v = b.fund_party(va, 1_000_000, 0);
+
+        b.provider = pda(&[gpu_market::seeds::PROVIDER, b.market.as_ref(), b.provider_owner.key.pubkey().as_ref()]);
+        let ix = b.ix_register_provider(&b.provider_owner.key.pubkey(), worker_pubkey(&b.worker), 4, 10);
+        b.send(&[ix], &[&b.provider_owner.key.insecure_clone()]).unwrap();
+        let ix = b.ix_stake(&b.provider_owner.key.pubkey(), b.provider_owner.stake, 100_000);
+        b.send(&[ix], &[&b.provider_owner.key.insecure_clone()]).unwrap();
+
+        b.validator = pda(&[gpu_market::seeds::VALIDATOR, b.market.as_ref(), v.key.pubkey().as_ref()]);
+        let ix = b.ix_register_validator(&v.key.pubkey(), v.stake, 10_000);
+        b.send(&[ix], &[&v.key]).unwrap();
+        b
+    }
+
+    pub fn set_time(&mut self, unix: i64) {
+        self.now = unix;
+        let mut clock: Clock = self.svm.get_sysvar();
+        clock.unix_timestamp = unix;
+        clock.slot = clock.slot.max(1) + 1;
+        self.svm.set_sysvar(&clock);
+    }
+
+    pub fn advance(&mut self, seconds: i64) {
+        let t = self.now + seconds;
+        self.set_time(t);
+    }
+
+    /// Sends one transaction (fee payer: the first signer) with a fresh blockhash.
+    pub fn send(&mut self, ixs: &[Instruction], signers: &[&Keypair]) -> TransactionResult {
+        self.svm.expire_blockhash();
+        let tx = Transaction::new_signed_with_payer(
+            ixs,
+            Some(&signers[0].pubkey()),
+            signers,
+            self.svm.latest_blockhash(),
+        );
+        let result = self.svm.send_transaction(tx);
+        self.check_invariants();
+        result
+    }
+
+    pub fn send_err(&mut self, ixs: &[Instruction], signers: &[&Keypair]) -> TransactionError {
+        match self.send(ixs, signers) {
+            Ok(meta) => panic!("expected failure, got success: {:#?}", meta.logs),
+            Err(failed) => failed.err,
+        }
+    }
+
+    pub fn create_mint(&mut self) -> Pubkey {
+        let mint = Keypair::new();
+        let rent = self.svm.minimum_balance_for_rent_exemption(MINT_LEN);
+        let admin = self.admin.insecure_clone();
+        let ixs = [
+            gpum_localnet::solana_system_interface::instruction::create_account(
+                &admin.pubkey(), &mint.pubkey(), rent, MINT_LEN as u64, &TOKEN_PROGRAM,
+            ),
+            spl_token::instruction::initialize_mint2(&TOKEN_PROGRAM, &mint.pubkey(), &admin.pubkey(), None, DECIMALS).unwrap(),
+        ];
+        self.send(&ixs, &[&admin, &mint]).unwrap();
+        mint.pubkey()
+    }
+
+    pub fn create_token_account(&mut self, mint: Pubkey, owner: &Pubkey) -> Pubkey {
+        let account = Keypair::new();
+        let rent = self.svm.minimum_balance_for_rent_exemption(TOKEN_ACCOUNT_LEN);
+        let admin = self.admin.insecure_clone();
+        let ixs = [
+            gpum_localnet::solana_system_interface::instruction::create_account(
+                &admin.pubkey(), &account.pubkey(), rent, TOKEN_ACCOUNT_LEN as u64, &TOKEN_PROGRAM,
+            ),
+            spl_token::instruction::initialize_account3(&TOKEN_PROGRAM, &account.pubkey(), &mint, owner).unwrap(),
+        ];
+        self.send(&ixs, &[&admin, &account]).unwrap();
+        account.pubkey()
+    }
+
+    pub fn mint_to(&mut self, mint: Pubkey, to: Pubkey, amount: u64) {
+        let admin = self.admin.insecure_clone();
+        let ix = spl_token::instruction::mint_to(&TOKEN_PROGRAM, &mint, &to, &admin.pubkey(), &[], amount).unwrap();
+        self.send(&[ix], &[&admin]).unwrap();
+    }
+
+    pub fn fund_party(&mut self, key: Keypair, stake: u64, payment: u64) -> Party {
+        self.svm.airdrop(&key.pubkey(), 10_000_000_000).unwrap();
+        let stake_account = self.create_token_account(self.stake_mint, &key.pubkey());
+        let payment_account = self.create_token_account(self.payment_mint, &key.pubkey());
+        if stake > 0 {
+            self.mint_to(self.stake_mint, stake_account, stake);
+        }
+        if payment > 0 {
+            self.mint_to(self.payment_mint, payment_account, payment);
+        }
+        Party { key, payment: payment_account, stake: stake_account }
+    }
+
+    pub fn token_balance(&self, account: &Pubkey) -> u64 {
+        match self.svm.get_account(account) {
+            Some(a) if a.owner == TOKEN_PROGRAM && a.data.len() >= 72 => {
+                u64::from_le_bytes(a.data[64..72].try_into().unwrap())
+            }
+            _ => 0,
+        }
+    }
+
+    pub fn mint_supply(&self, mint: &Pubkey) -> u64 {
+        let a = self.svm.get_account(mint).unwrap();
+        u64::from_le_bytes(a.data[36..44].try_into().unwrap())
+    }
+
+    pub fn account<T: AccountDeserialize>(&self, key: &Pubkey) -> Option<T> {
+        let a = self.svm.get_account(key)?;
+        if a.data.is_empty() {
+            return None;
+        }
+        T::try_deserialize(&mut a.data.as_slice()).ok()
+    }
+
+    pub fn market_state(&self) -> Market { self.account(&self.market).unwrap() }
+    pub fn provider_state(&self) -> Provider { self.account(&self.provider).unwrap() }
+    pub fn validator_state(&self) -> Validator { self.account(&self.validator).unwrap() }
+    pub fn job_state(&self, job: &Pubkey) -> Job { self.account(job).unwrap() }
+
+    pub fn job_address(&self, user: &Pubkey, job_id: u64) -> (Pubkey, Pubkey) {
+        let job = pda(&[gpu_market::seeds::JOB, self.market.as_ref(), user.as_ref(), &job_id.to_le_bytes()]);
+        let escrow = pda(&[gpu_market::seeds::ESCROW, job.as_ref()]);
+        (job, escrow)
+    }
+
+    /// DESIGN invariants over every program account in the runtime, after every transaction.
+    pub fn check_invariants(&self) {
+        let Some(market) = self.account::<Market>(&self.market) else { return };
+        market
+            .invariant(self.token_balance(&market.stake_vault))
+            .expect("market invariant: stake vault == staked + bonded");
+        let mut in_use: std::collections::HashMap<Pubkey, u16> = Default::default();
+        let mut providers = vec![];
+        for (key, acc) in self.svm.accounts_db().inner.iter() {
+            if acc.owner() != &gpu_market::ID {
+                continue;
+            }
+            let data = acc.data();
+            if let Ok(job) = Job::try_deserialize(&mut &data[..]) {
+                let escrow = pda(&[gpu_market::seeds::ESCROW, key.as_ref()]);
+                job.invariant(self.token_balance(&escrow)).expect("job conservation invariant");
+                if job.status.holds_gpus() {
+                    *in_use.entry(job.provider).or_default() += job.gpu_count;
+                }
+            } else if let Ok(p) = Provider::try_deserialize(&mut &data[..]) {
+                p.invariant().expect("provider invariant");
+                providers.push((*key, p));
+            }
+        }
+        for (key, p) in providers {
+            assert_eq!(p.gpus_in_use, in_use.get(&key).copied().unwrap_or(0), "gpus_in_use == sum over open jobs");
+        }
+    }
+
+    // ---- instruction builders -------------------------------------------------------------
+
+    pub fn ix(data: impl InstructionData, accounts: impl ToAccountMetas) -> Instruction {
+        Instruction { program_id: gpu_market::ID, accounts: accounts.to_account_metas(None), data: data.data() }
+    }
+
+    pub fn ix_initialize_market(&self, id: u64, params: MarketParams) -> Instruction {
+        let market = pda(&[gpu_market::seeds::MARKET, self.admin.pubkey().as_ref(), &id.to_le_bytes()]);
+        Self::ix(
+            gpu_market::instruction::InitializeMarket { id, params },
+            gpu_market::accounts::InitializeMarket {
+                authority: self.admin.pubkey(),
+                market,
+                stake_mint: self.stake_mint,
+                payment_mint: self.payment_mint,
+                stake_vault: pda(&[gpu_market::seeds::STAKE_VAULT, market.as_ref()]),
+                treasury: self.treasury,
+                token_program: TOKEN_PROGRAM,
+                system_program: SYSTEM_PROGRAM,
+            },
+        )
+    }
+
+    pub fn ix_register_provider(&self, owner: &Pubkey, worker_key: Pubkey, gpus: u16, price: u64) -> Instruction {
+        let mut gpu_model = [0u8; 32];
+        gpu_model[..4].copy_from_slice(b"H100");
+        let mut region = [0u8; 16];
+        region[..7].copy_from_slice(b"eu-west");
+        Self::ix(
+            gpu_market::instruction::RegisterProvider {
+                args: RegisterProviderArgs {
+                    worker_key,
+                    worker_key_expires_at: 0,
+                    spec: GpuSpec { gpu_model, gpu_count: gpus, vram_mib: 81_920, region },
+                    price_per_gpu_second: price,
+                },
+            },
+            gpu_market::accounts::RegisterProvider {
+                owner: *owner,
+                market: self.market,
+                provider: pda(&[gpu_market::seeds::PROVIDER, self.market.as_ref(), owner.as_ref()]),
+                system_program: SYSTEM_PROGRAM,
+            },
+        )
+    }
+
+    pub fn ix_stake(&self, owner: &Pubkey, from: Pubkey, amount: u64) -> Instruction {
+        Self::ix(
+            gpu_market::instruction::Stake { amount },
+            gpu_market::accounts::Stake {
+                owner: *owner,
+                market: self.market,
+                provider: pda(&[gpu_market::seeds::PROVIDER, self.market.as_ref(), owner.as_ref()]),
+                stake_mint: self.stake_mint,
+                owner_stake_account: from,
+                stake_vault: self.stake_vault,
+                token_program: TOKEN_PROGRAM,
+            },
+        )
+    }
+
+    pub fn ix_register_validator(&self, authority: &Pubkey, from: Pubkey, bond: u64) -> Instruction {
+        Self::ix(
+            gpu_market::instruction::RegisterValidator { bond },
+            gpu_market::accounts::RegisterValidator {
+                authority: *authority,
+                market: self.market,
+                validator: pda(&[gpu_market::seeds::VALIDATOR, self.market.as_ref(), authority.as_ref()]),
+                stake_mint: self.stake_mint,
+                authority_stake_account: from,
+                stake_vault: self.stake_vault,
+                token_program: TOKEN_PROGRAM,
+                system_program: SYSTEM_PROGRAM,
+            },
+        )
+    }
+
+    pub fn ix_create_job(&self, user: &Party, job_id: u64, gpu_count: u16, deposit: u64) -> Instruction {
+        let (job, escrow) = self.job_address(&user.key.pubkey(), job_id);
+        Self::ix(
+            gpu_market::instruction::CreateJob { job_id, gpu_count, deposit },
+            gpu_market::accounts::CreateJob {
+                user: user.key.pubkey(),
+                market: self.market,
+                provider: self.provider,
+                job,
+                escrow,
+                payment_mint: self.payment_mint,
+                user_payment_account: user.payment,
+                token_program: TOKEN_PROGRAM,
+                system_program: SYSTEM_PROGRAM,
+            },
+        )
+    }
+
+    pub fn ix_accept_job(&self, signer: &Pubkey, job: Pubkey) -> Instruction {
+        Self::ix(
+            gpu_market::instruction::AcceptJob {},
+            gpu_market::accounts::AcceptJob { signer: *signer, provider: self.provider, job },
+        )
+    }
+
+    pub fn ix_finish_job(&self, signer: &Pubkey, job: Pubkey) -> Instruction {
+        Self::ix(
+            gpu_market::instruction::FinishJob {},
+            gpu_market::accounts::FinishJob { signer: *signer, provider: self.provider, job },
+        )
+    }
+
+    pub fn ix_close_job(&self, user: &Pubkey, user_payment: Pubkey, job: Pubkey) -> Instruction {
+        Self::ix(
+            gpu_market::instruction::CloseJob {},
+            gpu_market::accounts::CloseJob {
+                user: *user,
+                market: self.market,
+                provider: self.provider,
+                job,
+                escrow: pda(&[gpu_market::seeds::ESCROW, job.as_ref()]),
+                payment_mint: self.payment_mint,
+                user_payment_account: user_payment,
+                token_program: TOKEN_PROGRAM,
+            },
+        )
+    }
+
+    pub fn ix_settle(&self, validator_authority: &Pubkey, job: Pubkey, receipt: Receipt) -> Instruction {
+        Self::ix(
+            gpu_market::instruction::Settle { receipt },
+            gpu_market::accounts::Settle {
+                validator_authority: *validator_authority,
+                market: self.market,
+                validator: pda(&[gpu_market::seeds::VALIDATOR, self.market.as_ref(), validator_authority.as_ref()]),
+                provider: self.provider,
+                job,
+                escrow: pda(&[gpu_market::seeds::ESCROW, job.as_ref()]),
+                provider_payment_account: self.provider_owner.payment,
+                treasury: self.treasury,
+                payment_mint: self.payment_mint,
+                instructions: INSTRUCTIONS_SYSVAR,
+                token_program: TOKEN_PROGRAM,
+            },
+        )
+    }
+
+    pub fn receipt_message(&self, job: &Pubkey, r: &Receipt) -> Vec<u8> {
+        r.message(&gpu_market::ID, &self.market, job)
+    }
+
+    /// [Ed25519(worker over receipt), settle] signed by the bench validator.
+    pub fn settle_ixs(&self, signer: &SigningKey, job: Pubkey, r: Receipt) -> Vec<Instruction> {
+        let msg = self.receipt_message(&job, &r);
+        vec![ed25519_ix(signer, &msg), self.ix_settle(&self.validator_authority.pubkey(), job, r)]
+    }
+
+    pub fn settle(&mut self, job: Pubkey, r: Receipt) -> TransactionResult {
+        let ixs = self.settle_ixs(&self.worker.clone(), job, r);
+        let va = self.validator_authority.insecure_clone();
+        self.send(&ixs, &[&va])
+    }
+
+    /// Creates and accepts job `job_id` for the bench user; returns (job, escrow).
+    pub fn running_job(&mut self, job_id: u64, gpus: u16, deposit: u64) -> (Pubkey, Pubkey) {
+        let ix = self.ix_create_job(&self.user, job_id, gpus, deposit);
+        let user = self.user.key.insecure_clone();
+        self.send(&[ix], &[&user]).unwrap();
+        let (job, escrow) = self.job_address(&user.pubkey(), job_id);
+        let owner = self.provider_owner.key.insecure_clone();
+        let ix = self.ix_accept_job(&owner.pubkey(), job);
+        self.send(&[ix], &[&owner]).unwrap();
+        (job, escrow)
+    }
+}
+
+/// An Ed25519-program instruction with one signature, all data inside it (indexes u16::MAX).
+pub fn ed25519_ix(signer: &SigningKey, message: &[u8]) -> Instruction {
+    let sig = signer.sign(message).to_bytes();
+    ed25519_ix_raw(&signer.verifying_key().to_bytes(), &sig, message, [u16::MAX; 3])
+}
+
+/// Layout: [count=1, pad, offsets(14)] [pubkey 32] [signature 64] [message].
+pub fn ed25519_ix_raw(pubkey: &[u8; 32], sig: &[u8; 64], message: &[u8], ix_indexes: [u16; 3]) -> Instruction {
+    let pk_off: u16 = 16;
+    let sig_off: u16 = 48;
+    let msg_off: u16 = 112;
+    let mut data = vec![1u8, 0];
+    for v in [sig_off, ix_indexes[0], pk_off, ix_indexes[1], msg_off, message.len() as u16, ix_indexes[2]] {
+        data.extend_from_slice(&v.to_le_bytes());
+    }
+    data.extend_from_slice(pubkey);
+    data.extend_from_slice(sig);
+    data.extend_from_slice(message);
+    Instruction { program_id: ED25519_PROGRAM_ID, accounts: vec![], data }
+}
+
+pub fn receipt(seq: u64, cumulative_seconds: u64, window_end: i64) -> Receipt {
+    Receipt { seq, cumulative_seconds, window_end, proof_hash: [seq as u8; 32] }
+}
+
+pub fn meta(pubkey: Pubkey, writable: bool) -> AccountMeta {
+    if writable { AccountMeta::new(pubkey, false) } else { AccountMeta::new_readonly(pubkey, false) }
+}
+
+pub type Key = SPubkey;

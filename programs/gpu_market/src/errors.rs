@@ -1,0 +1,108 @@
+use anchor_lang::prelude::*;
+
+/// One variant per failure reason; clients match on the code.
+#[error_code]
+pub enum GpuMarketError {
+    // -- parameters and market --
+    #[msg("fee_bps must be at most 2500")]
+    FeeTooHigh,
+    #[msg("a basis-point parameter must be at most 10000")]
+    BpsOutOfRange,
+    #[msg("window_seconds must be between 1 and 3600")]
+    InvalidWindowSeconds,
+    #[msg("settle_quorum must be at least 1")]
+    InvalidQuorum,
+    #[msg("unbonding_seconds must be between 0 and 365 days")]
+    InvalidUnbondingSeconds,
+    #[msg("max_skew_seconds must be at most 300")]
+    InvalidSkew,
+    #[msg("max_missed_windows must be at least 1")]
+    InvalidMaxMissedWindows,
+    #[msg("the market is paused: no new business until the authority unpauses it")]
+    MarketPaused,
+    #[msg("the token account does not belong to this market")]
+    InvalidTreasury,
+    #[msg("wrong mint for this market")]
+    InvalidMint,
+    #[msg("the stake vault is not this market's")]
+    InvalidStakeVault,
+    // -- provider --
+    #[msg("gpu_count must be between 1 and 256")]
+    InvalidGpuCount,
+    #[msg("price_per_gpu_second must be greater than zero")]
+    InvalidPrice,
+    #[msg("the worker key must not be the default key")]
+    InvalidWorkerKey,
+    #[msg("amount must be greater than zero")]
+    ZeroAmount,
+    #[msg("the provider is not active")]
+    ProviderNotActive,
+    #[msg("the provider does not have enough free GPUs")]
+    NotEnoughFreeGpus,
+    #[msg("the provider's stake does not cover min_stake_per_gpu for the GPUs in use")]
+    InsufficientStake,
+    #[msg("the provider account belongs to another market")]
+    ProviderMarketMismatch,
+    #[msg("the worker key has expired; rotate it")]
+    WorkerKeyExpired,
+    // -- validator --
+    #[msg("the bond is below the market's validator_min_bond")]
+    BondTooSmall,
+    #[msg("the transaction signer is not a registered validator of this market")]
+    NotAValidator,
+    #[msg("the validator is not active")]
+    ValidatorNotActive,
+    // -- job --
+    #[msg("the deposit must cover at least one window at the job's rate")]
+    DepositTooSmall,
+    #[msg("the job is not in a state that allows this")]
+    InvalidJobStatus,
+    #[msg("only the job's user may do this")]
+    NotJobUser,
+    #[msg("only the provider's worker key or owner may do this")]
+    NotProviderSigner,
+    #[msg("only the job's user or the provider's owner may do this")]
+    NotJobParty,
+    #[msg("the job belongs to another provider")]
+    JobProviderMismatch,
+    #[msg("the job belongs to another market")]
+    JobMarketMismatch,
+    #[msg("the job's grace period has not ended yet")]
+    GracePeriodActive,
+    #[msg("the payment account is not owned by the provider's owner")]
+    InvalidProviderPaymentAccount,
+    // -- settle --
+    #[msg("receipt seq must be greater than the last settled seq")]
+    StaleSequence,
+    #[msg("receipt cumulative_seconds is below the settled seconds")]
+    CumulativeDecreased,
+    #[msg("receipt window_end must be after the last settled window_end")]
+    WindowNotAfterLast,
+    #[msg("receipt bills more seconds than wall time allows")]
+    BilledSecondsExceedWallTime,
+    #[msg("receipt window_end is in the future")]
+    WindowEndInFuture,
+    #[msg("receipt window_end is after the job ended")]
+    WindowAfterJobEnd,
+    #[msg("the job's settlement grace period is over")]
+    SettlementGraceOver,
+    #[msg("the instructions sysvar account is not the real one")]
+    InvalidInstructionsSysvar,
+    #[msg("no Ed25519 signature instruction precedes settle")]
+    MissingEd25519Instruction,
+    #[msg("the Ed25519 instruction is malformed (count, offsets or instruction indexes)")]
+    MalformedEd25519Instruction,
+    #[msg("the receipt is not signed by the provider's worker key")]
+    WrongReceiptSigner,
+    #[msg("the signed message is not this receipt")]
+    ReceiptMessageMismatch,
+    #[msg("settle_quorum needs one Ed25519 attestation and one Validator account per extra validator")]
+    QuorumNotMet,
+    #[msg("a validator may attest a receipt only once")]
+    DuplicateValidator,
+    // -- math --
+    #[msg("arithmetic overflow")]
+    MathOverflow,
+    #[msg("an account invariant does not hold")]
+    InvariantViolated,
+}

@@ -1,0 +1,113 @@
+//! Events, one per state change. Off SBF, anchor's `emit!` compiles to nothing, so events go
+//! through `emit_event`, which on the host calls the `sol_log_data` syscall stub installed by the
+//! native runtime: logs then read `Program data: <base64>` exactly as on a cluster.
+use anchor_lang::prelude::*;
+
+use crate::state::MarketParams;
+
+pub fn emit_event<E: anchor_lang::Event>(event: E) {
+    let data = anchor_lang::Event::data(&event);
+    #[cfg(target_os = "solana")]
+    anchor_lang::solana_program::log::sol_log_data(&[&data]);
+    #[cfg(not(target_os = "solana"))]
+    solana_sysvar::program_stubs::sol_log_data(&[&data]);
+}
+
+#[event]
+pub struct MarketInitialized {
+    pub market: Pubkey,
+    pub authority: Pubkey,
+    pub id: u64,
+    pub stake_mint: Pubkey,
+    pub payment_mint: Pubkey,
+    pub treasury: Pubkey,
+    pub params: MarketParams,
+}
+
+#[event]
+pub struct ProviderRegistered {
+    pub market: Pubkey,
+    pub provider: Pubkey,
+    pub owner: Pubkey,
+    pub worker_key: Pubkey,
+    pub gpu_count: u16,
+    pub price_per_gpu_second: u64,
+}
+
+#[event]
+pub struct Staked {
+    pub provider: Pubkey,
+    pub amount: u64,
+    pub stake: u64,
+}
+
+#[event]
+pub struct ValidatorRegistered {
+    pub market: Pubkey,
+    pub validator: Pubkey,
+    pub authority: Pubkey,
+    pub bond: u64,
+}
+
+#[event]
+pub struct JobCreated {
+    pub market: Pubkey,
+    pub job: Pubkey,
+    pub user: Pubkey,
+    pub provider: Pubkey,
+    pub job_id: u64,
+    pub gpu_count: u16,
+    pub price_per_gpu_second: u64,
+    pub rate_per_second: u64,
+    pub deposit: u64,
+}
+
+#[event]
+pub struct JobAccepted {
+    pub job: Pubkey,
+    pub provider: Pubkey,
+    pub signer: Pubkey,
+    pub started_at: i64,
+}
+
+/// Carries every input of the payout math (rate, seconds, bps) and every output.
+#[event]
+pub struct Settled {
+    pub job: Pubkey,
+    pub provider: Pubkey,
+    pub validator: Pubkey,
+    pub seq: u64,
+    pub cumulative_seconds: u64,
+    pub window_end: i64,
+    pub proof_hash: [u8; 32],
+    pub claimed_seconds: u64,
+    pub billed_seconds: u64,
+    pub rate_per_second: u64,
+    pub fee_bps: u16,
+    pub burn_bps: u16,
+    pub amount: u64,
+    pub fee: u64,
+    pub burned: u64,
+    pub to_provider: u64,
+    pub to_treasury: u64,
+    pub escrow_remaining: u64,
+    pub exhausted: bool,
+}
+
+#[event]
+pub struct JobFinished {
+    pub job: Pubkey,
+    pub by: Pubkey,
+    pub ended_at: i64,
+}
+
+#[event]
+pub struct JobClosed {
+    pub job: Pubkey,
+    pub user: Pubkey,
+    pub refunded: u64,
+    pub deposited: u64,
+    pub paid_provider: u64,
+    pub paid_treasury: u64,
+    pub burned: u64,
+}

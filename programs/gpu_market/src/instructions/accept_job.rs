@@ -1,0 +1,40 @@
+use anchor_lang::prelude::*;
+
+use crate::errors::GpuMarketError;
+use crate::events::{emit_event, JobAccepted};
+use crate::state::{Job, JobStatus, Provider, ProviderStatus};
+
+/// The provider starts an Open job: Open -> Running, billing starts now. Can only be signed by the
+/// provider's current (unexpired) worker key or its owner.
+#[derive(Accounts)]
+pub struct AcceptJob<'info> {
+    pub signer: Signer<'info>,
+    #[account(
+        constraint = signer.key() == provider.owner
+            || provider.worker_key_valid_at(&signer.key(), Clock::get()?.unix_timestamp)
+            @ GpuMarketError::NotProviderSigner,
+    )]
+    pub provider: Box<Account<'info, Provider>>,
+    #[account(mut, has_one = provider @ GpuMarketError::JobProviderMismatch)]
+    pub job: Box<Account<'info, Job>>,
+}
+
+pub fn handler(ctx: Context<AcceptJob>) -> Result<()> {
+    let now = Clock::get()?.unix_timestamp;
+    require!(
+        ctx.accounts.provider.status == ProviderStatus::Active,
+        GpuMarketError::ProviderNotActive
+    );
+    let job = &mut ctx.accounts.job;
+    require!(job.status == JobStatus::Open, GpuMarketError::InvalidJobStatus);
+    job.status = JobStatus::Running;
+    job.started_at = now;
+    job.last_window_end = now;
+    emit_event(JobAccepted {
+        job: job.key(),
+        provider: job.provider,
+        signer: ctx.accounts.signer.key(),
+        started_at: now,
+    });
+    Ok(())
+}

@@ -1,0 +1,137 @@
+use anchor_lang::prelude::*;
+use anchor_spl::token::{self, Mint, Token, TokenAccount, TransferChecked};
+
+use crate::errors::GpuMarketError;
+use crate::events::{emit_event, JobCreated};
+use crate::math;
+use crate::seeds;
+use crate::state::{Job, JobStatus, Market, Provider, ProviderStatus};
+
+/// The user opens job `job_id` on `provider` and moves `deposit` payment tokens from their own
+/// account into the job's escrow. Guarantees: the provider is Active, has `gpu_count` free GPUs
+/// and stake covering them; the rate is locked now; the deposit covers at least one window.
+#[derive(Accounts)]
+#[instruction(job_id: u64)]
+pub struct CreateJob<'info> {
+    #[account(mut)]
+    pub user: Signer<'info>,
+    #[account(mut, constraint = !market.paused @ GpuMarketError::MarketPaused)]
+    pub market: Box<Account<'info, Market>>,
+    #[account(mut, has_one = market @ GpuMarketError::ProviderMarketMismatch)]
+    pub provider: Box<Account<'info, Provider>>,
+    #[account(
+        init,
+        payer = user,
+        space = 8 + Job::INIT_SPACE,
+        seeds = [seeds::JOB, market.key().as_ref(), user.key().as_ref(), &job_id.to_le_bytes()],
+        bump,
+    )]
+    pub job: Box<Account<'info, Job>>,
+    #[account(
+        init,
+        payer = user,
+        seeds = [seeds::ESCROW, job.key().as_ref()],
+        bump,
+        token::mint = payment_mint,
+        token::authority = job,
+    )]
+    pub escrow: Box<Account<'info, TokenAccount>>,
+    #[account(address = market.payment_mint @ GpuMarketError::InvalidMint)]
+    pub payment_mint: Box<Account<'info, Mint>>,
+    #[account(mut, constraint = user_payment_account.mint == payment_mint.key() @ GpuMarketError::InvalidMint)]
+    pub user_payment_account: Box<Account<'info, TokenAccount>>,
+    pub token_program: Program<'info, Token>,
+    pub system_program: Program<'info, System>,
+}
+
+pub fn handler(ctx: Context<CreateJob>, job_id: u64, gpu_count: u16, deposit: u64) -> Result<()> {
+    let now = Clock::get()?.unix_timestamp;
+    let params = ctx.accounts.market.params;
+    let provider = &mut ctx.accounts.provider;
+    require!(
+        provider.status == ProviderStatus::Active,
+        GpuMarketError::ProviderNotActive
+    );
+    require!(gpu_count >= 1, GpuMarketError::InvalidGpuCount);
+    require!(
+        gpu_count <= provider.free_gpus(),
+        GpuMarketError::NotEnoughFreeGpus
+    );
+    let gpus_in_use = provider
+        .gpus_in_use
+        .checked_add(gpu_count)
+        .ok_or(GpuMarketError::MathOverflow)?;
+    require!(
+        provider.stake >= Provider::required_stake(params.min_stake_per_gpu, gpus_in_use)?,
+        GpuMarketError::InsufficientStake
+    );
+    let rate = provider
+        .price_per_gpu_second
+        .checked_mul(u64::from(gpu_count))
+        .ok_or(GpuMarketError::MathOverflow)?;
+    let min_deposit =
+        math::min_deposit(rate, params.window_seconds).map_err(|_| GpuMarketError::MathOverflow)?;
+    require!(deposit >= min_deposit, GpuMarketError::DepositTooSmall);
+
+    token::transfer_checked(
+        CpiContext::new(
+            ctx.accounts.token_program.key(),
+            TransferChecked {
+                from: ctx.accounts.user_payment_account.to_account_info(),
+                mint: ctx.accounts.payment_mint.to_account_info(),
+                to: ctx.accounts.escrow.to_account_info(),
+                authority: ctx.accounts.user.to_account_info(),
+            },
+        ),
+        deposit,
+        ctx.accounts.payment_mint.decimals,
+    )?;
+
+    let provider = &mut ctx.accounts.provider;
+    provider.gpus_in_use = gpus_in_use;
+    provider.invariant()?;
+    let market = &mut ctx.accounts.market;
+    market.totals.jobs = market
+        .totals
+        .jobs
+        .checked_add(1)
+        .ok_or(GpuMarketError::MathOverflow)?;
+    let job = &mut ctx.accounts.job;
+    job.set_inner(Job {
+        market: market.key(),
+        user: ctx.accounts.user.key(),
+        provider: provider.key(),
+        job_id,
+        gpu_count,
+        rate_per_second: rate,
+        deposited: deposit,
+        settled_seconds: 0,
+        paid_provider: 0,
+        paid_treasury: 0,
+        burned: 0,
+        refunded: 0,
+        status: JobStatus::Open,
+        created_at: now,
+        started_at: 0,
+        ended_at: 0,
+        last_seq: 0,
+        last_receipt_hash: [0; 32],
+        last_window_end: 0,
+        bump: ctx.bumps.job,
+        escrow_bump: ctx.bumps.escrow,
+    });
+    ctx.accounts.escrow.reload()?;
+    ctx.accounts.job.invariant(ctx.accounts.escrow.amount)?;
+    emit_event(JobCreated {
+        market: ctx.accounts.market.key(),
+        job: ctx.accounts.job.key(),
+        user: ctx.accounts.user.key(),
+        provider: ctx.accounts.provider.key(),
+        job_id,
+        gpu_count,
+        price_per_gpu_second: ctx.accounts.provider.price_per_gpu_second,
+        rate_per_second: rate,
+        deposit,
+    });
+    Ok(())
+}

@@ -1,0 +1,78 @@
+use anchor_lang::prelude::*;
+use anchor_spl::token::{self, Mint, Token, TokenAccount, TransferChecked};
+
+use crate::errors::GpuMarketError;
+use crate::events::{emit_event, ValidatorRegistered};
+use crate::seeds;
+use crate::state::{Market, Unbonding, Validator, ValidatorStatus};
+
+/// Registers the signer as a validator of `market`, bonding at least `validator_min_bond` stake
+/// tokens into the stake vault. Can only be called while the market is not paused.
+#[derive(Accounts)]
+pub struct RegisterValidator<'info> {
+    #[account(mut)]
+    pub authority: Signer<'info>,
+    #[account(mut, constraint = !market.paused @ GpuMarketError::MarketPaused)]
+    pub market: Box<Account<'info, Market>>,
+    #[account(
+        init,
+        payer = authority,
+        space = 8 + Validator::INIT_SPACE,
+        seeds = [seeds::VALIDATOR, market.key().as_ref(), authority.key().as_ref()],
+        bump,
+    )]
+    pub validator: Box<Account<'info, Validator>>,
+    #[account(address = market.stake_mint @ GpuMarketError::InvalidMint)]
+    pub stake_mint: Box<Account<'info, Mint>>,
+    #[account(mut, constraint = authority_stake_account.mint == stake_mint.key() @ GpuMarketError::InvalidMint)]
+    pub authority_stake_account: Box<Account<'info, TokenAccount>>,
+    #[account(mut, address = market.stake_vault @ GpuMarketError::InvalidStakeVault)]
+    pub stake_vault: Box<Account<'info, TokenAccount>>,
+    pub token_program: Program<'info, Token>,
+    pub system_program: Program<'info, System>,
+}
+
+pub fn handler(ctx: Context<RegisterValidator>, bond: u64) -> Result<()> {
+    require!(bond > 0, GpuMarketError::ZeroAmount);
+    require!(
+        bond >= ctx.accounts.market.params.validator_min_bond,
+        GpuMarketError::BondTooSmall
+    );
+    token::transfer_checked(
+        CpiContext::new(
+            ctx.accounts.token_program.key(),
+            TransferChecked {
+                from: ctx.accounts.authority_stake_account.to_account_info(),
+                mint: ctx.accounts.stake_mint.to_account_info(),
+                to: ctx.accounts.stake_vault.to_account_info(),
+                authority: ctx.accounts.authority.to_account_info(),
+            },
+        ),
+        bond,
+        ctx.accounts.stake_mint.decimals,
+    )?;
+    ctx.accounts.validator.set_inner(Validator {
+        market: ctx.accounts.market.key(),
+        authority: ctx.accounts.authority.key(),
+        bond,
+        unbonding: Unbonding::default(),
+        status: ValidatorStatus::Active,
+        settlements: 0,
+        bump: ctx.bumps.validator,
+    });
+    let market = &mut ctx.accounts.market;
+    market.totals.bonded = market
+        .totals
+        .bonded
+        .checked_add(bond)
+        .ok_or(GpuMarketError::MathOverflow)?;
+    ctx.accounts.stake_vault.reload()?;
+    ctx.accounts.market.invariant(ctx.accounts.stake_vault.amount)?;
+    emit_event(ValidatorRegistered {
+        market: ctx.accounts.market.key(),
+        validator: ctx.accounts.validator.key(),
+        authority: ctx.accounts.authority.key(),
+        bond,
+    });
+    Ok(())
+}

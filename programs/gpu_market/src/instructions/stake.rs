@@ -1,0 +1,65 @@
+use anchor_lang::prelude::*;
+use anchor_spl::token::{self, Mint, Token, TokenAccount, TransferChecked};
+
+use crate::errors::GpuMarketError;
+use crate::events::{emit_event, Staked};
+use crate::state::{Market, Provider};
+
+/// Moves `amount` stake tokens from the owner into the market's stake vault and credits the
+/// provider. Can only be signed by the provider's owner. Allowed while paused (it only adds
+/// security).
+#[derive(Accounts)]
+pub struct Stake<'info> {
+    pub owner: Signer<'info>,
+    #[account(mut)]
+    pub market: Box<Account<'info, Market>>,
+    #[account(
+        mut,
+        has_one = market @ GpuMarketError::ProviderMarketMismatch,
+        has_one = owner @ GpuMarketError::NotProviderSigner,
+    )]
+    pub provider: Box<Account<'info, Provider>>,
+    #[account(address = market.stake_mint @ GpuMarketError::InvalidMint)]
+    pub stake_mint: Box<Account<'info, Mint>>,
+    #[account(mut, constraint = owner_stake_account.mint == stake_mint.key() @ GpuMarketError::InvalidMint)]
+    pub owner_stake_account: Box<Account<'info, TokenAccount>>,
+    #[account(mut, address = market.stake_vault @ GpuMarketError::InvalidStakeVault)]
+    pub stake_vault: Box<Account<'info, TokenAccount>>,
+    pub token_program: Program<'info, Token>,
+}
+
+pub fn handler(ctx: Context<Stake>, amount: u64) -> Result<()> {
+    require!(amount > 0, GpuMarketError::ZeroAmount);
+    token::transfer_checked(
+        CpiContext::new(
+            ctx.accounts.token_program.key(),
+            TransferChecked {
+                from: ctx.accounts.owner_stake_account.to_account_info(),
+                mint: ctx.accounts.stake_mint.to_account_info(),
+                to: ctx.accounts.stake_vault.to_account_info(),
+                authority: ctx.accounts.owner.to_account_info(),
+            },
+        ),
+        amount,
+        ctx.accounts.stake_mint.decimals,
+    )?;
+    let provider = &mut ctx.accounts.provider;
+    provider.stake = provider
+        .stake
+        .checked_add(amount)
+        .ok_or(GpuMarketError::MathOverflow)?;
+    let market = &mut ctx.accounts.market;
+    market.totals.staked = market
+        .totals
+        .staked
+        .checked_add(amount)
+        .ok_or(GpuMarketError::MathOverflow)?;
+    ctx.accounts.stake_vault.reload()?;
+    ctx.accounts.market.invariant(ctx.accounts.stake_vault.amount)?;
+    emit_event(Staked {
+        provider: ctx.accounts.provider.key(),
+        amount,
+        stake: ctx.accounts.provider.stake,
+    });
+    Ok(())
+}

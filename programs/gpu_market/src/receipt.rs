@@ -1,0 +1,99 @@
+//! The receipt message and the Ed25519-program instructions that sign it.
+//!
+//! `settle` never verifies a signature itself: the runtime's Ed25519 precompile does, before any
+//! instruction runs, and rejects the whole transaction if a signature is bad. What `settle` must
+//! prove is that such a verified instruction exists and says what it needs: exactly one
+//! signature, whose key, signature and message all live inside that same instruction, by the
+//! expected key, over exactly the expected message bytes.
+use anchor_lang::prelude::*;
+use anchor_lang::solana_program::instruction::Instruction;
+
+use crate::errors::GpuMarketError;
+
+pub const RECEIPT_DOMAIN: &[u8] = b"gpu-market/receipt/v1";
+pub const RECEIPT_MESSAGE_LEN: usize = RECEIPT_DOMAIN.len() + 32 * 3 + 8 * 3 + 32;
+
+/// The receipt a worker key signs for one window (DESIGN section 4).
+#[derive(AnchorSerialize, AnchorDeserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Receipt {
+    pub seq: u64,
+    pub cumulative_seconds: u64,
+    pub window_end: i64,
+    pub proof_hash: [u8; 32],
+}
+
+impl Receipt {
+    /// `domain || program_id || market || job || seq || cumulative_seconds || window_end || proof_hash`,
+    /// integers little-endian.
+    pub fn message(&self, program_id: &Pubkey, market: &Pubkey, job: &Pubkey) -> Vec<u8> {
+        let mut m = Vec::with_capacity(RECEIPT_MESSAGE_LEN);
+        m.extend_from_slice(RECEIPT_DOMAIN);
+        m.extend_from_slice(program_id.as_ref());
+        m.extend_from_slice(market.as_ref());
+        m.extend_from_slice(job.as_ref());
+        m.extend_from_slice(&self.seq.to_le_bytes());
+        m.extend_from_slice(&self.cumulative_seconds.to_le_bytes());
+        m.extend_from_slice(&self.window_end.to_le_bytes());
+        m.extend_from_slice(&self.proof_hash);
+        m
+    }
+}
+
+pub const ED25519_PROGRAM_ID: Pubkey = solana_sdk_ids::ed25519_program::ID;
+const HEADER_LEN: usize = 2;
+const OFFSETS_LEN: usize = 14;
+const PUBKEY_LEN: usize = 32;
+const SIGNATURE_LEN: usize = 64;
+/// Instruction index meaning "this same instruction" in Ed25519 offsets.
+const THIS_INSTRUCTION: u16 = u16::MAX;
+
+fn read_u16(data: &[u8], at: usize) -> Result<u16> {
+    let bytes = data
+        .get(at..at.saturating_add(2))
+        .ok_or(GpuMarketError::MalformedEd25519Instruction)?;
+    Ok(u16::from_le_bytes([bytes[0], bytes[1]]))
+}
+
+fn slice_in(data: &[u8], offset: u16, len: usize) -> Result<&[u8]> {
+    let start = usize::from(offset);
+    data.get(start..start.saturating_add(len))
+        .ok_or_else(|| GpuMarketError::MalformedEd25519Instruction.into())
+}
+
+/// Checks that `ix`, found at absolute index `ix_index` of the transaction, is an Ed25519-program
+/// instruction with exactly one signature over exactly `expected_message`, its signature, key and
+/// message all taken from `ix` itself, and returns the signing key. (The precompile has already
+/// verified the signature, or the transaction would not be running.)
+pub fn ed25519_signer(ix: &Instruction, ix_index: u16, expected_message: &[u8]) -> Result<Pubkey> {
+    require_keys_eq!(
+        ix.program_id,
+        ED25519_PROGRAM_ID,
+        GpuMarketError::MissingEd25519Instruction
+    );
+    let data = &ix.data;
+    require!(
+        data.len() >= HEADER_LEN + OFFSETS_LEN && data[0] == 1,
+        GpuMarketError::MalformedEd25519Instruction
+    );
+    let signature_offset = read_u16(data, HEADER_LEN)?;
+    let signature_ix = read_u16(data, HEADER_LEN + 2)?;
+    let pubkey_offset = read_u16(data, HEADER_LEN + 4)?;
+    let pubkey_ix = read_u16(data, HEADER_LEN + 6)?;
+    let message_offset = read_u16(data, HEADER_LEN + 8)?;
+    let message_len = read_u16(data, HEADER_LEN + 10)?;
+    let message_ix = read_u16(data, HEADER_LEN + 12)?;
+    for index in [signature_ix, pubkey_ix, message_ix] {
+        require!(
+            index == THIS_INSTRUCTION || index == ix_index,
+            GpuMarketError::MalformedEd25519Instruction
+        );
+    }
+    slice_in(data, signature_offset, SIGNATURE_LEN)?;
+    let signer = slice_in(data, pubkey_offset, PUBKEY_LEN)?;
+    let message = slice_in(data, message_offset, usize::from(message_len))?;
+    require!(
+        message == expected_message,
+        GpuMarketError::ReceiptMessageMismatch
+    );
+    Pubkey::try_from(signer).map_err(|_| GpuMarketError::MalformedEd25519Instruction.into())
+}

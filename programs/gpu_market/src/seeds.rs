@@ -1,0 +1,8 @@
+//! PDA seeds: the only place they are spelled. Canonical bumps are stored in the accounts.
+
+pub const MARKET: &[u8] = b"market";
+pub const PROVIDER: &[u8] = b"provider";
+pub const VALIDATOR: &[u8] = b"validator";
+pub const JOB: &[u8] = b"job";
+pub const ESCROW: &[u8] = b"escrow";
+pub const STAKE_VAULT: &[u8] = b"stake_vault";

@@ -1,0 +1,114 @@
+"""The slice of the SDK client (``gpu_market.client.GpuMarketClient``) the validator uses.
+
+``ChainClient`` is that interface (docs/sdk-api.md); the real client is used in production
+and end-to-end tests, a fake only in unit tests. ``ProviderKeys`` caches Provider accounts
+with a short TTL and refreshes on a key mismatch, so a rotation is seen at the next proof.
+Every read failure that is not "account missing" becomes ``ChainUnavailable``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+from solders.pubkey import Pubkey
+
+from .errors import ChainUnavailable
+from .store import ChainJobInfo
+from .verify import JobState, field_of
+
+
+class ChainClient(Protocol):
+    """Chain reads and the settle transaction, as documented in docs/sdk-api.md."""
+
+    def fetch_market(self, market: Pubkey) -> Any | None: ...
+    def fetch_provider(self, provider: Pubkey) -> Any | None: ...
+    def fetch_job(self, job: Pubkey) -> Any | None: ...
+    def settle(self, validator_authority: Any, items: Sequence[Any]) -> Any: ...
+    def max_settle_items_per_tx(self) -> int: ...
+
+
+def chain_error_name(exc: BaseException) -> str | None:
+    """The IDL error name of a program error (SDK ``GpuMarketError``), else None."""
+    name = getattr(exc, "name", None)
+    code = getattr(exc, "code", None)
+    if isinstance(name, str) and isinstance(code, int) and not isinstance(code, bool):
+        return name
+    return None
+
+
+def read(what: str, fn: Callable[[], Any]) -> Any:
+    """Run one chain read; a transport failure becomes ChainUnavailable naming ``what``.
+
+    An account that exists but is not of the expected gpu_market type (the SDK's
+    ``InvalidAccount``, a ValueError) reads as None: for the validator it is "no such
+    account", and the proof is rejected instead of retried forever.
+    """
+    try:
+        return fn()
+    except ValueError:
+        return None
+    except Exception as e:  # the SDK raises RpcUnavailable; anything else is equally fatal here
+        if chain_error_name(e) is not None:
+            raise
+        raise ChainUnavailable(f"cannot read {what} from the chain: {type(e).__name__}: {e}; "
+                               "check the RPC URL and that the node is up") from None
+
+
+def market_params(market: Any) -> Any:
+    return field_of(market, "params")
+
+
+def escrow_remaining(job: Any) -> int:
+    """Escrow balance from the job's accounting (the program's invariant:
+    deposited == paid_provider + paid_treasury + burned + refunded + escrow)."""
+    spent = sum(int(field_of(job, k)) for k in ("paid_provider", "paid_treasury", "burned",
+                                                 "refunded"))
+    return max(0, int(field_of(job, "deposited")) - spent)
+
+
+def job_info(job: Any) -> ChainJobInfo:
+    return ChainJobInfo(
+        status=str(field_of(job, "status")).lower(),
+        last_seq=int(field_of(job, "last_seq")),
+        settled_seconds=int(field_of(job, "settled_seconds")),
+        rate_per_second=int(field_of(job, "rate_per_second")),
+        escrow_remaining=escrow_remaining(job),
+        ended_at=int(field_of(job, "ended_at")),
+    )
+
+
+def baseline_state(job: Any) -> JobState:
+    """Where a job's accepted history starts when this validator has none: the chain's last
+    settled receipt (``last_window_end`` is ``started_at`` before the first settlement)."""
+    return JobState(
+        last_seq=int(field_of(job, "last_seq")),
+        cumulative_seconds=int(field_of(job, "settled_seconds")),
+        last_window_end=int(field_of(job, "last_window_end")),
+    )
+
+
+class ProviderKeys:
+    """Provider accounts cached for ``ttl`` seconds; ``get(..., refresh=True)`` re-reads."""
+
+    def __init__(self, client: ChainClient, ttl: float = 30.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.client = client
+        self.ttl = ttl
+        self.clock = clock
+        self._cache: dict[bytes, tuple[float, Any | None]] = {}
+        self._lock = threading.Lock()
+
+    def get(self, provider: bytes, refresh: bool = False) -> Any | None:
+        now = self.clock()
+        with self._lock:
+            hit = self._cache.get(provider)
+        if hit is not None and not refresh and now - hit[0] < self.ttl:
+            return hit[1]
+        view = read("the provider account",
+                    lambda: self.client.fetch_provider(Pubkey.from_bytes(provider)))
+        with self._lock:
+            self._cache[provider] = (now, view)
+        return view

@@ -1,0 +1,236 @@
+"""``gpum-validator``: ``run`` (intake + settlement) and ``status`` (reads the database).
+
+Every configuration problem exits with status 2 and one line ``error: ...`` saying what to
+fix; logs are one line per event: ``time level component message``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import click
+from solders.keypair import Keypair
+from solders.pubkey import Pubkey
+
+from .config import DEFAULT_LISTEN, DEFAULT_SETTLE_EVERY, SettlePolicy, VerifyConfig
+from .errors import ConfigError, StoreError, ValidatorError
+from .verify import field_of
+
+log = logging.getLogger("gpum_validator")
+
+
+def default_db() -> Path:
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "gpum-validator" / "validator.sqlite"
+
+
+def setup_logging(level: str) -> None:
+    logging.basicConfig(
+        level=getattr(logging, level.upper(), logging.INFO), stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s %(message)s",
+        datefmt="%Y-%m-%dT%H:%M:%S%z")
+
+
+def load_keypair(path: Path) -> Keypair:
+    """Solana CLI key file (JSON array of 64 ints); ConfigError naming the problem."""
+    try:
+        raw = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"--keypair {path}: file not found; create one with "
+                          "`solana-keygen new -o PATH`") from None
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"--keypair {path}: cannot read a JSON key file ({e})") from None
+    if (not isinstance(raw, list) or len(raw) != 64
+            or not all(isinstance(b, int) and 0 <= b <= 255 for b in raw)):
+        raise ConfigError(f"--keypair {path}: expected a JSON array of 64 bytes "
+                          "(Solana CLI format)")
+    try:
+        kp = Keypair.from_bytes(bytes(raw))
+    except ValueError as e:
+        raise ConfigError(f"--keypair {path}: not a valid ed25519 keypair ({e})") from None
+    if bytes(kp.pubkey()) != bytes(raw[32:]):
+        raise ConfigError(f"--keypair {path}: the public half does not match the secret half")
+    return kp
+
+
+def parse_address(text: str, flag: str) -> Pubkey:
+    try:
+        pk = Pubkey.from_string(text)
+    except ValueError:
+        pk = None
+    if pk is None or str(pk) != text:
+        raise ConfigError(f"{flag} {text!r} is not a base58 Solana address")
+    return pk
+
+
+def _fail(e: Exception) -> None:
+    click.echo(f"error: {e}", err=True)
+    sys.exit(2)
+
+
+@click.group()
+def main() -> None:
+    """gpu-market validator node: verifies worker proofs and settles them on chain."""
+
+
+@main.command()
+@click.option("--url", required=True, help="Solana JSON-RPC URL, e.g. http://127.0.0.1:8899")
+@click.option("--keypair", "keypair_path", required=True, type=click.Path(path_type=Path),
+              help="validator authority key file (Solana CLI JSON)")
+@click.option("--market", required=True, help="Market account address")
+@click.option("--program-id", default=None, help="gpu_market program id (default: the SDK's)")
+@click.option("--listen", default=DEFAULT_LISTEN, show_default=True, help="HOST:PORT for HTTP")
+@click.option("--allow-remote", is_flag=True, help="allow a non-loopback --listen address")
+@click.option("--db", "db_path", type=click.Path(path_type=Path), default=None,
+              help="SQLite file [default: $XDG_STATE_HOME/gpum-validator/validator.sqlite]")
+@click.option("--settle-every", default=DEFAULT_SETTLE_EVERY, show_default=True, type=int,
+              help="settle a job every N accepted windows")
+@click.option("--window-seconds", default=None, type=int,
+              help="window length (default: read from the market)")
+@click.option("--settle-interval", default=5.0, show_default=True, type=float,
+              help="seconds between settlement passes")
+@click.option("--log-level", default="info", show_default=True,
+              type=click.Choice(["debug", "info", "warning", "error"]))
+def run(url: str, keypair_path: Path, market: str, program_id: str | None, listen: str,
+        allow_remote: bool, db_path: Path | None, settle_every: int,
+        window_seconds: int | None, settle_interval: float, log_level: str) -> None:
+    """Serve the proof intake and settle accepted windows until SIGINT/SIGTERM."""
+    setup_logging(log_level)
+    try:
+        _run(url, keypair_path, market, program_id, listen, allow_remote,
+             db_path or default_db(), settle_every, window_seconds, settle_interval)
+    except ValidatorError as e:
+        _fail(e)
+
+
+def _connect(url: str, payer: Keypair, program_id: Pubkey | None) -> Any:
+    try:
+        from gpu_market.client import GpuMarketClient
+    except ImportError as e:
+        raise ConfigError(f"the gpu_market SDK client is not installed ({e}); "
+                          "pip install -e clients/py") from None
+    kwargs: dict[str, Any] = {"payer": payer}
+    if program_id is not None:
+        kwargs["program_id"] = program_id
+    try:
+        return GpuMarketClient(url, **kwargs)
+    except Exception as e:  # noqa: BLE001 - e.g. IdlNotFound; reported as one line
+        raise ConfigError(f"cannot create the SDK client: {e}") from None
+
+
+def _run(url: str, keypair_path: Path, market_s: str, program_id_s: str | None, listen: str,
+         allow_remote: bool, db_path: Path, settle_every: int, window_seconds: int | None,
+         settle_interval: float) -> None:
+    from gpu_market import PROGRAM_ID
+
+    from .metrics import Metrics
+    from .server import HealthProbe, ValidatorHTTPServer, parse_listen, serve_in_thread
+    from .service import Intake
+    from .settlement import SettlementLoop, Settler
+    from .store import SQLiteStore
+
+    authority = load_keypair(keypair_path)
+    market = parse_address(market_s, "--market")
+    program_id = parse_address(program_id_s, "--program-id") if program_id_s else None
+    host, port = parse_listen(listen, allow_remote)
+    SettlePolicy(settle_every_windows=settle_every).validate()
+    client = _connect(url, authority, program_id)
+    try:
+        market_view = client.fetch_market(market)
+    except Exception as e:  # noqa: BLE001 - any failure here means "cannot use this RPC"
+        raise ConfigError(f"cannot reach the RPC at {url}: {type(e).__name__}: {e}") from None
+    if market_view is None:
+        raise ConfigError(f"no Market account at {market} on {url}; check --market and "
+                          "--program-id")
+    params = field_of(market_view, "params")
+    ws = window_seconds or int(field_of(params, "window_seconds"))
+    cfg = VerifyConfig(
+        program_id=bytes(getattr(client, "program_id", None) or program_id or PROGRAM_ID),
+        market=bytes(market), window_seconds=ws,
+        max_skew_seconds=int(field_of(params, "max_skew_seconds")))
+    cfg.validate()
+    try:
+        db_path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(f"--db {db_path}: cannot create its directory ({e})") from None
+    store = SQLiteStore(db_path)
+    metrics = Metrics()
+    intake = Intake(cfg, store, client, metrics)
+    settler = Settler(client, authority, store, ws,
+                      SettlePolicy(settle_every_windows=settle_every), metrics)
+    try:
+        server = ValidatorHTTPServer((host, port), intake, store, HealthProbe(client, cfg.market))
+    except OSError as e:
+        raise ConfigError(f"--listen {listen}: cannot bind ({e})") from None
+    _warn_if_not_validator(client, market, authority.pubkey(), cfg.program_id)
+    loop = SettlementLoop(settler, settle_interval)
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    serve_in_thread(server)
+    loop.start()
+    log.info("listening on http://%s:%d market=%s authority=%s window=%ds settle_every=%d db=%s",
+             host, server.server_port, market, authority.pubkey(), ws, settle_every, db_path)
+    stop.wait()
+    log.info("shutting down")
+    server.shutdown()
+    loop.stop()
+    store.close()
+
+
+def _warn_if_not_validator(client: Any, market: Pubkey, authority: Pubkey,
+                           program_id: bytes) -> None:
+    try:
+        from gpu_market.pda import validator_pda
+
+        v = client.fetch_validator(
+            validator_pda(market, authority, Pubkey.from_bytes(program_id)))
+    except Exception as e:  # noqa: BLE001 - advisory only
+        log.debug("could not check the validator registration: %s", e)
+        return
+    if v is None:
+        log.warning("%s is not a registered validator of market %s: settle will fail until "
+                    "it registers (gpum register-validator)", authority, market)
+    elif str(field_of(v, "status")).lower() != "active":
+        log.warning("validator %s is %s, not active: settle will fail", authority,
+                    field_of(v, "status"))
+
+
+@main.command()
+@click.option("--db", "db_path", type=click.Path(path_type=Path), default=None,
+              help="SQLite file [default: $XDG_STATE_HOME/gpum-validator/validator.sqlite]")
+@click.option("--json", "as_json", is_flag=True, help="print JSON")
+def status(db_path: Path | None, as_json: bool) -> None:
+    """Summarise the database: proofs, jobs, settlement intents, evidence."""
+    from .store import SQLiteStore
+
+    path = db_path or default_db()
+    if not path.exists():
+        _fail(ConfigError(f"--db {path}: no such database; has `gpum-validator run` used it?"))
+    try:
+        store = SQLiteStore(path)
+        summary = store.summary()
+        open_intents = store.open_intents()
+        failed = [i for i in store.intents() if i.status == "failed"][-10:]
+    except StoreError as e:
+        _fail(e)
+        return
+    summary["open_intents"] = [
+        {"id": i.id, "job": str(Pubkey.from_bytes(i.job)), "seq": i.seq_to, "status": i.status,
+         "attempts": i.attempts, "last_error": i.last_error} for i in open_intents]
+    summary["recent_failed_intents"] = [
+        {"id": i.id, "job": str(Pubkey.from_bytes(i.job)), "seq": i.seq_to,
+         "last_error": i.last_error} for i in failed]
+    store.close()
+    if as_json:
+        click.echo(json.dumps(summary, indent=2))
+        return
+    for k, v in summary.items():
+        click.echo(f"{k}: {json.dumps(v)}")

@@ -1,0 +1,76 @@
+"""Validator configuration (pure data; the CLI fills it from flags and the chain)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .errors import ConfigError
+
+DEFAULT_LISTEN = "127.0.0.1:8787"
+DEFAULT_SETTLE_EVERY = 5
+MAX_BODY_BYTES = 256 * 1024
+MAX_BATCH = 64
+
+
+@dataclass(frozen=True)
+class HealthThresholds:
+    """Thresholds that decide billable time; the defaults equal the worker's (worker/health.py).
+
+    A GPU whose uncorrected-ECC delta in a window exceeds ``ecc_uncorrected_max`` makes the
+    whole window non-billable; a GPU whose ``temp_max_c`` reached ``temp_critical_c`` had at
+    least one critical one-second slot, so at most ``length - 1`` seconds can be billable.
+    """
+
+    temp_critical_c: int = 95
+    ecc_uncorrected_max: int = 0
+
+    def validate(self) -> None:
+        if not 0 < self.temp_critical_c <= 200:
+            raise ConfigError("temp_critical_c must be in 1..200")
+        if self.ecc_uncorrected_max < 0:
+            raise ConfigError("ecc_uncorrected_max must be >= 0")
+
+
+@dataclass(frozen=True)
+class VerifyConfig:
+    """What a proof is checked against: the validator's program, market and window rules."""
+
+    program_id: bytes
+    market: bytes
+    window_seconds: int
+    max_skew_seconds: int = 5
+    health: HealthThresholds = field(default_factory=HealthThresholds)
+
+    def validate(self) -> None:
+        for name in ("program_id", "market"):
+            v = getattr(self, name)
+            if not isinstance(v, bytes) or len(v) != 32:
+                raise ConfigError(f"{name} must be a 32-byte public key")
+        if not 1 <= self.window_seconds <= 3600:
+            raise ConfigError(f"window_seconds must be in 1..3600, got {self.window_seconds}")
+        if not 0 <= self.max_skew_seconds <= 300:
+            raise ConfigError(f"max_skew_seconds must be in 0..300, got {self.max_skew_seconds}")
+        self.health.validate()
+
+
+@dataclass(frozen=True)
+class SettlePolicy:
+    """When a job's newest accepted receipt is settled (see settlement.due_reason)."""
+
+    settle_every_windows: int = DEFAULT_SETTLE_EVERY
+    low_escrow_windows: int = 2
+    """Settle at once when the escrow covers fewer than this many more windows."""
+    max_unsettled_age_windows: int = 10
+    """Settle anyway when the oldest unsettled accepted window is this many windows old."""
+    chain_refresh_seconds: float = 30.0
+    """How often a job with unsettled windows is re-read from chain (status, escrow)."""
+    retry_base_seconds: float = 2.0
+    retry_cap_seconds: float = 120.0
+    max_chain_error_attempts: int = 5
+    """Attempts for retryable chain errors (e.g. WindowEndInFuture) before giving up."""
+
+    def validate(self) -> None:
+        if self.settle_every_windows < 1:
+            raise ConfigError("--settle-every must be at least 1")
+        if self.low_escrow_windows < 0 or self.max_unsettled_age_windows < 1:
+            raise ConfigError("low_escrow_windows >= 0 and max_unsettled_age_windows >= 1")

@@ -1,0 +1,48 @@
+"""Prometheus counters of the validator (text exposition format 0.0.4)."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Callable
+
+
+def _esc(v: str) -> str:
+    return v.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+class Metrics:
+    """Thread-safe counters; gauges are read from callbacks at scrape time."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.proofs: Counter[tuple[str, str]] = Counter()
+        self.settlements: Counter[str] = Counter()
+
+    def proof(self, result: str, reason: str = "") -> None:
+        """result: accepted | duplicate | rejected | unavailable."""
+        with self._lock:
+            self.proofs[(result, reason)] += 1
+
+    def settlement(self, status: str, n: int = 1) -> None:
+        """status: sent | confirmed | failed (per receipt, not per transaction)."""
+        with self._lock:
+            self.settlements[status] += n
+
+    def render(self, gauges: dict[str, tuple[str, Callable[[], float]]]) -> str:
+        with self._lock:
+            proofs = sorted(self.proofs.items())
+            settlements = sorted(self.settlements.items())
+        out = ["# HELP gpum_validator_proofs_total Proofs received, by result and reason.",
+               "# TYPE gpum_validator_proofs_total counter"]
+        for (result, reason), n in proofs:
+            out.append(f'gpum_validator_proofs_total{{result="{_esc(result)}",'
+                       f'reason="{_esc(reason)}"}} {n}')
+        out += ["# HELP gpum_validator_settlements_total Receipts by settlement outcome.",
+                "# TYPE gpum_validator_settlements_total counter"]
+        for status in ("sent", "confirmed", "failed"):
+            out.append(f'gpum_validator_settlements_total{{status="{status}"}} '
+                       f'{dict(settlements).get(status, 0)}')
+        for name, (help_, fn) in gauges.items():
+            out += [f"# HELP {name} {help_}", f"# TYPE {name} gauge", f"{name} {fn():g}"]
+        return "\n".join(out) + "\n"

@@ -1,0 +1,203 @@
+"""HTTP intake (stdlib ``ThreadingHTTPServer``): /v1/proofs, /v1/proofs/batch, /health,
+/metrics.
+
+Limits: bodies over ``MAX_BODY_BYTES`` get 413 without being read; a body without
+Content-Length gets 411; a Content-Type other than JSON gets 415; bodies that are not
+UTF-8 JSON get 400. Binding to a non-loopback address needs ``allow_remote=True``.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from solders.pubkey import Pubkey
+
+from .chain import ChainClient
+from .config import MAX_BODY_BYTES
+from .errors import ConfigError
+from .service import Intake
+from .store import Store
+
+log = logging.getLogger("gpum_validator.http")
+
+
+def parse_listen(listen: str, allow_remote: bool = False) -> tuple[str, int]:
+    """``host:port`` -> (host, port); ConfigError unless loopback or ``allow_remote``."""
+    host, sep, port_s = listen.rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port_s.isdigit() or not 0 <= int(port_s) <= 65535:
+        raise ConfigError(f"--listen {listen!r} must be HOST:PORT, e.g. 127.0.0.1:8787")
+    if host != "localhost":
+        try:
+            loopback = ipaddress.ip_address(host).is_loopback
+        except ValueError:
+            raise ConfigError(f"--listen host {host!r} must be an IP address or localhost") \
+                from None
+        if not loopback and not allow_remote:
+            raise ConfigError(f"--listen {listen} is not a loopback address; put the validator "
+                              "behind a TLS proxy, or pass --allow-remote to bind it anyway")
+    return host, int(port_s)
+
+
+class HealthProbe:
+    """Answers 'is the chain reachable' with a cached ``fetch_market`` (at most every ttl s)."""
+
+    def __init__(self, client: ChainClient, market: bytes, ttl: float = 10.0) -> None:
+        self.client = client
+        self.market = Pubkey.from_bytes(market)
+        self.ttl = ttl
+        self._at = -1e18
+        self._ok = False
+        self._lock = threading.Lock()
+
+    def chain_ok(self) -> bool:
+        with self._lock:
+            if time.monotonic() - self._at < self.ttl:
+                return self._ok
+            try:
+                self._ok = self.client.fetch_market(self.market) is not None
+            except Exception as e:  # noqa: BLE001 - reported as chain_ok false
+                log.warning("health: chain unreachable: %s", e)
+                self._ok = False
+            self._at = time.monotonic()
+            return self._ok
+
+
+class ValidatorHTTPServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, addr: tuple[str, int], intake: Intake, store: Store,
+                 probe: HealthProbe | Callable[[], bool],
+                 max_body: int = MAX_BODY_BYTES) -> None:
+        self.intake = intake
+        self.store = store
+        self.probe = probe
+        self.max_body = max_body
+        super().__init__(addr, _Handler)
+
+    def chain_ok(self) -> bool:
+        p = self.probe
+        return p.chain_ok() if isinstance(p, HealthProbe) else bool(p())
+
+    def health(self) -> tuple[int, dict[str, Any]]:
+        db_ok = self.store.ping()
+        chain_ok = self.chain_ok()
+        summary = self.store.summary() if db_ok else {}
+        body = {"ok": db_ok and chain_ok, "db_ok": db_ok, "chain_ok": chain_ok,
+                "last_settlement_at": summary.get("last_settlement_at"),
+                "pending_windows": summary.get("pending_windows"),
+                "open_intents": (summary.get("intents") or {}).get("intended", 0)
+                + (summary.get("intents") or {}).get("sent", 0) if db_ok else None}
+        return (200 if body["ok"] else 503), body
+
+    def metrics_text(self) -> str:
+        def pending() -> float:
+            return float(self.store.pending_windows()) if self.store.ping() else -1.0
+
+        def last() -> float:
+            v = self.store.summary().get("last_settlement_at") if self.store.ping() else None
+            return float(v) if isinstance(v, (int, float)) else 0.0
+
+        return self.intake.metrics.render({
+            "gpum_validator_pending_windows": (
+                "Accepted windows not yet covered by a confirmed settlement.", pending),
+            "gpum_validator_last_settlement_timestamp_seconds": (
+                "Unix time of the last confirmed settlement (0: none).", last),
+            "gpum_validator_chain_up": (
+                "1 if the RPC answered the last probe.", lambda: float(self.chain_ok())),
+        })
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: ValidatorHTTPServer
+    protocol_version = "HTTP/1.1"
+    server_version = "gpum-validator"
+
+    def log_message(self, format: str, *args: Any) -> None:  # stdlib signature
+        log.debug("%s %s", self.client_address[0], format % args)
+
+    def _send(self, status: int, body: bytes, ctype: str, close: bool = False) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        if close:
+            self.send_header("Connection", "close")
+            self.close_connection = True
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _json(self, status: int, obj: dict[str, Any], close: bool = False) -> None:
+        self._send(status, json.dumps(obj, separators=(",", ":")).encode(), "application/json",
+                   close)
+
+    def _error(self, status: int, code: str, message: str, close: bool = False) -> None:
+        self._json(status, {"error": code, "message": message}, close)
+
+    def do_GET(self) -> None:  # stdlib name
+        if self.path == "/health":
+            status, body = self.server.health()
+            self._json(status, body)
+        elif self.path == "/metrics":
+            self._send(200, self.server.metrics_text().encode(),
+                       "text/plain; version=0.0.4; charset=utf-8")
+        else:
+            self._error(404, "not_found", f"no route GET {self.path}")
+
+    def do_POST(self) -> None:  # stdlib name
+        routes = {"/v1/proofs": self.server.intake.submit,
+                  "/v1/proofs/batch": self.server.intake.submit_batch}
+        handler = routes.get(self.path)
+        if handler is None:
+            self._error(404, "not_found", f"no route POST {self.path}", close=True)
+            return
+        obj = self._read_json()
+        if obj is _NO_BODY:
+            return
+        status, body = handler(obj)
+        self._json(status, body)
+
+    def _read_json(self) -> Any:
+        if self.headers.get("Transfer-Encoding"):
+            self._error(411, "length_required", "send the body with a Content-Length, not "
+                        "chunked", close=True)
+            return _NO_BODY
+        length_s = self.headers.get("Content-Length")
+        if length_s is None or not length_s.isdigit():
+            self._error(411, "length_required", "a Content-Length header is required",
+                        close=True)
+            return _NO_BODY
+        length = int(length_s)
+        if length > self.server.max_body:
+            self.server.intake.metrics.proof("rejected", "body_too_large")
+            self._error(413, "body_too_large", f"the body is {length} bytes; the limit is "
+                        f"{self.server.max_body}; send smaller batches", close=True)
+            return _NO_BODY
+        ctype = (self.headers.get("Content-Type") or "application/json").split(";")[0].strip()
+        raw = self.rfile.read(length)
+        if ctype.lower() != "application/json":
+            self._error(415, "unsupported_media_type", "send Content-Type: application/json")
+            return _NO_BODY
+        try:
+            return json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
+            self.server.intake.metrics.proof("rejected", "bad_json")
+            self._error(400, "bad_json", f"the body is not UTF-8 JSON: {e}")
+            return _NO_BODY
+
+
+_NO_BODY = object()
+
+
+def serve_in_thread(server: ValidatorHTTPServer, poll_interval: float = 0.1) -> threading.Thread:
+    """Start ``server.serve_forever`` on a daemon thread (stop with ``server.shutdown()``)."""
+    t = threading.Thread(target=server.serve_forever, args=(poll_interval,), name="gpum-http",
+                         daemon=True)
+    t.start()
+    return t

@@ -1,0 +1,445 @@
+"""Durable storage of proofs, job state, settlement intents and evidence.
+
+``Store`` is the interface the rest of the validator uses (so PostgreSQL can come later);
+``SQLiteStore`` implements it with the stdlib ``sqlite3`` in WAL mode with
+``synchronous=FULL``: a method that returns has its effect on disk. Each public method is
+one transaction. One connection is shared by the HTTP threads and the settlement thread
+under a lock (SQLite serialises writers anyway).
+
+Schema version ``SCHEMA_VERSION`` is kept in ``meta``; opening a database written by a
+newer version raises ``StoreError`` instead of guessing.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from .errors import StoreError
+from .verify import Authenticated, JobState, Verdict
+
+SCHEMA_VERSION = 1
+
+INTENT_STATUSES = ("intended", "sent", "confirmed", "failed")
+OPEN_INTENT_STATUSES = ("intended", "sent")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS proofs (
+    job BLOB NOT NULL,
+    seq INTEGER NOT NULL,
+    hash BLOB NOT NULL,
+    proof BLOB NOT NULL,
+    proof_signature BLOB NOT NULL,
+    receipt_signature BLOB NOT NULL,
+    worker_key BLOB NOT NULL,
+    cumulative_seconds INTEGER NOT NULL,
+    window_end INTEGER NOT NULL,
+    received_at REAL NOT NULL,
+    decision TEXT NOT NULL CHECK (decision IN ('accepted', 'rejected')),
+    reason TEXT,
+    PRIMARY KEY (job, seq, hash)
+);
+CREATE INDEX IF NOT EXISTS proofs_accepted ON proofs (job, decision, seq);
+CREATE TABLE IF NOT EXISTS jobs (
+    job BLOB PRIMARY KEY,
+    last_seq INTEGER NOT NULL,
+    cumulative_seconds INTEGER NOT NULL,
+    last_window_end INTEGER NOT NULL,
+    gpu_uuids TEXT,
+    accepted_windows INTEGER NOT NULL DEFAULT 0,
+    chain_status TEXT,
+    chain_last_seq INTEGER NOT NULL DEFAULT 0,
+    settled_seconds INTEGER NOT NULL DEFAULT 0,
+    rate_per_second INTEGER NOT NULL DEFAULT 0,
+    escrow_remaining INTEGER NOT NULL DEFAULT 0,
+    ended_at INTEGER NOT NULL DEFAULT 0,
+    chain_checked_at REAL NOT NULL DEFAULT 0,
+    updated_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS intents (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    job BLOB NOT NULL,
+    seq_from INTEGER NOT NULL,
+    seq_to INTEGER NOT NULL,
+    cumulative_seconds INTEGER NOT NULL,
+    window_end INTEGER NOT NULL,
+    proof_hash BLOB NOT NULL,
+    worker_key BLOB NOT NULL,
+    receipt_signature BLOB NOT NULL,
+    status TEXT NOT NULL CHECK (status IN ('intended', 'sent', 'confirmed', 'failed')),
+    signature TEXT,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    last_error TEXT,
+    next_attempt_at REAL NOT NULL DEFAULT 0,
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS intents_open ON intents (status, job);
+CREATE TABLE IF NOT EXISTS missed_windows (
+    job BLOB NOT NULL,
+    seq INTEGER NOT NULL,
+    recorded_at REAL NOT NULL,
+    PRIMARY KEY (job, seq)
+);
+CREATE TABLE IF NOT EXISTS equivocations (
+    job BLOB NOT NULL,
+    seq INTEGER NOT NULL,
+    hash_a BLOB NOT NULL,
+    hash_b BLOB NOT NULL,
+    recorded_at REAL NOT NULL,
+    reported_signature TEXT,
+    PRIMARY KEY (job, seq, hash_a, hash_b)
+);
+"""
+
+
+@dataclass(frozen=True)
+class StoredProof:
+    job: bytes
+    seq: int
+    hash: bytes
+    proof: bytes
+    proof_signature: bytes
+    receipt_signature: bytes
+    worker_key: bytes
+    cumulative_seconds: int
+    window_end: int
+    received_at: float
+    decision: str
+    reason: str | None
+
+
+@dataclass(frozen=True)
+class ChainJobInfo:
+    """The chain facts the settlement policy needs, as last read."""
+
+    status: str
+    last_seq: int
+    settled_seconds: int
+    rate_per_second: int
+    escrow_remaining: int
+    ended_at: int
+
+
+@dataclass(frozen=True)
+class SettleCandidate:
+    """A job with accepted windows not yet covered by a confirmed or open intent."""
+
+    job: bytes
+    latest: StoredProof
+    covered_seq: int
+    unsettled_windows: int
+    oldest_unsettled_window_end: int
+    accepted_cumulative: int
+    chain: ChainJobInfo | None
+    chain_checked_at: float
+
+
+@dataclass(frozen=True)
+class Intent:
+    id: int
+    job: bytes
+    seq_from: int
+    seq_to: int
+    cumulative_seconds: int
+    window_end: int
+    proof_hash: bytes
+    worker_key: bytes
+    receipt_signature: bytes
+    status: str
+    signature: str | None
+    attempts: int
+    last_error: str | None
+    next_attempt_at: float
+    created_at: float
+    updated_at: float
+
+
+class Store(Protocol):
+    """What the intake and the settler need from durable storage."""
+
+    def job_state(self, job: bytes) -> JobState | None: ...
+    def proofs_at(self, job: bytes, seq: int) -> list[StoredProof]: ...
+    def record_rejected(self, auth: Authenticated, reason: str, now: float) -> None: ...
+    def record_accepted(self, auth: Authenticated, verdict: Verdict, baseline: JobState,
+                        now: float) -> None: ...
+    def record_equivocation(self, auth: Authenticated, other_hash: bytes, now: float) -> None: ...
+    def update_chain_info(self, job: bytes, info: ChainJobInfo, now: float) -> None: ...
+    def settle_candidates(self) -> list[SettleCandidate]: ...
+    def add_intent(self, proof: StoredProof, seq_from: int, now: float) -> Intent: ...
+    def open_intents(self) -> list[Intent]: ...
+    def mark_intent(self, intent_id: int, status: str, now: float, *,
+                    signature: str | None = None, error: str | None = None,
+                    next_attempt_at: float | None = None,
+                    count_attempt: bool = False) -> None: ...
+    def intents(self, job: bytes | None = None) -> list[Intent]: ...
+    def summary(self) -> dict[str, object]: ...
+    def ping(self) -> bool: ...
+    def close(self) -> None: ...
+
+
+class SQLiteStore:
+    """``Store`` on one SQLite file (WAL, synchronous=FULL)."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        try:
+            self._db = sqlite3.connect(str(self.path), isolation_level=None,
+                                       check_same_thread=False, timeout=30)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=FULL")
+            self._db.execute("PRAGMA foreign_keys=ON")
+            self._migrate()
+        except sqlite3.Error as e:
+            raise StoreError(f"cannot open database {self.path}: {e}; check the path exists "
+                             "and is writable (--db)") from None
+        self._lock = threading.RLock()
+
+    def _migrate(self) -> None:
+        self._db.executescript(_SCHEMA)  # idempotent DDL; executescript commits itself
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            row = self._db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+            if row is None:
+                self._db.execute("INSERT INTO meta VALUES ('schema_version', ?)",
+                                 (str(SCHEMA_VERSION),))
+            elif int(row[0]) > SCHEMA_VERSION:
+                raise StoreError(f"database {self.path} has schema version {row[0]}, newer "
+                                 f"than this validator ({SCHEMA_VERSION}); upgrade gpum-validator")
+            self._db.execute("COMMIT")
+        except BaseException:
+            if self._db.in_transaction:
+                self._db.execute("ROLLBACK")
+            raise
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            try:
+                self._db.execute("BEGIN IMMEDIATE")
+                yield self._db
+                self._db.execute("COMMIT")
+            except sqlite3.Error as e:
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
+                raise StoreError(f"database {self.path}: {e}") from None
+            except BaseException:
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
+                raise
+
+    def _q(self, sql: str, args: tuple = ()) -> list[tuple]:
+        with self._lock:
+            try:
+                return self._db.execute(sql, args).fetchall()
+            except sqlite3.Error as e:
+                raise StoreError(f"database {self.path}: {e}") from None
+
+    # ------------------------------------------------------------------ proofs, job state
+
+    def job_state(self, job: bytes) -> JobState | None:
+        rows = self._q("SELECT last_seq, cumulative_seconds, last_window_end, gpu_uuids "
+                       "FROM jobs WHERE job=?", (job,))
+        if not rows:
+            return None
+        s, c, w, u = rows[0]
+        return JobState(s, c, w, tuple(json.loads(u)) if u else None)
+
+    _PROOF_COLS = ("job, seq, hash, proof, proof_signature, receipt_signature, worker_key, "
+                   "cumulative_seconds, window_end, received_at, decision, reason")
+
+    def proofs_at(self, job: bytes, seq: int) -> list[StoredProof]:
+        rows = self._q(f"SELECT {self._PROOF_COLS} FROM proofs WHERE job=? AND seq=? "
+                       "ORDER BY received_at", (job, seq))
+        return [StoredProof(*r) for r in rows]
+
+    def _upsert_proof(self, db: sqlite3.Connection, auth: Authenticated, decision: str,
+                      reason: str | None, now: float) -> None:
+        p, s = auth.proof, auth.signed
+        db.execute(
+            f"INSERT INTO proofs ({self._PROOF_COLS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?) "
+            "ON CONFLICT (job, seq, hash) DO UPDATE SET decision=excluded.decision, "
+            "reason=excluded.reason, received_at=excluded.received_at "
+            "WHERE proofs.decision != 'accepted'",
+            (p.job, p.seq, auth.hash, s.proof, s.proof_signature, s.receipt_signature,
+             p.worker_key, p.cumulative_seconds, p.window_end, now, decision, reason))
+
+    def record_rejected(self, auth: Authenticated, reason: str, now: float) -> None:
+        """Store an authenticated proof with decision 'rejected' (never downgrades 'accepted')."""
+        with self._tx() as db:
+            self._upsert_proof(db, auth, "rejected", reason, now)
+
+    def record_accepted(self, auth: Authenticated, verdict: Verdict, baseline: JobState,
+                        now: float) -> None:
+        """Atomically store the accepted proof, advance the job state, record missed seqs.
+
+        ``baseline`` is the state the proof was verified against; if the stored state moved
+        since (a concurrent accept), StoreError is raised and nothing changes.
+        """
+        p = auth.proof
+        uuids = json.dumps(sorted(g.uuid for g in p.gpus))
+        with self._tx() as db:
+            row = db.execute("SELECT last_seq FROM jobs WHERE job=?", (p.job,)).fetchone()
+            if row is not None and row[0] != baseline.last_seq:
+                raise StoreError("job state changed during verification; resubmit")
+            self._upsert_proof(db, auth, "accepted", None, now)
+            db.execute(
+                "INSERT INTO jobs (job, last_seq, cumulative_seconds, last_window_end, "
+                "gpu_uuids, accepted_windows, updated_at) VALUES (?,?,?,?,?,1,?) "
+                "ON CONFLICT (job) DO UPDATE SET last_seq=excluded.last_seq, "
+                "cumulative_seconds=excluded.cumulative_seconds, "
+                "last_window_end=excluded.last_window_end, gpu_uuids=excluded.gpu_uuids, "
+                "accepted_windows=jobs.accepted_windows+1, updated_at=excluded.updated_at",
+                (p.job, p.seq, p.cumulative_seconds, p.window_end, uuids, now))
+            db.executemany("INSERT OR IGNORE INTO missed_windows VALUES (?,?,?)",
+                           [(p.job, s, now) for s in verdict.missed_seqs])
+
+    def record_equivocation(self, auth: Authenticated, other_hash: bytes, now: float) -> None:
+        """Store the conflicting proof (rejected, reason 'equivocation') and the evidence pair."""
+        p = auth.proof
+        a, b = sorted((auth.hash, other_hash))
+        with self._tx() as db:
+            self._upsert_proof(db, auth, "rejected", "equivocation", now)
+            db.execute("INSERT OR IGNORE INTO equivocations VALUES (?,?,?,?,?,NULL)",
+                       (p.job, p.seq, a, b, now))
+
+    def equivocations(self) -> list[tuple[bytes, int, bytes, bytes, float, str | None]]:
+        """Evidence pairs (job, seq, hash_a, hash_b, recorded_at, reported_signature)."""
+        return [tuple(r) for r in self._q("SELECT * FROM equivocations ORDER BY recorded_at")]
+
+    def missed_windows(self, job: bytes) -> list[int]:
+        return [r[0] for r in self._q("SELECT seq FROM missed_windows WHERE job=? ORDER BY seq",
+                                      (job,))]
+
+    def update_chain_info(self, job: bytes, info: ChainJobInfo, now: float) -> None:
+        """Remember the job's chain facts (status, escrow, settled seq) read at ``now``."""
+        with self._tx() as db:
+            db.execute(
+                "UPDATE jobs SET chain_status=?, chain_last_seq=?, settled_seconds=?, "
+                "rate_per_second=?, escrow_remaining=?, ended_at=?, chain_checked_at=? "
+                "WHERE job=?",
+                (info.status, info.last_seq, info.settled_seconds, info.rate_per_second,
+                 info.escrow_remaining, info.ended_at, now, job))
+
+    # ------------------------------------------------------------------ settlement
+
+    def settle_candidates(self) -> list[SettleCandidate]:
+        """Jobs whose newest accepted seq is above every intent's seq and the chain's last_seq."""
+        with self._lock:
+            jobs = self._q(
+                "SELECT job, cumulative_seconds, chain_status, chain_last_seq, settled_seconds, "
+                "rate_per_second, escrow_remaining, ended_at, chain_checked_at FROM jobs")
+            out = []
+            for (job, cum, st, cls, ss, rate, esc, ended, checked) in jobs:
+                # A failed intent also covers its receipt: a terminal failure is never retried
+                # with the same receipt (only a newer accepted receipt makes a new intent).
+                covered = self._q("SELECT COALESCE(MAX(seq_to), 0) FROM intents WHERE job=?",
+                                  (job,))[0][0]
+                covered = max(covered, cls)
+                rows = self._q(
+                    f"SELECT {self._PROOF_COLS} FROM proofs WHERE job=? AND decision='accepted' "
+                    "AND seq>? ORDER BY seq", (job, covered))
+                if not rows:
+                    continue
+                proofs = [StoredProof(*r) for r in rows]
+                chain = (ChainJobInfo(st, cls, ss, rate, esc, ended) if st is not None else None)
+                out.append(SettleCandidate(job, proofs[-1], covered, len(proofs),
+                                           proofs[0].window_end, cum, chain, checked))
+            return out
+
+    _INTENT_COLS = ("id, job, seq_from, seq_to, cumulative_seconds, window_end, proof_hash, "
+                    "worker_key, receipt_signature, status, signature, attempts, last_error, "
+                    "next_attempt_at, created_at, updated_at")
+
+    def add_intent(self, proof: StoredProof, seq_from: int, now: float) -> Intent:
+        """Durably record the intent to settle ``proof``'s receipt (status 'intended')."""
+        with self._tx() as db:
+            cur = db.execute(
+                "INSERT INTO intents (job, seq_from, seq_to, cumulative_seconds, window_end, "
+                "proof_hash, worker_key, receipt_signature, status, created_at, updated_at) "
+                "VALUES (?,?,?,?,?,?,?,?,'intended',?,?)",
+                (proof.job, seq_from, proof.seq, proof.cumulative_seconds, proof.window_end,
+                 proof.hash, proof.worker_key, proof.receipt_signature, now, now))
+            row = db.execute(f"SELECT {self._INTENT_COLS} FROM intents WHERE id=?",
+                             (cur.lastrowid,)).fetchone()
+        return Intent(*row)
+
+    def open_intents(self) -> list[Intent]:
+        return [Intent(*r) for r in self._q(
+            f"SELECT {self._INTENT_COLS} FROM intents WHERE status IN ('intended','sent') "
+            "ORDER BY id")]
+
+    def intents(self, job: bytes | None = None) -> list[Intent]:
+        if job is None:
+            rows = self._q(f"SELECT {self._INTENT_COLS} FROM intents ORDER BY id")
+        else:
+            rows = self._q(f"SELECT {self._INTENT_COLS} FROM intents WHERE job=? ORDER BY id",
+                           (job,))
+        return [Intent(*r) for r in rows]
+
+    def mark_intent(self, intent_id: int, status: str, now: float, *,
+                    signature: str | None = None, error: str | None = None,
+                    next_attempt_at: float | None = None,
+                    count_attempt: bool = False) -> None:
+        """Move an intent to ``status``; confirmed/failed are terminal and never reopened."""
+        if status not in INTENT_STATUSES:
+            raise ValueError(f"unknown intent status {status!r}")
+        with self._tx() as db:
+            db.execute(
+                "UPDATE intents SET status=?, signature=COALESCE(?, signature), "
+                "last_error=COALESCE(?, last_error), next_attempt_at=COALESCE(?, next_attempt_at),"
+                " attempts=attempts+?, updated_at=? "
+                "WHERE id=? AND status IN ('intended','sent')",
+                (status, signature, error, next_attempt_at, 1 if count_attempt else 0, now,
+                 intent_id))
+
+    # ------------------------------------------------------------------ status
+
+    def summary(self) -> dict[str, object]:
+        """Counts for /health, /metrics and ``gpum-validator status``."""
+        with self._lock:
+            proofs = dict(self._q("SELECT decision, COUNT(*) FROM proofs GROUP BY decision"))
+            intents = dict(self._q("SELECT status, COUNT(*) FROM intents GROUP BY status"))
+            last = self._q("SELECT MAX(updated_at) FROM intents WHERE status='confirmed'")[0][0]
+            return {
+                "schema_version": SCHEMA_VERSION,
+                "jobs": self._q("SELECT COUNT(*) FROM jobs")[0][0],
+                "proofs": proofs,
+                "intents": {s: intents.get(s, 0) for s in INTENT_STATUSES},
+                "missed_windows": self._q("SELECT COUNT(*) FROM missed_windows")[0][0],
+                "equivocations": self._q("SELECT COUNT(*) FROM equivocations")[0][0],
+                "last_settlement_at": last,
+                "pending_windows": self.pending_windows(),
+            }
+
+    def pending_windows(self) -> int:
+        """Accepted windows not yet covered by a confirmed settlement or the chain."""
+        rows = self._q(
+            "SELECT COUNT(*) FROM proofs p JOIN jobs j ON p.job=j.job "
+            "WHERE p.decision='accepted' AND p.seq > MAX(j.chain_last_seq, "
+            "(SELECT COALESCE(MAX(seq_to),0) FROM intents i WHERE i.job=p.job "
+            "AND i.status='confirmed'))")
+        return int(rows[0][0])
+
+    def ping(self) -> bool:
+        try:
+            self._q("SELECT 1")
+            return True
+        except StoreError:
+            return False
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+
+def now_s() -> float:
+    return time.time()

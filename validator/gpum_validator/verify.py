@@ -1,0 +1,245 @@
+"""Proof verification: pure functions over decoded inputs and chain *views* (no I/O).
+
+The intake (``service.Intake``) calls them in this order, and every failure raises
+``Rejection`` with a stable ``reason`` code:
+
+1. ``authenticate``: the bytes are a canonical proof for this program and market, signed
+   (proof and receipt) by the key the request names;
+2. ``check_worker_key``: that key is the provider's current key (unexpired at window_end)
+   or its previous key within the grace, as the chain's ``worker_key_valid_at`` rule;
+3. (the intake resolves duplicates and equivocation against the store here;)
+4. ``check_window``: job status and assignment, sequence and hash chain, window timing,
+   GPU set, and the billable claim against ``health_bound`` and the cumulative total.
+
+Guarantee: a proof passing all of them yields a receipt that ``settle`` accepts against a
+job whose on-chain state is at or before this validator's last accepted receipt (same
+status rules, seq/window_end strictly increasing, billed seconds within wall time).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpu_market.proof import (
+    HEALTH_ECC_UNCORRECTED,
+    ZERO_HASH,
+    ProofDecodeError,
+    WindowProof,
+    decode_proof,
+    encode_proof,
+    proof_hash,
+    receipt_for_proof,
+    verify_proof,
+)
+from gpu_market.receipt import verify
+
+from .config import HealthThresholds, VerifyConfig
+from .errors import Rejection
+from .schema import SignedProof
+
+
+def _pk(v: Any) -> bytes:
+    """Raw 32 bytes of a solders Pubkey or bytes."""
+    return bytes(v)
+
+
+def field_of(obj: Any, name: str) -> Any:
+    """Read ``name`` from an SDK view: attribute first, then mapping key."""
+    if isinstance(obj, dict):
+        return obj[name]
+    return getattr(obj, name)
+
+
+@dataclass(frozen=True)
+class Authenticated:
+    """A decoded proof whose signatures are valid for the key it names."""
+
+    signed: SignedProof
+    proof: WindowProof
+    hash: bytes
+    receipt_message: bytes
+
+    @property
+    def proof_bytes(self) -> bytes:
+        return self.signed.proof
+
+
+@dataclass(frozen=True)
+class JobState:
+    """The validator's view of a job's accepted windows (from the store, or the chain baseline).
+
+    ``last_seq``/``cumulative_seconds``/``last_window_end`` are those of the last accepted
+    proof; for a job never seen they are the chain's ``last_seq``/``settled_seconds``/
+    ``last_window_end`` (``started_at`` before the first settlement).
+    """
+
+    last_seq: int
+    cumulative_seconds: int
+    last_window_end: int
+    gpu_uuids: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What an accepted window changes: the seqs skipped before it and the bound computed."""
+
+    missed_seqs: tuple[int, ...] = field(default_factory=tuple)
+    billable_bound: int = 0
+
+
+def authenticate(signed: SignedProof, cfg: VerifyConfig) -> Authenticated:
+    """Decode and check signatures; raises Rejection (proof_malformed, proof_not_canonical,
+    worker_key_mismatch, wrong_program, wrong_market, bad_proof_signature,
+    bad_receipt_signature)."""
+    try:
+        proof = decode_proof(signed.proof)
+    except ProofDecodeError as e:
+        raise Rejection("proof_malformed", f"proof bytes do not decode: {e}", 400) from None
+    if encode_proof(proof) != signed.proof:
+        raise Rejection("proof_not_canonical", "proof bytes are not the canonical encoding", 400)
+    if proof.worker_key != signed.worker_key:
+        raise Rejection("worker_key_mismatch",
+                        "worker_key in the request differs from the proof's worker_key", 400)
+    if proof.program_id != cfg.program_id:
+        raise Rejection("wrong_program", "proof.program_id is not this validator's program")
+    if proof.market != cfg.market:
+        raise Rejection("wrong_market", "proof.market is not this validator's market")
+    if not verify_proof(proof.worker_key, signed.proof_signature, signed.proof):
+        raise Rejection("bad_proof_signature",
+                        "proof_signature is not the worker key's signature over the proof")
+    msg = receipt_for_proof(proof, signed.proof)
+    if not verify(proof.worker_key, signed.receipt_signature, msg):
+        raise Rejection("bad_receipt_signature",
+                        "receipt_signature is not the worker key's signature over the receipt "
+                        "message built from this proof")
+    return Authenticated(signed, proof, proof_hash(signed.proof), msg)
+
+
+def worker_key_status(provider: Any, key: bytes, at: int) -> str:
+    """'ok', 'expired' or 'unknown' for ``key`` at time ``at`` (the program's rule)."""
+    current = _pk(field_of(provider, "worker_key"))
+    expires = int(field_of(provider, "worker_key_expires_at"))
+    previous = _pk(field_of(provider, "previous_worker_key"))
+    grace = int(field_of(provider, "previous_key_grace_until"))
+    if key == current:
+        return "ok" if expires == 0 or at <= expires else "expired"
+    if previous != ZERO_HASH and key == previous:
+        return "ok" if at <= grace else "expired"
+    return "unknown"
+
+
+def check_worker_key(auth: Authenticated, provider: Any | None, cfg: VerifyConfig) -> None:
+    """The signing key belongs to the proof's provider; raises Rejection (provider_not_found,
+    wrong_market, unknown_worker_key, worker_key_expired)."""
+    p = auth.proof
+    if provider is None:
+        raise Rejection("provider_not_found", "no Provider account at proof.provider")
+    if _pk(field_of(provider, "market")) != cfg.market:
+        raise Rejection("wrong_market", "the provider belongs to another market")
+    status = worker_key_status(provider, p.worker_key, p.window_end)
+    if status == "unknown":
+        raise Rejection("unknown_worker_key",
+                        "worker_key is neither the provider's current nor previous key on chain")
+    if status == "expired":
+        raise Rejection("worker_key_expired",
+                        "worker_key expired (or its rotation grace ended) before window_end; "
+                        "rotate the worker key")
+
+
+def health_bound(proof: WindowProof, th: HealthThresholds) -> int:
+    """Most seconds of ``proof``'s window that the health policy allows to bill.
+
+    Mirrors the worker's policy (worker/gpum_worker/window.py): 0 when any GPU has no
+    samples or an uncorrected-ECC delta above the allowance (or flags it); otherwise the
+    minimum over GPUs of its healthy one-second slots (``covered_seconds``, which cannot
+    exceed its sample count), and at most ``length - 1`` for a GPU that reached the critical
+    temperature (that slot was unhealthy).
+    """
+    length = proof.window_end - proof.window_start
+    bound = length
+    for g in proof.gpus:
+        if g.samples == 0:
+            return 0
+        ecc = g.ecc_uncorrected_delta
+        if (ecc is not None and ecc > th.ecc_uncorrected_max) or (
+                g.health_flags & HEALTH_ECC_UNCORRECTED):
+            return 0
+        gpu_bound = min(g.covered_seconds, g.samples, length)
+        if g.temp_max_c is not None and g.temp_max_c >= th.temp_critical_c:
+            gpu_bound = min(gpu_bound, length - 1)
+        bound = min(bound, gpu_bound)
+    return max(0, bound)
+
+
+def check_window(
+    auth: Authenticated,
+    job: Any | None,
+    state: JobState,
+    cfg: VerifyConfig,
+    now: int,
+    prev_hash_known: bytes | None,
+) -> Verdict:
+    """Check one authenticated proof against the job and the job's accepted history.
+
+    ``prev_hash_known`` is the hash of the stored proof for ``seq - 1`` if any. Raises
+    Rejection with one of: job_not_found, wrong_market, wrong_provider, job_not_running,
+    window_after_job_end, stale_seq, prev_hash_mismatch, window_length, window_overlap
+    (window_start before the last accepted window_end, so window_end is after it too),
+    window_in_future, gpu_count_mismatch, gpu_uuids_changed,
+    billable_exceeds_health, cumulative_mismatch.
+    """
+    p = auth.proof
+    if job is None:
+        raise Rejection("job_not_found", "no Job account at proof.job")
+    if _pk(field_of(job, "market")) != cfg.market:
+        raise Rejection("wrong_market", "the job belongs to another market")
+    if _pk(field_of(job, "provider")) != p.provider:
+        raise Rejection("wrong_provider", "the job is assigned to another provider")
+    status = str(field_of(job, "status")).lower()
+    if status == "finishing":
+        ended_at = int(field_of(job, "ended_at"))
+        if p.window_end > ended_at:
+            raise Rejection("window_after_job_end",
+                            f"window_end {p.window_end} is after the job ended at {ended_at}")
+    elif status != "running":
+        raise Rejection("job_not_running", f"the job is {status}, not running or finishing")
+    if p.seq <= state.last_seq:
+        raise Rejection("stale_seq",
+                        f"seq {p.seq} is not after the last accepted seq {state.last_seq}")
+    if p.seq == 1 and p.prev_proof_hash != ZERO_HASH:
+        raise Rejection("prev_hash_mismatch", "the first proof of a job must have a zero "
+                        "prev_proof_hash")
+    if prev_hash_known is not None and p.prev_proof_hash != prev_hash_known:
+        raise Rejection("prev_hash_mismatch",
+                        f"prev_proof_hash does not match the stored proof for seq {p.seq - 1}")
+    length = p.window_end - p.window_start
+    max_len = cfg.window_seconds + cfg.max_skew_seconds
+    if not 1 <= length <= max_len:
+        raise Rejection("window_length", f"window length {length}s is outside [1, {max_len}]")
+    if p.window_start < state.last_window_end:
+        raise Rejection("window_overlap", f"window_start {p.window_start} is before the last "
+                        f"accepted window_end {state.last_window_end}")
+    if p.window_end > now + cfg.max_skew_seconds:
+        raise Rejection("window_in_future", f"window_end {p.window_end} is more than "
+                        f"{cfg.max_skew_seconds}s ahead of the validator clock ({now}); "
+                        "check the worker's clock (NTP)")
+    gpu_count = int(field_of(job, "gpu_count"))
+    if len(p.gpus) != gpu_count:
+        raise Rejection("gpu_count_mismatch",
+                        f"proof covers {len(p.gpus)} GPUs, the job rents {gpu_count}")
+    uuids = tuple(sorted(g.uuid for g in p.gpus))
+    if state.gpu_uuids is not None and uuids != state.gpu_uuids:
+        raise Rejection("gpu_uuids_changed",
+                        "the GPU UUIDs differ from the job's earlier windows")
+    bound = health_bound(p, cfg.health)
+    if p.billable_seconds > bound:
+        raise Rejection("billable_exceeds_health",
+                        f"billable_seconds {p.billable_seconds} exceeds the {bound}s the "
+                        "health policy allows for this window")
+    expected = state.cumulative_seconds + p.billable_seconds
+    if p.cumulative_seconds != expected:
+        raise Rejection("cumulative_mismatch",
+                        f"cumulative_seconds {p.cumulative_seconds} != previous accepted total "
+                        f"{state.cumulative_seconds} + billable {p.billable_seconds}")
+    return Verdict(tuple(range(state.last_seq + 1, p.seq)), bound)

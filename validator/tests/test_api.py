@@ -1,0 +1,13 @@
+"""The public API of gpum_validator is exactly __all__."""
+
+import gpum_validator
+
+
+def test_public_api_is_pinned():
+    assert sorted(gpum_validator.__all__) == sorted([
+        "Authenticated", "ChainUnavailable", "ConfigError", "Equivocation", "HealthThresholds",
+        "Intake", "JobState", "Rejection", "SQLiteStore", "SettlePolicy", "SettlementLoop",
+        "Settler", "Store", "StoreError", "ValidatorError", "Verdict", "VerifyConfig",
+        "authenticate", "check_window", "check_worker_key", "due_reason", "health_bound"])
+    for name in gpum_validator.__all__:
+        assert hasattr(gpum_validator, name)

@@ -1,0 +1,297 @@
+"""Every verification rule: one passing and one failing case, asserting the reason code."""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import replace
+
+import pytest
+from gpu_market.proof import (
+    HEALTH_ECC_UNCORRECTED,
+    ZERO_HASH,
+    encode_proof,
+    proof_hash,
+)
+from gpum_validator import verify as verify_mod
+from gpum_validator.config import HealthThresholds
+from gpum_validator.errors import Rejection
+from gpum_validator.schema import parse_signed_proof
+from gpum_validator.verify import (
+    JobState,
+    authenticate,
+    check_window,
+    check_worker_key,
+    health_bound,
+    worker_key_status,
+)
+from solders.pubkey import Pubkey
+from vtestkit import (
+    OTHER_KEY,
+    OTHER_PUB,
+    T0,
+    UUIDS,
+    WINDOW,
+    WORKER_PUB,
+    cfg,
+    chain_of,
+    gpu,
+    job_view,
+    make_proof,
+    pk,
+    provider_view,
+    signed_json,
+)
+
+NOW = T0 + 3600
+FRESH = JobState(last_seq=0, cumulative_seconds=0, last_window_end=T0)
+
+
+def auth_of(p, **kw):
+    return authenticate(parse_signed_proof(signed_json(p, **kw)), cfg())
+
+
+def reason(fn, *a, **kw) -> str:
+    with pytest.raises(Rejection) as ei:
+        fn(*a, **kw)
+    return ei.value.reason
+
+
+# ------------------------------------------------------------------ authenticate
+
+
+def test_authenticate_accepts_a_well_signed_proof():
+    p = make_proof()
+    a = auth_of(p)
+    assert a.proof == p and a.hash == proof_hash(encode_proof(p))
+
+
+def test_proof_malformed():
+    d = signed_json(make_proof())
+    d["proof"] = base64.b64encode(base64.b64decode(d["proof"]) + b"\0").decode()
+    assert reason(authenticate, parse_signed_proof(d), cfg()) == "proof_malformed"
+
+
+def test_proof_not_canonical(monkeypatch):
+    monkeypatch.setattr(verify_mod, "encode_proof", lambda p: b"other")
+    assert reason(auth_of, make_proof()) == "proof_not_canonical"
+
+
+def test_worker_key_mismatch():
+    assert reason(auth_of, make_proof(), worker_key=OTHER_PUB) == "worker_key_mismatch"
+
+
+def test_wrong_program():
+    p = make_proof(program_id=bytes([2] * 32))
+    assert reason(auth_of, p) == "wrong_program"
+
+
+def test_wrong_market_in_proof():
+    p = make_proof(market=bytes([8] * 32))
+    assert reason(auth_of, p) == "wrong_market"
+
+
+def test_bad_proof_signature():
+    d = signed_json(make_proof())
+    d["proof_signature"] = signed_json(make_proof(), OTHER_KEY)["proof_signature"]
+    assert reason(authenticate, parse_signed_proof(d), cfg()) == "bad_proof_signature"
+
+
+def test_bad_receipt_signature():
+    assert reason(auth_of, make_proof(), receipt_key=OTHER_KEY) == "bad_receipt_signature"
+
+
+def test_receipt_signature_must_cover_this_proof_hash():
+    p1, p2 = make_proof(), make_proof(billable=59, cumulative=59)
+    d1, d2 = signed_json(p1), signed_json(p2)
+    d1["receipt_signature"] = d2["receipt_signature"]
+    assert reason(authenticate, parse_signed_proof(d1), cfg()) == "bad_receipt_signature"
+
+
+# ------------------------------------------------------------------ worker key
+
+
+def test_current_key_ok():
+    check_worker_key(auth_of(make_proof()), provider_view(), cfg())
+
+
+def test_provider_not_found():
+    assert reason(check_worker_key, auth_of(make_proof()), None, cfg()) == "provider_not_found"
+
+
+def test_provider_of_other_market():
+    pv = provider_view(market=pk(bytes([8] * 32)))
+    assert reason(check_worker_key, auth_of(make_proof()), pv, cfg()) == "wrong_market"
+
+
+def test_unknown_worker_key():
+    pv = provider_view(worker_key=pk(OTHER_PUB))
+    assert reason(check_worker_key, auth_of(make_proof()), pv, cfg()) == "unknown_worker_key"
+
+
+def test_current_key_expired_before_window_end():
+    p = make_proof()
+    ok = provider_view(worker_key_expires_at=p.window_end)
+    check_worker_key(auth_of(p), ok, cfg())
+    bad = provider_view(worker_key_expires_at=p.window_end - 1)
+    assert reason(check_worker_key, auth_of(p), bad, cfg()) == "worker_key_expired"
+
+
+def test_previous_key_within_grace_only():
+    p = make_proof()
+    rotated = {"worker_key": pk(OTHER_PUB), "previous_worker_key": pk(WORKER_PUB)}
+    check_worker_key(auth_of(p), provider_view(previous_key_grace_until=p.window_end, **rotated),
+                     cfg())
+    late = provider_view(previous_key_grace_until=p.window_end - 1, **rotated)
+    assert reason(check_worker_key, auth_of(p), late, cfg()) == "worker_key_expired"
+
+
+def test_default_previous_key_never_matches():
+    pv = provider_view(worker_key=pk(OTHER_PUB), previous_worker_key=Pubkey.default(),
+                       previous_key_grace_until=2**62)
+    assert worker_key_status(pv, bytes(32), T0) == "unknown"
+
+
+# ------------------------------------------------------------------ window checks
+
+
+def win(p, job=None, state=FRESH, now=NOW, prev=None, **cfg_kw):
+    return check_window(auth_of(p), job_view() if job is None else job, state, cfg(**cfg_kw),
+                        now, prev)
+
+
+def test_first_window_accepted():
+    v = win(make_proof())
+    assert v.missed_seqs == () and v.billable_bound == WINDOW
+
+
+def test_job_not_found():
+    assert reason(check_window, auth_of(make_proof()), None, FRESH, cfg(), NOW,
+                  None) == "job_not_found"
+
+
+def test_job_of_other_market():
+    assert reason(win, make_proof(), job_view(market=pk(bytes([8] * 32)))) == "wrong_market"
+
+
+def test_wrong_provider():
+    assert reason(win, make_proof(), job_view(provider=pk(bytes([1] * 32)))) == "wrong_provider"
+
+
+@pytest.mark.parametrize("status", ["open", "completed", "cancelled", "failed"])
+def test_job_not_running(status):
+    assert reason(win, make_proof(), job_view(status=status)) == "job_not_running"
+
+
+def test_finishing_job_accepts_windows_up_to_ended_at():
+    p = make_proof()
+    win(p, job_view(status="finishing", ended_at=p.window_end))
+    assert reason(win, p, job_view(status="finishing", ended_at=p.window_end - 1)) == \
+        "window_after_job_end"
+
+
+def test_stale_seq():
+    ps = chain_of(2)
+    st = JobState(2, 2 * WINDOW, T0 + 2 * WINDOW, UUIDS)
+    assert reason(win, ps[1], state=st) == "stale_seq"
+    assert reason(win, make_proof(0, window_start=T0, window_end=T0 + 60, cumulative=60)) \
+        == "stale_seq"
+
+
+def test_gap_is_reported_as_missed_windows():
+    # seq 4 after seq 1: windows 2 and 3 never arrived (their seconds were not claimed).
+    st = JobState(1, WINDOW, T0 + WINDOW, tuple(sorted(UUIDS)))
+    p = make_proof(4, prev=bytes([1] * 32), cumulative=2 * WINDOW)
+    assert win(p, state=st).missed_seqs == (2, 3)
+
+
+def test_hash_chain():
+    ps = chain_of(2)
+    st = JobState(1, WINDOW, T0 + WINDOW, tuple(sorted(UUIDS)))
+    win(ps[1], state=st, prev=proof_hash(encode_proof(ps[0])))
+    assert reason(win, ps[1], state=st, prev=bytes([5] * 32)) == "prev_hash_mismatch"
+    assert reason(win, make_proof(1, prev=bytes([1] * 32))) == "prev_hash_mismatch"
+
+
+def test_window_length_bounds():
+    win(make_proof(window_end=T0 + WINDOW + 5))  # window + skew is allowed
+    p = make_proof(window_end=T0 + WINDOW + 6)
+    assert reason(win, p) == "window_length"
+
+
+def test_window_overlap():
+    st = JobState(1, WINDOW, T0 + WINDOW, tuple(sorted(UUIDS)))
+    p = make_proof(2, prev=ZERO_HASH, window_start=T0 + WINDOW - 1)
+    assert reason(win, p, state=st) == "window_overlap"
+    # first window may not start before the job started (chain last_window_end = started_at)
+    assert reason(win, make_proof(window_start=T0 - 1, window_end=T0 + 59, billable=10,
+                                  cumulative=10)) == "window_overlap"
+
+
+def test_window_in_future():
+    p = make_proof()
+    win(p, now=p.window_end - 5)
+    assert reason(win, p, now=p.window_end - 6) == "window_in_future"
+
+
+def test_gpu_count_mismatch():
+    assert reason(win, make_proof(), job_view(gpu_count=3)) == "gpu_count_mismatch"
+
+
+def test_gpu_uuids_stable():
+    st = JobState(1, WINDOW, T0 + WINDOW, tuple(sorted(UUIDS)))
+    ok = make_proof(2, gpus=(gpu(UUIDS[1]), gpu(UUIDS[0])))  # order does not matter
+    win(ok, state=st)
+    bad = make_proof(2, gpus=(gpu(UUIDS[0]), gpu("GPU-cccc")))
+    assert reason(win, bad, state=st) == "gpu_uuids_changed"
+
+
+def test_billable_exceeds_health():
+    hot = (gpu(UUIDS[0], covered_seconds=50, samples=50), gpu(UUIDS[1]))
+    win(make_proof(gpus=hot, billable=50, cumulative=50))
+    assert reason(win, make_proof(gpus=hot, billable=51, cumulative=51)) == \
+        "billable_exceeds_health"
+
+
+def test_cumulative_mismatch():
+    st = JobState(1, WINDOW, T0 + WINDOW, tuple(sorted(UUIDS)))
+    win(make_proof(2, cumulative=2 * WINDOW), state=st)
+    assert reason(win, make_proof(2, cumulative=2 * WINDOW + 1), state=st) == \
+        "cumulative_mismatch"
+
+
+# ------------------------------------------------------------------ health policy
+
+TH = HealthThresholds()
+
+
+def test_health_full_window_when_healthy():
+    assert health_bound(make_proof(), TH) == WINDOW
+
+
+def test_health_ecc_makes_window_unbillable():
+    p = make_proof(gpus=(gpu(UUIDS[0], ecc_uncorrected_delta=1), gpu(UUIDS[1])))
+    assert health_bound(p, TH) == 0
+    p = make_proof(gpus=(gpu(UUIDS[0], health_flags=HEALTH_ECC_UNCORRECTED), gpu(UUIDS[1])))
+    assert health_bound(p, TH) == 0
+    p = make_proof(gpus=(gpu(UUIDS[0], ecc_uncorrected_delta=2), gpu(UUIDS[1])))
+    assert health_bound(p, replace(TH, ecc_uncorrected_max=2)) == WINDOW
+
+
+def test_health_zero_samples_unbillable():
+    p = make_proof(gpus=(gpu(UUIDS[0], samples=0, covered_seconds=0), gpu(UUIDS[1])))
+    assert health_bound(p, TH) == 0
+
+
+def test_health_critical_temperature_loses_at_least_a_second():
+    p = make_proof(gpus=(gpu(UUIDS[0], temp_max_c=95), gpu(UUIDS[1])))
+    assert health_bound(p, TH) == WINDOW - 1
+    p = make_proof(gpus=(gpu(UUIDS[0], temp_max_c=94), gpu(UUIDS[1])))
+    assert health_bound(p, TH) == WINDOW
+
+
+def test_health_bound_is_min_covered_and_samples():
+    p = make_proof(gpus=(gpu(UUIDS[0], covered_seconds=40), gpu(UUIDS[1], samples=30)))
+    assert health_bound(p, TH) == 30
+    p = make_proof(gpus=(gpu(UUIDS[0], temp_max_c=None, ecc_uncorrected_delta=None),
+                         gpu(UUIDS[1])))
+    assert health_bound(p, TH) == WINDOW

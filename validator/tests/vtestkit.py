@@ -1,0 +1,206 @@
+"""Test support: keys, a proof builder, and ``FakeChain`` (unit tests only).
+
+``FakeChain`` implements the slice of ``GpuMarketClient`` the validator uses
+(docs/sdk-api.md) over the SDK's own view dataclasses and error types, and applies the
+program's settle rules 3-4 (seq, cumulative, window_end) so duplicate settlement is caught.
+"""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import replace
+from typing import Any
+
+from gpu_market.accounts import (
+    GpuSpec,
+    JobView,
+    MarketParams,
+    MarketTotals,
+    MarketView,
+    ProviderView,
+    Reputation,
+    Unbonding,
+)
+from gpu_market.errors import GpuMarketError, RpcUnavailable
+from gpu_market.proof import (
+    ZERO_HASH,
+    GpuWindow,
+    WindowProof,
+    encode_proof,
+    proof_hash,
+    receipt_for_proof,
+    sign_proof,
+)
+from gpu_market.receipt import private_key_from_seed, public_key_bytes, sign
+from gpu_market.settle import SettleItem
+from gpum_validator.config import VerifyConfig
+from solders.pubkey import Pubkey
+
+T0 = 1_700_000_000
+WINDOW = 60
+PROGRAM = bytes(range(1, 33))
+MARKET = bytes([7] * 32)
+PROVIDER = bytes([9] * 32)
+JOB = bytes([11] * 32)
+WORKER_SEED = bytes([42] * 32)
+WORKER_KEY = private_key_from_seed(WORKER_SEED)
+WORKER_PUB = public_key_bytes(WORKER_KEY)
+OTHER_KEY = private_key_from_seed(bytes([43] * 32))
+OTHER_PUB = public_key_bytes(OTHER_KEY)
+UUIDS = ("GPU-aaaa", "GPU-bbbb")
+
+ERROR_CODES = {"StaleSequence": 6034, "CumulativeDecreased": 6035, "WindowNotAfterLast": 6036,
+               "WindowEndInFuture": 6038, "InvalidJobStatus": 6024}
+
+
+def pk(b: bytes) -> Pubkey:
+    return Pubkey.from_bytes(b)
+
+
+def b58(b: bytes) -> str:
+    return str(Pubkey.from_bytes(b))
+
+
+def cfg(**kw: Any) -> VerifyConfig:
+    return replace(VerifyConfig(program_id=PROGRAM, market=MARKET, window_seconds=WINDOW,
+                                max_skew_seconds=5), **kw)
+
+
+def gpu(uuid: str, length: int = WINDOW, **kw: Any) -> GpuWindow:
+    return replace(GpuWindow(uuid=uuid, samples=length, covered_seconds=length,
+                             util_gpu_avg_bp=9000, util_gpu_max_bp=10000, temp_max_c=70,
+                             ecc_uncorrected_delta=0), **kw)
+
+
+def make_proof(seq: int = 1, *, prev: bytes = ZERO_HASH, started_at: int = T0,
+               cumulative: int | None = None, billable: int | None = None,
+               gpus: tuple[GpuWindow, ...] | None = None, **kw: Any) -> WindowProof:
+    start = started_at + (seq - 1) * WINDOW
+    end = start + WINDOW
+    billable = WINDOW if billable is None else billable
+    base = WindowProof(
+        program_id=PROGRAM, market=MARKET, job=JOB, provider=PROVIDER, worker_key=WORKER_PUB,
+        seq=seq, window_start=start, window_end=end, sample_interval_ms=1000,
+        gpus=gpus if gpus is not None else tuple(gpu(u) for u in UUIDS),
+        process_list_hash=bytes(32), prev_proof_hash=prev, health_flags=0,
+        billable_seconds=billable,
+        cumulative_seconds=seq * WINDOW if cumulative is None else cumulative,
+    )
+    return replace(base, **kw)
+
+
+def signed_json(p: WindowProof, key=WORKER_KEY, *, proof_bytes: bytes | None = None,
+                worker_key: bytes | None = None, receipt_key=None) -> dict[str, str]:
+    raw = encode_proof(p) if proof_bytes is None else proof_bytes
+    rsig = sign(receipt_key or key, receipt_for_proof(p, raw))
+    return {
+        "proof": base64.b64encode(raw).decode(),
+        "proof_signature": base64.b64encode(sign_proof(key, raw)).decode(),
+        "receipt_signature": base64.b64encode(rsig).decode(),
+        "worker_key": b58(worker_key or p.worker_key),
+    }
+
+
+def chain_of(n: int, **kw: Any) -> list[WindowProof]:
+    """Proofs seq 1..n of one job, hash-chained, each billing the full window."""
+    out, prev = [], ZERO_HASH
+    for s in range(1, n + 1):
+        p = make_proof(s, prev=prev, **kw)
+        out.append(p)
+        prev = proof_hash(encode_proof(p))
+    return out
+
+
+def job_view(**kw: Any) -> JobView:
+    base = JobView(market=pk(MARKET), user=pk(bytes([3] * 32)), provider=pk(PROVIDER), job_id=1,
+                gpu_count=2, rate_per_second=10, deposited=10 * 2 * 3600, settled_seconds=0,
+                paid_provider=0, paid_treasury=0, burned=0, refunded=0, status="running",
+                created_at=T0 - 10, started_at=T0, ended_at=0, last_seq=0,
+                last_receipt_hash=bytes(32), last_window_end=T0, bump=255, escrow_bump=254,
+                address=pk(JOB))
+    return replace(base, **kw)
+
+
+def provider_view(**kw: Any) -> ProviderView:
+    base = ProviderView(market=pk(MARKET), owner=pk(bytes([5] * 32)), worker_key=pk(WORKER_PUB),
+                worker_key_expires_at=0, previous_worker_key=Pubkey.default(),
+                previous_key_grace_until=0,
+                spec=GpuSpec("H100", 8, 81920, "eu"), price_per_gpu_second=5, status="active",
+                stake=10**9, unbonding=Unbonding(0, 0), gpus_in_use=2,
+                reputation=Reputation(0, 0, 0, 0, 0), bump=255, address=pk(PROVIDER))
+    return replace(base, **kw)
+
+
+def market_view() -> MarketView:
+    params = MarketParams(fee_bps=500, burn_bps=5000, min_stake_per_gpu=1, unbonding_seconds=0,
+                          window_seconds=WINDOW, settle_quorum=1, max_missed_windows=10,
+                          downtime_slash_bps=100, equivocation_slash_bps=1000,
+                          reporter_reward_bps=1000, validator_min_bond=1, max_skew_seconds=5)
+    d = Pubkey.default()
+    return MarketView(authority=d, pending_authority=d, id=1, stake_mint=d, payment_mint=d,
+                      stake_vault=d, treasury=d, params=params, paused=False,
+                      totals=MarketTotals(0, 0, 0, 0, 0), bump=255, stake_vault_bump=254,
+                      address=pk(MARKET))
+
+
+class FakeChain:
+    """In-memory stand-in for GpuMarketClient (reads, settle, max items per tx)."""
+
+    def __init__(self) -> None:
+        self.market = market_view()
+        self.providers: dict[bytes, ProviderView] = {PROVIDER: provider_view()}
+        self.jobs: dict[bytes, JobView] = {JOB: job_view()}
+        self.settle_calls: list[list[SettleItem]] = []
+        self.provider_reads = 0
+        self.down = False
+        self.settle_error: Exception | None = None
+        self.max_items = 4
+        self.now = T0 + 3600
+
+    def _io(self) -> None:
+        if self.down:
+            raise RpcUnavailable("connection refused (fake)")
+
+    def fetch_market(self, market: Pubkey) -> MarketView | None:
+        self._io()
+        return self.market if bytes(market) == MARKET else None
+
+    def fetch_provider(self, provider: Pubkey) -> ProviderView | None:
+        self._io()
+        self.provider_reads += 1
+        return self.providers.get(bytes(provider))
+
+    def fetch_job(self, job: Pubkey) -> JobView | None:
+        self._io()
+        return self.jobs.get(bytes(job))
+
+    def max_settle_items_per_tx(self) -> int:
+        return self.max_items
+
+    def settle(self, validator_authority: Any, items: list[SettleItem]) -> str:
+        self._io()
+        self.settle_calls.append(list(items))
+        if self.settle_error is not None:
+            raise self.settle_error
+        updated = dict(self.jobs)
+        for it in items:  # all-or-nothing, as one transaction
+            j = updated[bytes(it.job)]
+            for name, bad in (("StaleSequence", it.seq <= j.last_seq),
+                              ("CumulativeDecreased", it.cumulative_seconds < j.settled_seconds),
+                              ("WindowNotAfterLast", it.window_end <= j.last_window_end)):
+                if bad:
+                    raise GpuMarketError(ERROR_CODES[name], name, name, [])
+            billed = it.cumulative_seconds - j.settled_seconds
+            pay = billed * j.rate_per_second
+            updated[bytes(it.job)] = replace(j, last_seq=it.seq,
+                                             settled_seconds=it.cumulative_seconds,
+                                             last_window_end=it.window_end,
+                                             last_receipt_hash=it.proof_hash,
+                                             paid_provider=j.paid_provider + pay)
+        self.jobs = updated
+        return f"sig{len(self.settle_calls)}"
+
+    def set_job(self, **kw: Any) -> None:
+        self.jobs[JOB] = replace(self.jobs[JOB], **kw)
+
+

@@ -1,0 +1,1 @@
+"""gpu-market worker agent."""

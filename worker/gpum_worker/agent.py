@@ -1,0 +1,411 @@
+"""The worker loop: sample GPUs, follow jobs, close windows into signed proofs, deliver.
+
+Three threads share nothing but the sample buffer (locked) and a wake-up event:
+
+* sampler: reads every GPU once per sample interval, at the middle of each interval
+  (``k * interval + interval / 2``), so jitter below half an interval never moves a sample
+  into the wrong one-second slot;
+* main: polls the ``JobSource``, closes due windows (``Agent.close_windows``) and records
+  each signed proof in the outbox before anything is sent;
+* sender: delivers outbox rows to every validator (``sender.Sender``).
+
+Windows of a job are contiguous: window ``seq`` is ``[started_at + (seq-1)*W,
+started_at + seq*W)`` with ``W`` fixed per job at its first proof (stored in the outbox).
+Windows the worker did not observe (it was down) are still proven, with 0 samples and 0
+billable seconds, so seq has no gaps and every second of the job is accounted for. A
+Finishing job's last window ends at its ``ended_at``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import httpx
+from gpu_market.proof import (
+    WindowProof,
+    encode_proof,
+    process_list_hash,
+    proof_hash,
+    receipt_for_proof,
+    sign_proof,
+)
+from gpu_market.receipt import sign
+
+from .errors import JobSourceError, WorkerError
+from .gpu import GpuBackend, GpuInfo, GpuSample, discover, read_sample
+from .health import DEFAULT_THRESHOLDS, Thresholds, describe, sample_flags
+from .jobs import AssignedJob, JobSource, assign_gpus
+from .keys import WorkerKey
+from .outbox import JobChain, Outbox
+from .sender import RetryPolicy, Sender
+from .window import aggregate_gpu, billable_seconds
+
+log = logging.getLogger("gpum_worker.agent")
+
+MAX_CATCH_UP_PER_ROUND = 1000
+
+
+class SampleBuffer:
+    """Thread-safe recent samples per GPU uuid, with the ECC reading before the oldest kept."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._samples: dict[str, deque[GpuSample]] = {}
+        self._ecc_before: dict[str, int] = {}
+
+    def add(self, s: GpuSample) -> None:
+        with self._lock:
+            self._samples.setdefault(s.uuid, deque()).append(s)
+
+    def window(self, uuid: str, start: float, end: float) -> tuple[list[GpuSample], int | None]:
+        """Samples with start <= t < end, and the last ECC total read before ``start``."""
+        with self._lock:
+            dq = self._samples.get(uuid, ())
+            inside = [s for s in dq if start <= s.t < end]
+            base = self._ecc_before.get(uuid)
+            for s in dq:
+                if s.t >= start:
+                    break
+                if s.ok and s.ecc_uncorrected_total is not None:
+                    base = s.ecc_uncorrected_total
+            return inside, base
+
+    def prune(self, before: float) -> None:
+        with self._lock:
+            for uuid, dq in self._samples.items():
+                while dq and dq[0].t < before:
+                    s = dq.popleft()
+                    if s.ok and s.ecc_uncorrected_total is not None:
+                        self._ecc_before[uuid] = s.ecc_uncorrected_total
+
+    def __len__(self) -> int:
+        with self._lock:
+            return sum(len(d) for d in self._samples.values())
+
+
+@dataclass
+class ActiveJob:
+    job: AssignedJob
+    uuids: tuple[str, ...]
+    chain: JobChain
+    done: bool = False
+
+
+@dataclass
+class _GpuLogState:
+    lost: bool = False
+    flags: int = 0
+    unsupported: frozenset[str] = frozenset()
+    error_logged_at: dict[str, float] = field(default_factory=dict)
+
+
+class Agent:
+    """Pure-ish core of the worker; every step takes ``now`` so tests drive time."""
+
+    def __init__(
+        self,
+        *,
+        backend: GpuBackend,
+        job_source: JobSource,
+        outbox: Outbox,
+        key: WorkerKey,
+        window_seconds: int = 60,
+        sample_interval_ms: int = 1000,
+        thresholds: Thresholds = DEFAULT_THRESHOLDS,
+        poll_seconds: float = 10.0,
+        close_grace_s: float | None = None,
+    ) -> None:
+        if window_seconds < 1:
+            raise WorkerError("window_seconds must be at least 1")
+        self.backend = backend
+        self.job_source = job_source
+        self.outbox = outbox
+        self.key = key
+        self.window_seconds = window_seconds
+        self.sample_interval_ms = sample_interval_ms
+        self.thresholds = thresholds
+        self.poll_seconds = poll_seconds
+        iv = sample_interval_ms / 1000
+        # A window closes once its last sample (taken at end - iv/2) had time to arrive.
+        self.close_grace_s = close_grace_s if close_grace_s is not None else min(0.4, iv / 2)
+        self.buffer = SampleBuffer()
+        self.gpus: list[GpuInfo] = []
+        self.active: dict[bytes, ActiveJob] = {}
+        self._gpu_log: dict[str, _GpuLogState] = {}
+        self.on_record: Callable[[], None] = lambda: None
+        self._main_done = threading.Event()
+
+    # ------------------------------------------------------------------ GPUs
+
+    def start(self) -> None:
+        """Initialise the backend and discover GPUs; raises NvmlUnavailable/WorkerError."""
+        self.backend.init()
+        self.gpus = discover(self.backend)
+        if not self.gpus:
+            raise WorkerError(f"the {self.backend.kind} backend reports no usable GPU")
+        for g in self.gpus:
+            log.info("GPU %d: %s %s", g.index, g.name, g.uuid)
+
+    def sample_tick(self, now: float) -> list[GpuSample]:
+        """Read every GPU once at ``now``; failures are logged and never stop other GPUs."""
+        out = []
+        for g in self.gpus:
+            s = read_sample(self.backend, g, now)
+            self.buffer.add(s)
+            self._log_sample(g, s)
+            out.append(s)
+        return out
+
+    def _log_sample(self, g: GpuInfo, s: GpuSample) -> None:
+        st = self._gpu_log.setdefault(g.uuid, _GpuLogState())
+        if not s.ok:
+            if not st.lost:
+                log.error("GPU %d (%s) LOST: %s. Its time is not billable; the other GPUs "
+                          "continue", g.index, g.uuid, s.lost_reason)
+            st.lost = True
+            return
+        if st.lost:
+            log.warning("GPU %d (%s) is readable again", g.index, g.uuid)
+            st.lost = False
+        new_unsupported = s.unsupported - st.unsupported
+        if new_unsupported:
+            log.info("GPU %d: not supported, recorded as absent: %s", g.index,
+                     ", ".join(sorted(new_unsupported)))
+            st.unsupported = st.unsupported | new_unsupported
+        for metric, msg in s.errors:
+            last = st.error_logged_at.get(metric)
+            if last is None or s.t - last >= 60:
+                log.warning("NVML call failed (%s); metric recorded as absent", msg)
+                st.error_logged_at[metric] = s.t
+        f = sample_flags(s, self.thresholds)
+        raised = f & ~st.flags & ~0x80  # NVML errors are logged above
+        if raised:
+            th = self.thresholds
+            log.warning("GPU %d health: %s (temp %s C, warn %d / critical %d; fan %s%%; "
+                        "power %s / limit %s mW)", g.index, describe(raised), s.temp_c,
+                        th.temp_warn_c, th.temp_critical_c, s.fan_pct, s.power_mw,
+                        s.power_limit_mw)
+        st.flags = f
+
+    # ------------------------------------------------------------------ jobs
+
+    def poll_jobs(self, now: float) -> None:
+        """Refresh the job list; a failing job source keeps the current jobs running."""
+        try:
+            jobs = [j for j in self.job_source.assigned_jobs()
+                    if j.status in ("open", "running", "finishing")]
+        except JobSourceError as e:
+            log.warning("job source failed, keeping current jobs: %s", e)
+            return
+        listed = {j.job for j in jobs}
+        for job_key in list(self.active):
+            if job_key not in listed:
+                log.info("job %s is no longer assigned/running; stopping its proofs",
+                         self.active[job_key].job.job_b58)
+                self._drop(job_key)
+        stored = self.outbox.assignments()
+        for stale in set(stored) - listed:
+            self.outbox.release(stale)
+            del stored[stale]
+        assignment, starved = assign_gpus(jobs, [g.uuid for g in self.gpus], stored)
+        for j in starved:
+            log.error("job %s needs %d GPU(s) but only %d are free here; not taking it",
+                      j.job_b58, j.gpu_count, len(self.gpus) - sum(map(len, assignment.values())))
+        for j in jobs:
+            uuids = assignment.get(j.job)
+            if uuids is None:
+                continue
+            if j.job not in stored:
+                self.outbox.set_assignment(j.job, uuids)
+                log.info("job %s: assigned GPU(s) %s", j.job_b58, ", ".join(uuids))
+            if j.status == "open":
+                try:
+                    self.job_source.accept(j)
+                    log.info("job %s accepted", j.job_b58)
+                except JobSourceError as e:
+                    log.warning("cannot accept job %s yet: %s", j.job_b58, e)
+                continue
+            if j.started_at is None:
+                log.warning("job %s is %s but has no started_at; waiting", j.job_b58, j.status)
+                continue
+            cur = self.active.get(j.job)
+            if cur is not None:
+                cur.job = j
+                continue
+            chain = self.outbox.ensure_job(j.job, j.started_at, self.window_seconds)
+            if chain.window_seconds != self.window_seconds:
+                log.warning("job %s keeps its window length of %ds (configured: %ds)",
+                            j.job_b58, chain.window_seconds, self.window_seconds)
+            missing = [u for u in uuids if u not in {g.uuid for g in self.gpus}]
+            if missing:
+                log.error("job %s: assigned GPU(s) %s are not present on this machine; their "
+                          "windows are not billable", j.job_b58, ", ".join(missing))
+            self.active[j.job] = ActiveJob(job=j, uuids=tuple(uuids), chain=chain)
+            log.info("job %s: proving from seq %d, window start %d", j.job_b58,
+                     chain.last_seq + 1, chain.last_window_end)
+
+    def _drop(self, job_key: bytes) -> None:
+        self.active.pop(job_key, None)
+        self.outbox.release(job_key)
+
+    # ------------------------------------------------------------------ windows
+
+    def next_close_at(self) -> float | None:
+        """When the earliest open window of any job can be closed."""
+        ends = [self._next_end(a) for a in self.active.values() if not a.done]
+        ends = [e for e in ends if e is not None]
+        return min(ends) + self.close_grace_s if ends else None
+
+    @staticmethod
+    def _next_end(a: ActiveJob) -> int | None:
+        start = a.chain.last_window_end
+        end = start + a.chain.window_seconds
+        if a.job.ended_at is not None:
+            end = min(end, a.job.ended_at)
+        return end if end > start else None
+
+    def close_windows(self, now: float) -> list[WindowProof]:
+        """Prove every window that ended at least ``close_grace_s`` before ``now``."""
+        recorded: list[WindowProof] = []
+        for a in list(self.active.values()):
+            for _ in range(MAX_CATCH_UP_PER_ROUND):
+                end = self._next_end(a)
+                if end is None:
+                    if not a.done:
+                        log.info("job %s: final window proven (ended_at %s)", a.job.job_b58,
+                                 a.job.ended_at)
+                    a.done = True
+                    break
+                if end + self.close_grace_s > now:
+                    break
+                recorded.append(self._prove(a, a.chain.last_window_end, end))
+        if recorded:
+            self.on_record()
+        starts = [a.chain.last_window_end for a in self.active.values() if not a.done]
+        self.buffer.prune(min(starts) - 1 if starts else now - 5)
+        return recorded
+
+    def _prove(self, a: ActiveJob, start: int, end: int) -> WindowProof:
+        results = []
+        procs: list[tuple[str, int, int | None]] = []
+        for uuid in a.uuids:
+            samples, ecc_base = self.buffer.window(uuid, start, end)
+            results.append(aggregate_gpu(uuid, samples, start, end, self.thresholds, ecc_base))
+            for s in samples:
+                if s.ok and s.processes:
+                    procs.extend((uuid, pid, used) for pid, used in s.processes)
+        billable = billable_seconds(end - start, results)
+        flags = 0
+        for r in results:
+            flags |= r.window.health_flags
+        c = a.chain
+        proof = WindowProof(
+            program_id=a.job.program_id, market=a.job.market, job=a.job.job,
+            provider=a.job.provider, worker_key=self.key.pubkey, seq=c.last_seq + 1,
+            window_start=start, window_end=end, sample_interval_ms=self.sample_interval_ms,
+            gpus=tuple(r.window for r in results), process_list_hash=process_list_hash(procs),
+            prev_proof_hash=c.last_hash, health_flags=flags, billable_seconds=billable,
+            cumulative_seconds=c.cumulative + billable,
+        )
+        data = encode_proof(proof)
+        h = proof_hash(data)
+        psig = sign_proof(self.key.private_key, data)
+        rsig = sign(self.key.private_key, receipt_for_proof(proof, data))
+        a.chain = self.outbox.record(proof, data, h, psig, rsig)
+        level = logging.INFO if billable == end - start else logging.WARNING
+        log.log(level, "job %s seq %d [%d, %d): billable %ds of %ds, cumulative %ds, health %s",
+                a.job.job_b58, proof.seq, start, end, billable, end - start,
+                proof.cumulative_seconds, describe(flags))
+        return proof
+
+    # ------------------------------------------------------------------ threads
+
+    def run(self, *, validators_client: Callable[[], httpx.Client], policy: RetryPolicy,
+            outbox_factory: Callable[[], Outbox], stop: threading.Event,
+            run_seconds: float | None = None) -> None:
+        """Run sampler, sender and the main loop until ``stop`` is set (or ``run_seconds``)."""
+        deadline = None if run_seconds is None else time.time() + run_seconds
+        wake = threading.Event()
+        self.on_record = wake.set
+        for v in self.outbox.sync_validators():
+            log.warning("validator %s is no longer configured; its undelivered proofs are "
+                        "dropped for it", v)
+        counts = self.outbox.counts()
+        if counts["proofs"]:
+            log.info("outbox holds %d proof(s) to deliver (%s)", counts["proofs"], counts)
+
+        threads = [
+            threading.Thread(target=self._sampler_loop, args=(stop,), name="sampler",
+                             daemon=True),
+            threading.Thread(target=self._sender_loop,
+                             args=(stop, wake, validators_client, policy, outbox_factory),
+                             name="sender", daemon=True),
+        ]
+        for t in threads:
+            t.start()
+        try:
+            next_poll = 0.0
+            while not stop.is_set():
+                now = time.time()
+                if deadline is not None and now >= deadline:
+                    break
+                if now >= next_poll:
+                    self.poll_jobs(now)
+                    next_poll = now + self.poll_seconds
+                self.close_windows(time.time())
+                wait_until = min(x for x in (next_poll, self.next_close_at(), deadline,
+                                             now + 1.0) if x is not None)
+                stop.wait(max(0.01, wait_until - time.time()))
+        finally:
+            stop.set()
+            self._main_done.set()
+            wake.set()
+            for t in threads:
+                t.join(timeout=15)
+            self.backend.shutdown()
+
+    def _sampler_loop(self, stop: threading.Event) -> None:
+        iv = self.sample_interval_ms / 1000
+        while not stop.is_set():
+            now = time.time()
+            nxt = (math.floor(now / iv) + 0.5) * iv
+            if nxt <= now:
+                nxt += iv
+            if stop.wait(nxt - now):
+                return
+            try:
+                self.sample_tick(time.time())
+            except Exception:  # never let one bad round kill sampling
+                log.exception("sampling round failed")
+
+    def _sender_loop(self, stop: threading.Event, wake: threading.Event,
+                     client_factory: Callable[[], httpx.Client], policy: RetryPolicy,
+                     outbox_factory: Callable[[], Outbox]) -> None:
+        outbox = outbox_factory()
+        client = client_factory()
+        sender = Sender(outbox, self.key.pubkey, client, policy)
+        try:
+            while not stop.is_set():
+                wake.clear()
+                try:
+                    sender.deliver_once()
+                except Exception:
+                    log.exception("delivery round failed")
+                nxt = outbox.next_due_at()
+                timeout = 1.0 if nxt is None else min(1.0, max(0.05, nxt - time.time()))
+                wake.wait(timeout)
+            # Graceful stop: one last round for what the main loop recorded last.
+            self._main_done.wait(5)
+            try:
+                sender.deliver_once()
+            except Exception:
+                log.exception("final delivery round failed")
+        finally:
+            client.close()
+            outbox.close()

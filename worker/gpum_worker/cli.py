@@ -1,0 +1,247 @@
+"""``gpum-worker``: run | keygen | probe.
+
+Errors that an operator can fix (``WorkerError``) are printed as one line
+``error: <message>`` on stderr with exit code 1, never as a traceback.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+from .errors import ConfigError, NvmlUnavailable, WorkerError
+from .gpu import GpuBackend, NvmlBackend, discover, read_sample
+
+log = logging.getLogger("gpum_worker")
+
+
+def _fail(msg: str) -> None:
+    click.echo(f"error: {msg}", err=True)
+    sys.exit(1)
+
+
+def _make_backend(simulate: bool, gpus: int | None, seed: int) -> GpuBackend:
+    if simulate:
+        from .simulate import SimulatedBackend
+
+        try:
+            return SimulatedBackend(gpus or 1, seed)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
+    if gpus is not None:
+        raise ConfigError("--gpus only applies with --simulate")
+    return NvmlBackend()
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="gpum-worker")
+def cli() -> None:
+    """gpu-market worker agent: samples GPUs, signs window proofs, delivers them."""
+
+
+@cli.command()
+@click.option("--out", "out", required=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="Where to write the key file (Solana CLI format, mode 0600).")
+@click.option("--force", is_flag=True, help="Overwrite an existing file.")
+def keygen(out: Path, force: bool) -> None:
+    """Create a worker key and print its base58 public key (register it on chain)."""
+    from .keys import generate_key_file
+
+    try:
+        key = generate_key_file(out, force=force)
+    except WorkerError as e:
+        _fail(str(e))
+    click.echo(key.pubkey_b58)
+    click.echo(f"wrote {out} (mode 0600); register this public key as the provider's worker "
+               "key (gpum provider rotate-worker-key / register).", err=True)
+
+
+@cli.command()
+@click.option("--simulate", is_flag=True, help="Probe simulated GPUs instead of NVML.")
+@click.option("--gpus", type=int, default=None, help="Simulated GPU count (with --simulate).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Simulation seed.")
+def probe(simulate: bool, gpus: int | None, seed: int) -> None:
+    """Print what NVML sees: per GPU its metrics, and which are unsupported.
+
+    Exit code 1 when no NVIDIA driver is present.
+    """
+    try:
+        backend = _make_backend(simulate, gpus, seed)
+        backend.init()
+    except NvmlUnavailable as e:
+        click.echo(f"no NVIDIA GPU available: {e}", err=True)
+        sys.exit(1)
+    except WorkerError as e:
+        _fail(str(e))
+    try:
+        found = discover(backend)
+        click.echo(f"backend: {backend.kind}; driver: {backend.driver_version() or 'unknown'}; "
+                   f"{len(found)} GPU(s)")
+        for g in found:
+            s = read_sample(backend, g, time.time())
+            click.echo(f"GPU {g.index}: {g.name} {g.uuid}")
+            if not s.ok:
+                click.echo(f"  LOST: {s.lost_reason}")
+                continue
+            rows = [
+                ("utilization", f"gpu {s.util_gpu_pct}% / memory {s.util_mem_pct}%"
+                 if s.util_gpu_pct is not None else None),
+                ("memory", f"{s.mem_used_mib} / {s.mem_total_mib} MiB"
+                 if s.mem_used_mib is not None else None),
+                ("temperature", f"{s.temp_c} C" if s.temp_c is not None else None),
+                ("power", f"{s.power_mw} mW" if s.power_mw is not None else None),
+                ("power_limit", f"{s.power_limit_mw} mW" if s.power_limit_mw is not None
+                 else None),
+                ("fan", f"{s.fan_pct}%" if s.fan_pct is not None else None),
+                ("ecc_uncorrected", str(s.ecc_uncorrected_total)
+                 if s.ecc_uncorrected_total is not None else None),
+                ("processes", ", ".join(f"pid {p} ({'?' if u is None else u // 2**20} MiB)"
+                                        for p, u in s.processes) or "none"
+                 if s.processes is not None else None),
+            ]
+            errs = dict(s.errors)
+            for name, text in rows:
+                if name in s.unsupported:
+                    text = "not supported (recorded as absent)"
+                elif name in errs:
+                    text = f"call failed: {errs[name]}"
+                click.echo(f"  {name:16} {text}")
+    finally:
+        backend.shutdown()
+
+
+def _parse_job(spec: str) -> tuple[str, int]:
+    job, _, n = spec.partition(":")
+    try:
+        count = int(n) if n else 1
+    except ValueError:
+        raise ConfigError(f"--job {spec!r}: expected PUBKEY or PUBKEY:GPU_COUNT") from None
+    if count < 1:
+        raise ConfigError(f"--job {spec!r}: GPU count must be >= 1")
+    return job, count
+
+
+@cli.command()
+@click.option("--config", "config_path", type=click.Path(dir_okay=False, path_type=Path),
+              envvar="GPUM_WORKER_CONFIG", help="TOML config file [env GPUM_WORKER_CONFIG].")
+@click.option("--key", "key_file", help="Worker key file [GPUM_WORKER_KEY_FILE].")
+@click.option("--db", help="Outbox SQLite path [GPUM_WORKER_DB].")
+@click.option("--validator", "validators", multiple=True,
+              help="Validator base URL, repeatable [GPUM_WORKER_VALIDATORS, comma-separated].")
+@click.option("--window-seconds", type=int, help="Window length, 1..3600 (default 60).")
+@click.option("--sample-interval-ms", type=int, help="Sample interval (default 1000).")
+@click.option("--poll-seconds", type=float, help="Job list refresh period (default 10).")
+@click.option("--rpc-url", help="Solana RPC URL for the chain job source.")
+@click.option("--program-id", help="gpu_market program id (base58).")
+@click.option("--market", help="Market address (base58).")
+@click.option("--provider", help="Provider PDA (base58).")
+@click.option("--job", "jobs", multiple=True, metavar="PUBKEY[:GPUS]",
+              help="Prove this job instead of reading jobs from chain (repeatable).")
+@click.option("--job-started-at", type=int,
+              help="With --job: the job's start (unix seconds; default: first run's time).")
+@click.option("--simulate", is_flag=True, help="Use simulated GPUs (never implicit).")
+@click.option("--gpus", type=int, default=None, help="Simulated GPU count (with --simulate).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Simulation seed.")
+@click.option("--run-seconds", type=float, help="Stop after this many seconds.")
+@click.option("--log-level", help="debug | info | warning | error [GPUM_WORKER_LOG_LEVEL].")
+def run(config_path: Path | None, jobs: tuple[str, ...], job_started_at: int | None,
+        simulate: bool, gpus: int | None, seed: int, run_seconds: float | None,
+        **flags: Any) -> None:
+    """Sample GPUs, prove each assigned job's windows and deliver the proofs."""
+    try:
+        _run(config_path, jobs, job_started_at, simulate, gpus, seed, run_seconds, flags)
+    except WorkerError as e:
+        _fail(str(e))
+
+
+def _run(config_path: Path | None, job_specs: tuple[str, ...], job_started_at: int | None,
+         simulate: bool, gpus: int | None, seed: int, run_seconds: float | None,
+         flags: dict[str, Any]) -> None:
+    import httpx
+
+    from .agent import Agent
+    from .config import load_toml, resolve
+    from .jobs import AssignedJob, ChainJobSource, JobSource, StaticJobSource
+    from .keys import decode_pubkey, load_worker_key
+    from .outbox import Outbox
+
+    file = load_toml(config_path) if config_path else {}
+    cfg = resolve(file, os.environ, flags)
+    logging.basicConfig(level=cfg.log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if cfg.log_level != "debug":
+        logging.getLogger("httpx").setLevel(logging.WARNING)
+    key = load_worker_key(cfg.key_file)
+    backend = _make_backend(simulate, gpus, seed)
+    if run_seconds is not None and run_seconds <= 0:
+        raise ConfigError("--run-seconds must be positive")
+
+    missing = [n for n, v in (("--program-id", cfg.program_id), ("--market", cfg.market),
+                              ("--provider", cfg.provider)) if v is None]
+    if job_specs and missing:
+        raise ConfigError(f"--job needs {', '.join(missing)}")
+    if not job_specs and (missing or not cfg.rpc_url):
+        need = missing + ([] if cfg.rpc_url else ["--rpc-url"])
+        raise ConfigError(f"reading jobs from chain needs {', '.join(need)} (or pass --job)")
+    if not cfg.db.parent.exists():
+        cfg.db.parent.mkdir(parents=True, exist_ok=True)
+    outbox = Outbox(cfg.db, key.pubkey, cfg.validators)
+    source: JobSource
+    if job_specs:
+        static = []
+        for spec in job_specs:
+            pk, count = _parse_job(spec)
+            try:
+                job = decode_pubkey(pk, "--job")
+            except ValueError as e:
+                raise ConfigError(str(e)) from None
+            chain = outbox.job_chain(job)
+            started = (chain.started_at if chain else
+                       job_started_at if job_started_at is not None else int(time.time()))
+            static.append(AssignedJob(job=job, market=cfg.market, program_id=cfg.program_id,
+                                      provider=cfg.provider, gpu_count=count, status="running",
+                                      started_at=started))
+        source = StaticJobSource(static)
+    else:
+        source = ChainJobSource.connect(cfg.rpc_url, cfg.program_id, cfg.provider, key)
+
+    agent = Agent(backend=backend, job_source=source, outbox=outbox, key=key,
+                  window_seconds=cfg.window_seconds, sample_interval_ms=cfg.sample_interval_ms,
+                  thresholds=cfg.thresholds, poll_seconds=cfg.poll_seconds)
+    agent.start()
+    log.info("worker %s started: %s backend, %d GPU(s), window %ds, validators %s",
+             key.pubkey_b58, backend.kind, len(agent.gpus), cfg.window_seconds,
+             ", ".join(cfg.validators))
+    stop = threading.Event()
+
+    def _on_signal(signum: int, _frame: Any) -> None:
+        log.info("signal %d received; stopping", signum)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGINT, _on_signal)
+    try:
+        agent.run(validators_client=lambda: httpx.Client(timeout=cfg.retry.timeout_s),
+                  policy=cfg.retry,
+                  outbox_factory=lambda: Outbox(cfg.db, key.pubkey, cfg.validators),
+                  stop=stop, run_seconds=run_seconds)
+    finally:
+        counts = outbox.counts()
+        outbox.close()
+        log.info("stopped; outbox: %s", counts)
+
+
+def main() -> None:
+    cli(prog_name="gpum-worker")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

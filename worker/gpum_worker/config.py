@@ -1,0 +1,250 @@
+"""Worker configuration: TOML file < environment (GPUM_WORKER_*) < command-line flags.
+
+``resolve`` is pure (it takes the parsed file, the environment mapping and the flags) and
+raises ``ConfigError`` with a one-line, actionable message. See worker/README.md for the
+full list of keys.
+
+TOML layout::
+
+    key_file = "/etc/gpum-worker/worker-key.json"
+    db = "/var/lib/gpum-worker/outbox.sqlite"
+    validators = ["https://validator-1.example:8080"]
+    window_seconds = 60
+    sample_interval_ms = 1000
+    poll_seconds = 10
+    log_level = "info"
+    [chain]
+    rpc_url = "http://127.0.0.1:8899"
+    program_id = "<base58>"
+    market = "<base58>"
+    provider = "<base58 Provider PDA>"
+    [health]
+    temp_warn_c = 85
+    temp_critical_c = 95
+    fan_warn_pct = 95
+    power_over_limit_pct = 105
+    ecc_uncorrected_max = 0
+    [sender]
+    timeout_seconds = 10
+    backoff_base_seconds = 1
+    backoff_cap_seconds = 60
+    rejected_retry_seconds = 3600
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import tomllib
+
+from .errors import ConfigError
+from .health import DEFAULT_THRESHOLDS, Thresholds
+from .keys import decode_pubkey
+from .sender import DEFAULT_RETRY, RetryPolicy
+
+ENV_PREFIX = "GPUM_WORKER_"
+
+
+def default_state_dir() -> Path:
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "gpum-worker"
+
+
+def default_key_file() -> Path:
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "gpum-worker" / "worker-key.json"
+
+
+# (toml path, env var suffix, flag name, type)
+_SCALARS: tuple[tuple[str, str, str, type], ...] = (
+    ("key_file", "KEY_FILE", "key_file", str),
+    ("db", "DB", "db", str),
+    ("window_seconds", "WINDOW_SECONDS", "window_seconds", int),
+    ("sample_interval_ms", "SAMPLE_INTERVAL_MS", "sample_interval_ms", int),
+    ("poll_seconds", "POLL_SECONDS", "poll_seconds", float),
+    ("log_level", "LOG_LEVEL", "log_level", str),
+    ("chain.rpc_url", "RPC_URL", "rpc_url", str),
+    ("chain.program_id", "PROGRAM_ID", "program_id", str),
+    ("chain.market", "MARKET", "market", str),
+    ("chain.provider", "PROVIDER", "provider", str),
+)
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    key_file: Path
+    db: Path
+    validators: tuple[str, ...]
+    window_seconds: int = 60
+    sample_interval_ms: int = 1000
+    poll_seconds: float = 10.0
+    log_level: str = "info"
+    rpc_url: str | None = None
+    program_id: bytes | None = None
+    market: bytes | None = None
+    provider: bytes | None = None
+    thresholds: Thresholds = DEFAULT_THRESHOLDS
+    retry: RetryPolicy = DEFAULT_RETRY
+
+
+def load_toml(path: Path) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} not found") from None
+    except OSError as e:
+        raise ConfigError(f"cannot read config file {path}: {e.strerror}") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"config file {path} is not valid TOML: {e}") from None
+
+
+def _get(d: Mapping[str, Any], dotted: str) -> Any:
+    cur: Any = d
+    for part in dotted.split("."):
+        if not isinstance(cur, Mapping) or part not in cur:
+            return None
+        cur = cur[part]
+    return cur
+
+
+def _convert(name: str, value: Any, typ: type) -> Any:
+    if typ is str:
+        if not isinstance(value, str) or not value.strip():
+            raise ConfigError(f"{name} must be a non-empty string")
+        return value.strip()
+    if isinstance(value, bool):
+        raise ConfigError(f"{name} must be a number, got {value!r}")
+    try:
+        return typ(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{name} must be a number, got {value!r}") from None
+
+
+def check_url(url: str) -> str:
+    """An http(s) URL with a host; ConfigError otherwise."""
+    parts = urlsplit(url.strip())
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError(f"bad validator URL {url!r}: expected http(s)://host[:port]")
+    try:
+        parts.port  # noqa: B018 - raises on a bad port
+    except ValueError:
+        raise ConfigError(f"bad validator URL {url!r}: invalid port") from None
+    return url.strip().rstrip("/")
+
+
+def _pubkey(name: str, value: str | None) -> bytes | None:
+    if value is None:
+        return None
+    try:
+        return decode_pubkey(value, name)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+
+
+def _section(file: Mapping[str, Any], name: str, cls: type, mapping: dict[str, str]) -> Any:
+    sec = file.get(name, {})
+    if not isinstance(sec, Mapping):
+        raise ConfigError(f"[{name}] must be a table")
+    unknown = set(sec) - set(mapping)
+    if unknown:
+        raise ConfigError(f"unknown key(s) in [{name}]: {', '.join(sorted(unknown))}")
+    kwargs = {}
+    types = {f.name: f.type for f in fields(cls)}
+    for key, attr in mapping.items():
+        if key in sec:
+            typ = float if types[attr] in (float, "float") else int
+            kwargs[attr] = _convert(f"{name}.{key}", sec[key], typ)
+    return cls(**kwargs)
+
+
+_KNOWN_TOP = {"key_file", "db", "validators", "window_seconds", "sample_interval_ms",
+              "poll_seconds", "log_level", "chain", "health", "sender"}
+_KNOWN_CHAIN = {"rpc_url", "program_id", "market", "provider"}
+
+
+def resolve(file: Mapping[str, Any], env: Mapping[str, str], flags: Mapping[str, Any]
+            ) -> WorkerConfig:
+    """Merge defaults < file < env < flags (flags with value None are unset)."""
+    unknown = set(file) - _KNOWN_TOP
+    if unknown:
+        raise ConfigError(f"unknown config key(s): {', '.join(sorted(unknown))}")
+    chain = file.get("chain", {})
+    if not isinstance(chain, Mapping) or set(chain) - _KNOWN_CHAIN:
+        raise ConfigError(f"[chain] accepts only: {', '.join(sorted(_KNOWN_CHAIN))}")
+    vals: dict[str, Any] = {}
+    for toml_key, env_key, flag, typ in _SCALARS:
+        v = _get(file, toml_key)
+        src = toml_key
+        if env.get(ENV_PREFIX + env_key):
+            v, src = env[ENV_PREFIX + env_key], ENV_PREFIX + env_key
+        if flags.get(flag) is not None:
+            v, src = flags[flag], "--" + flag.replace("_", "-")
+        if v is not None:
+            vals[flag] = _convert(src, v, typ)
+
+    validators: list[str] = []
+    file_v = file.get("validators")
+    if file_v is not None:
+        if not isinstance(file_v, list) or not all(isinstance(u, str) for u in file_v):
+            raise ConfigError("validators must be a list of URLs")
+        validators = list(file_v)
+    if env.get(ENV_PREFIX + "VALIDATORS"):
+        validators = [u for u in env[ENV_PREFIX + "VALIDATORS"].split(",") if u.strip()]
+    if flags.get("validators"):
+        validators = list(flags["validators"])
+    validators = list(dict.fromkeys(check_url(u) for u in validators))
+    if not validators:
+        raise ConfigError("no validator configured: pass --validator URL (repeatable), set "
+                          "GPUM_WORKER_VALIDATORS or `validators = [...]` in the config file")
+
+    window = vals.get("window_seconds", 60)
+    if not 1 <= window <= 3600:
+        raise ConfigError(f"window_seconds must be between 1 and 3600, got {window}")
+    interval = vals.get("sample_interval_ms", 1000)
+    if not 100 <= interval <= 1000 or 1000 % interval:
+        raise ConfigError("sample_interval_ms must divide 1000 and be at least 100 "
+                          f"(e.g. 1000, 500, 250), got {interval}")
+    poll = vals.get("poll_seconds", 10.0)
+    if not 0.1 <= poll <= 3600:
+        raise ConfigError(f"poll_seconds must be between 0.1 and 3600, got {poll}")
+    level = vals.get("log_level", "info").lower()
+    if level not in ("debug", "info", "warning", "error"):
+        raise ConfigError("log_level must be one of debug, info, warning, error")
+
+    thresholds = _section(file, "health", Thresholds, {
+        "temp_warn_c": "temp_warn_c", "temp_critical_c": "temp_critical_c",
+        "fan_warn_pct": "fan_warn_pct", "power_over_limit_pct": "power_over_limit_pct",
+        "ecc_uncorrected_max": "ecc_uncorrected_max"})
+    try:
+        thresholds.validate()
+    except ValueError as e:
+        raise ConfigError(f"[health]: {e}") from None
+    retry = _section(file, "sender", RetryPolicy, {
+        "timeout_seconds": "timeout_s", "backoff_base_seconds": "base_s",
+        "backoff_cap_seconds": "cap_s", "rejected_retry_seconds": "rejected_retry_s"})
+    if not (0 < retry.base_s <= retry.cap_s and retry.timeout_s > 0
+            and retry.rejected_retry_s > 0):
+        raise ConfigError("[sender]: need 0 < backoff_base_seconds <= backoff_cap_seconds and "
+                          "positive timeout_seconds / rejected_retry_seconds")
+
+    return WorkerConfig(
+        key_file=Path(vals.get("key_file") or default_key_file()).expanduser(),
+        db=Path(vals.get("db") or default_state_dir() / "outbox.sqlite").expanduser(),
+        validators=tuple(validators),
+        window_seconds=window,
+        sample_interval_ms=interval,
+        poll_seconds=poll,
+        log_level=level,
+        rpc_url=vals.get("rpc_url"),
+        program_id=_pubkey("program_id", vals.get("program_id")),
+        market=_pubkey("market", vals.get("market")),
+        provider=_pubkey("provider", vals.get("provider")),
+        thresholds=thresholds,
+        retry=retry,
+    )

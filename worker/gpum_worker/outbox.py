@@ -1,0 +1,291 @@
+"""Durable outbox and per-job chain state in SQLite (WAL, synchronous=FULL).
+
+Guarantees:
+
+* ``record`` writes a signed proof, one delivery row per configured validator and the job's
+  new chain state (last seq, last proof hash, cumulative seconds, last window end) in one
+  transaction, and refuses a proof that does not extend the stored chain. A crash at any
+  moment leaves either the old state or the new one, so after a restart the next proof of
+  a job always has ``seq = last_seq + 1`` and ``prev_proof_hash = last_hash``: a (job, seq)
+  is never signed twice with different contents.
+* A proof is deleted only after every configured validator acknowledged it.
+* The database belongs to one worker key; opening it with another key is refused.
+* GPU assignments per job are stored here, so they survive restarts.
+
+Each thread opens its own ``Outbox`` (sqlite3 connections are per thread).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpu_market.proof import ZERO_HASH, WindowProof
+
+from .errors import OutboxError
+from .keys import b58encode
+
+SCHEMA_VERSION = "1"
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS jobs(
+    job BLOB PRIMARY KEY,
+    started_at INTEGER NOT NULL,
+    window_seconds INTEGER NOT NULL,
+    last_seq INTEGER NOT NULL,
+    last_hash BLOB NOT NULL,
+    cumulative INTEGER NOT NULL,
+    last_window_end INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS assignments(
+    job BLOB NOT NULL, slot INTEGER NOT NULL, gpu_uuid TEXT NOT NULL,
+    PRIMARY KEY(job, slot)
+);
+CREATE TABLE IF NOT EXISTS outbox(
+    job BLOB NOT NULL, seq INTEGER NOT NULL,
+    proof BLOB NOT NULL, proof_hash BLOB NOT NULL,
+    proof_sig BLOB NOT NULL, receipt_sig BLOB NOT NULL,
+    created_at REAL NOT NULL,
+    PRIMARY KEY(job, seq)
+);
+CREATE TABLE IF NOT EXISTS deliveries(
+    job BLOB NOT NULL, seq INTEGER NOT NULL, validator TEXT NOT NULL,
+    state TEXT NOT NULL CHECK(state IN ('pending', 'rejected', 'equivocation')),
+    attempts INTEGER NOT NULL DEFAULT 0,
+    next_attempt_at REAL NOT NULL,
+    last_error TEXT,
+    PRIMARY KEY(job, seq, validator)
+);
+CREATE INDEX IF NOT EXISTS deliveries_due ON deliveries(validator, state, next_attempt_at);
+"""
+
+
+@dataclass(frozen=True)
+class JobChain:
+    """Chain state of one job: what the next proof must extend."""
+
+    job: bytes
+    started_at: int
+    window_seconds: int
+    last_seq: int
+    last_hash: bytes
+    cumulative: int
+    last_window_end: int
+
+
+@dataclass(frozen=True)
+class OutboxItem:
+    job: bytes
+    seq: int
+    proof: bytes
+    proof_hash: bytes
+    proof_sig: bytes
+    receipt_sig: bytes
+    attempts: int
+    state: str
+
+
+class Outbox:
+    def __init__(self, path: Path | str, worker_key: bytes, validators: Sequence[str],
+                 clock=time.time) -> None:
+        self.path = str(path)
+        self.validators = tuple(validators)
+        self._clock = clock
+        try:
+            self._db = sqlite3.connect(self.path, isolation_level=None, timeout=30.0)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=FULL")
+            self._db.execute("PRAGMA busy_timeout=30000")
+            self._db.executescript(_SCHEMA)
+            self._check_owner(worker_key)
+        except sqlite3.Error as e:
+            raise OutboxError(f"cannot open outbox database {self.path}: {e}") from None
+
+    def close(self) -> None:
+        self._db.close()
+
+    # ------------------------------------------------------------------ transactions
+
+    def _tx(self) -> _Tx:
+        return _Tx(self._db)
+
+    def _check_owner(self, worker_key: bytes) -> None:
+        with self._tx():
+            row = self._db.execute("SELECT value FROM meta WHERE key='worker_key'").fetchone()
+            if row is None:
+                self._db.execute("INSERT INTO meta VALUES('worker_key', ?)",
+                                 (b58encode(worker_key),))
+                self._db.execute("INSERT OR REPLACE INTO meta VALUES('schema', ?)",
+                                 (SCHEMA_VERSION,))
+            elif row[0] != b58encode(worker_key):
+                raise OutboxError(
+                    f"outbox {self.path} belongs to worker key {row[0]}, not "
+                    f"{b58encode(worker_key)}; use the matching key or another --db"
+                )
+
+    # ------------------------------------------------------------------ chain state
+
+    def job_chain(self, job: bytes) -> JobChain | None:
+        row = self._db.execute(
+            "SELECT job, started_at, window_seconds, last_seq, last_hash, cumulative, "
+            "last_window_end FROM jobs WHERE job=?", (job,)).fetchone()
+        return None if row is None else JobChain(*row)
+
+    def ensure_job(self, job: bytes, started_at: int, window_seconds: int) -> JobChain:
+        """Chain state of ``job``, creating it (seq 0, zero hash, window start = started_at)."""
+        with self._tx():
+            self._db.execute(
+                "INSERT OR IGNORE INTO jobs VALUES(?, ?, ?, 0, ?, 0, ?)",
+                (job, started_at, window_seconds, ZERO_HASH, started_at))
+        chain = self.job_chain(job)
+        assert chain is not None
+        return chain
+
+    def record(self, proof: WindowProof, proof_bytes: bytes, proof_hash: bytes,
+               proof_sig: bytes, receipt_sig: bytes) -> JobChain:
+        """Store a signed proof and advance the job's chain atomically (see module doc)."""
+        now = self._clock()
+        with self._tx():
+            row = self._db.execute(
+                "SELECT last_seq, last_hash, cumulative, last_window_end FROM jobs WHERE job=?",
+                (proof.job,)).fetchone()
+            if row is None:
+                raise OutboxError("record(): unknown job; call ensure_job first")
+            last_seq, last_hash, cumulative, last_end = row
+            if (proof.seq != last_seq + 1 or proof.prev_proof_hash != last_hash
+                    or proof.window_start != last_end
+                    or proof.cumulative_seconds != cumulative + proof.billable_seconds):
+                raise OutboxError(
+                    f"proof seq {proof.seq} does not extend the stored chain of job "
+                    f"{b58encode(proof.job)} (last seq {last_seq}); refusing to store it")
+            self._db.execute("INSERT INTO outbox VALUES(?, ?, ?, ?, ?, ?, ?)",
+                             (proof.job, proof.seq, proof_bytes, proof_hash, proof_sig,
+                              receipt_sig, now))
+            self._db.executemany(
+                "INSERT INTO deliveries(job, seq, validator, state, next_attempt_at) "
+                "VALUES(?, ?, ?, 'pending', ?)",
+                [(proof.job, proof.seq, v, now) for v in self.validators])
+            self._db.execute(
+                "UPDATE jobs SET last_seq=?, last_hash=?, cumulative=?, last_window_end=? "
+                "WHERE job=?",
+                (proof.seq, proof_hash, proof.cumulative_seconds, proof.window_end, proof.job))
+        chain = self.job_chain(proof.job)
+        assert chain is not None
+        return chain
+
+    # ------------------------------------------------------------------ deliveries
+
+    def sync_validators(self) -> list[str]:
+        """Make pending deliveries match the configured validators; make them due now.
+
+        Returns the validators whose undelivered proofs were dropped because they are no
+        longer configured.
+        """
+        now = self._clock()
+        with self._tx():
+            marks = ",".join("?" * len(self.validators))
+            dropped = [r[0] for r in self._db.execute(
+                f"SELECT DISTINCT validator FROM deliveries WHERE validator NOT IN ({marks})",
+                self.validators)]
+            self._db.execute(f"DELETE FROM deliveries WHERE validator NOT IN ({marks})",
+                             self.validators)
+            for v in self.validators:
+                self._db.execute(
+                    "INSERT OR IGNORE INTO deliveries(job, seq, validator, state, "
+                    "next_attempt_at) SELECT job, seq, ?, 'pending', ? FROM outbox", (v, now))
+            self._db.execute("UPDATE deliveries SET next_attempt_at=? WHERE state='pending'",
+                             (now,))
+            self._delete_delivered()
+        return dropped
+
+    def due(self, validator: str, now: float, limit: int) -> list[OutboxItem]:
+        """Deliveries to ``validator`` due at ``now`` (pending or rejected), oldest first."""
+        rows = self._db.execute(
+            "SELECT o.job, o.seq, o.proof, o.proof_hash, o.proof_sig, o.receipt_sig, "
+            "d.attempts, d.state FROM deliveries d JOIN outbox o USING(job, seq) "
+            "WHERE d.validator=? AND d.state IN ('pending', 'rejected') "
+            "AND d.next_attempt_at<=? ORDER BY o.created_at, o.job, o.seq LIMIT ?",
+            (validator, now, limit)).fetchall()
+        return [OutboxItem(*r) for r in rows]
+
+    def ack(self, validator: str, keys: Iterable[tuple[bytes, int]]) -> None:
+        """The validator acknowledged these proofs; drop proofs every validator acked."""
+        with self._tx():
+            self._db.executemany("DELETE FROM deliveries WHERE job=? AND seq=? AND validator=?",
+                                 [(j, s, validator) for j, s in keys])
+            self._delete_delivered()
+
+    def retry_at(self, validator: str, key: tuple[bytes, int], when: float, error: str) -> None:
+        with self._tx():
+            self._db.execute(
+                "UPDATE deliveries SET attempts=attempts+1, next_attempt_at=?, last_error=? "
+                "WHERE job=? AND seq=? AND validator=?", (when, error, key[0], key[1], validator))
+
+    def reject(self, validator: str, key: tuple[bytes, int], error: str,
+               retry_at: float | None) -> None:
+        """Keep the proof for an operator; ``retry_at=None`` marks an equivocation (no retry)."""
+        state = "equivocation" if retry_at is None else "rejected"
+        with self._tx():
+            self._db.execute(
+                "UPDATE deliveries SET state=?, attempts=attempts+1, next_attempt_at=?, "
+                "last_error=? WHERE job=? AND seq=? AND validator=?",
+                (state, retry_at if retry_at is not None else 1e18, error, key[0], key[1],
+                 validator))
+
+    def next_due_at(self) -> float | None:
+        row = self._db.execute(
+            "SELECT MIN(next_attempt_at) FROM deliveries WHERE state IN ('pending', 'rejected')"
+        ).fetchone()
+        return row[0]
+
+    def counts(self) -> dict[str, int]:
+        """Number of undelivered (proof, validator) pairs by state, plus stored proofs."""
+        out = {"pending": 0, "rejected": 0, "equivocation": 0}
+        for state, n in self._db.execute("SELECT state, COUNT(*) FROM deliveries GROUP BY state"):
+            out[state] = n
+        out["proofs"] = self._db.execute("SELECT COUNT(*) FROM outbox").fetchone()[0]
+        return out
+
+    def _delete_delivered(self) -> None:
+        self._db.execute(
+            "DELETE FROM outbox WHERE NOT EXISTS (SELECT 1 FROM deliveries d "
+            "WHERE d.job=outbox.job AND d.seq=outbox.seq)")
+
+    # ------------------------------------------------------------------ GPU assignments
+
+    def assignments(self) -> dict[bytes, tuple[str, ...]]:
+        out: dict[bytes, list[str]] = {}
+        for job, _slot, uuid in self._db.execute(
+                "SELECT job, slot, gpu_uuid FROM assignments ORDER BY job, slot"):
+            out.setdefault(job, []).append(uuid)
+        return {j: tuple(u) for j, u in out.items()}
+
+    def set_assignment(self, job: bytes, uuids: Sequence[str]) -> None:
+        with self._tx():
+            self._db.execute("DELETE FROM assignments WHERE job=?", (job,))
+            self._db.executemany("INSERT INTO assignments VALUES(?, ?, ?)",
+                                 [(job, i, u) for i, u in enumerate(uuids)])
+
+    def release(self, job: bytes) -> None:
+        with self._tx():
+            self._db.execute("DELETE FROM assignments WHERE job=?", (job,))
+
+
+class _Tx:
+    """BEGIN IMMEDIATE ... COMMIT, or ROLLBACK on any exception."""
+
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self._db = db
+
+    def __enter__(self) -> None:
+        self._db.execute("BEGIN IMMEDIATE")
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self._db.execute("COMMIT")
+        else:
+            self._db.execute("ROLLBACK")

@@ -1,0 +1,306 @@
+"""Outbox durability rules and delivery over HTTP (httpx.MockTransport)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import random
+import sqlite3
+from pathlib import Path
+
+import httpx
+import pytest
+from gpu_market.proof import (
+    ZERO_HASH,
+    GpuWindow,
+    WindowProof,
+    decode_proof,
+    encode_proof,
+    proof_hash,
+)
+from gpum_worker.errors import OutboxError
+from gpum_worker.keys import WorkerKey
+from gpum_worker.outbox import Outbox
+from gpum_worker.sender import RetryPolicy, Sender, classify, classify_item
+
+V1, V2 = "http://v1.test", "http://v2.test"
+JOB = b"\x07" * 32
+
+
+class Clock:
+    def __init__(self, t: float = 1000.0) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def _proof(key: WorkerKey, seq: int, prev: bytes, cumulative: int, start: int) -> WindowProof:
+    return WindowProof(
+        program_id=b"\x01" * 32, market=b"\x02" * 32, job=JOB, provider=b"\x03" * 32,
+        worker_key=key.pubkey, seq=seq, window_start=start, window_end=start + 60,
+        sample_interval_ms=1000, gpus=(GpuWindow("GPU-a", 60, 60),),
+        process_list_hash=ZERO_HASH, prev_proof_hash=prev, health_flags=0,
+        billable_seconds=60, cumulative_seconds=cumulative)
+
+
+def _record_n(ob: Outbox, key: WorkerKey, n: int) -> list[bytes]:
+    chain = ob.ensure_job(JOB, 0, 60)
+    out = []
+    for _ in range(n):
+        p = _proof(key, chain.last_seq + 1, chain.last_hash, chain.cumulative + 60,
+                   chain.last_window_end)
+        b = encode_proof(p)
+        chain = ob.record(p, b, proof_hash(b), b"s" * 64, b"r" * 64)
+        out.append(b)
+    return out
+
+
+def test_record_advances_chain_and_survives_reopen(tmp_path: Path, key: WorkerKey) -> None:
+    db = tmp_path / "o.sqlite"
+    ob = Outbox(db, key.pubkey, [V1])
+    proofs = _record_n(ob, key, 3)
+    ob.close()
+    ob = Outbox(db, key.pubkey, [V1])
+    c = ob.job_chain(JOB)
+    assert (c.last_seq, c.cumulative, c.last_window_end) == (3, 180, 180)
+    assert c.last_hash == proof_hash(proofs[-1])
+    assert ob.counts()["proofs"] == 3
+    raw = sqlite3.connect(db)
+    assert raw.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def test_record_refuses_a_proof_that_does_not_extend_chain(tmp_path: Path, key: WorkerKey
+                                                           ) -> None:
+    ob = Outbox(tmp_path / "o.sqlite", key.pubkey, [V1])
+    _record_n(ob, key, 1)
+    c = ob.job_chain(JOB)
+    bad = [
+        _proof(key, 1, ZERO_HASH, 120, 60),                    # seq reused
+        _proof(key, 2, ZERO_HASH, 120, 60),                    # wrong prev hash
+        _proof(key, 2, c.last_hash, 120, 120),                 # gap in windows
+        _proof(key, 2, c.last_hash, 999, 60),                  # wrong cumulative
+    ]
+    for p in bad:
+        b = encode_proof(p)
+        with pytest.raises(OutboxError, match="does not extend"):
+            ob.record(p, b, proof_hash(b), b"s" * 64, b"r" * 64)
+    assert ob.job_chain(JOB) == c
+    assert ob.counts()["proofs"] == 1
+
+
+def test_outbox_owned_by_one_key(tmp_path: Path, key: WorkerKey) -> None:
+    Outbox(tmp_path / "o.sqlite", key.pubkey, [V1]).close()
+    with pytest.raises(OutboxError, match="belongs to worker key"):
+        Outbox(tmp_path / "o.sqlite", b"\x09" * 32, [V1])
+
+
+def test_unusable_db_path_is_clear_error(tmp_path: Path, key: WorkerKey) -> None:
+    with pytest.raises(OutboxError, match="cannot open outbox"):
+        Outbox(tmp_path / "missing-dir" / "o.sqlite", key.pubkey, [V1])
+
+
+def test_assignments_persist(tmp_path: Path, key: WorkerKey) -> None:
+    ob = Outbox(tmp_path / "o.sqlite", key.pubkey, [V1])
+    ob.set_assignment(JOB, ["GPU-b", "GPU-a"])
+    ob.close()
+    ob = Outbox(tmp_path / "o.sqlite", key.pubkey, [V1])
+    assert ob.assignments() == {JOB: ("GPU-b", "GPU-a")}
+    ob.release(JOB)
+    assert ob.assignments() == {}
+
+
+def test_sync_validators_adds_and_drops(tmp_path: Path, key: WorkerKey) -> None:
+    ob = Outbox(tmp_path / "o.sqlite", key.pubkey, [V1])
+    _record_n(ob, key, 2)
+    ob.close()
+    ob = Outbox(tmp_path / "o.sqlite", key.pubkey, [V2])
+    assert ob.sync_validators() == [V1]
+    assert len(ob.due(V2, 1e12, 64)) == 2 and ob.due(V1, 1e12, 64) == []
+
+
+# ---------------------------------------------------------------------------- sender
+
+
+class FakeValidators:
+    """MockTransport handler: per-host scripted answers, records requests."""
+
+    def __init__(self) -> None:
+        self.script: dict[str, list] = {}
+        self.default: dict[str, tuple[int, dict] | None] = {}
+        self.requests: list[tuple[str, str, dict]] = []
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        host = f"http://{request.url.host}"
+        self.requests.append((host, request.url.path, body))
+        queue = self.script.get(host)
+        answer = queue.pop(0) if queue else self.default.get(host)
+        if answer is None or isinstance(answer, Exception):
+            raise answer or httpx.ConnectError("connection refused", request=request)
+        if answer == "auto":
+            return self._auto(request.url.path, body)
+        status, obj = answer
+        return httpx.Response(status, json=obj)
+
+    @staticmethod
+    def _auto(path: str, body: dict) -> httpx.Response:
+        if path.endswith("/batch"):
+            return httpx.Response(200, json={"results": [{"status": "accepted"}
+                                                         for _ in body["proofs"]]})
+        return httpx.Response(200, json={"status": "accepted"})
+
+
+def _sender(ob: Outbox, key: WorkerKey, fv: FakeValidators, clock: Clock, **kw) -> Sender:
+    client = httpx.Client(transport=httpx.MockTransport(fv))
+    return Sender(ob, key.pubkey, client, RetryPolicy(**kw), random.Random(1), clock)
+
+
+def test_delete_only_after_every_validator_acked(tmp_path: Path, key: WorkerKey) -> None:
+    clock = Clock()
+    ob = Outbox(tmp_path / "o.sqlite", key.pubkey, [V1, V2], clock)
+    proofs = _record_n(ob, key, 1)
+    fv = FakeValidators()
+    fv.default[V1] = (200, {"status": "accepted", "job": "x", "seq": 1})
+    fv.default[V2] = None  # down
+    s = _sender(ob, key, fv, clock)
+    assert s.deliver_once() == 1
+    assert ob.counts()["proofs"] == 1  # V2 still owes an ack
+    body = fv.requests[0][2]
+    assert decode_proof(base64.b64decode(body["proof"])).seq == 1
+    assert base64.b64decode(body["proof"]) == proofs[0]
+    assert body["worker_key"] == key.pubkey_b58
+    fv.default[V2] = (200, {"status": "duplicate"})
+    clock.t += 1000
+    assert s.deliver_once() == 1
+    assert ob.counts() == {"pending": 0, "rejected": 0, "equivocation": 0, "proofs": 0}
+
+
+def test_backoff_exponential_capped_jittered(tmp_path: Path, key: WorkerKey) -> None:
+    clock = Clock()
+    ob = Outbox(tmp_path / "o.sqlite", key.pubkey, [V1], clock)
+    _record_n(ob, key, 1)
+    fv = FakeValidators()
+    fv.default[V1] = (503, {"error": "busy", "message": "later"})
+    s = _sender(ob, key, fv, clock, base_s=1, cap_s=8)
+    delays = []
+    for _ in range(7):
+        s.deliver_once()
+        nxt = ob.next_due_at()
+        delays.append(nxt - clock.t)
+        assert s.deliver_once() == 0  # nothing due before the backoff elapses
+        clock.t = nxt
+    assert len(fv.requests) == 7  # exactly one attempt per backoff period
+    nominal = [1, 2, 4, 8, 8, 8, 8]
+    for d, n in zip(delays, nominal):
+        assert 0.5 * n <= d <= n
+    assert len(set(delays)) > 1
+    fv.default[V1] = (200, {"status": "accepted"})
+    assert s.deliver_once() == 1
+
+
+def test_transport_errors_retry(tmp_path: Path, key: WorkerKey) -> None:
+    clock = Clock()
+    ob = Outbox(tmp_path / "o.sqlite", key.pubkey, [V1], clock)
+    _record_n(ob, key, 1)
+    fv = FakeValidators()
+    req = httpx.Request("POST", V1)
+    fv.script[V1] = [httpx.ReadTimeout("slow", request=req),
+                     httpx.RemoteProtocolError("dropped", request=req),
+                     (200, {"unexpected": True}), (200, {"status": "accepted"})]
+    s = _sender(ob, key, fv, clock)
+    for _ in range(4):
+        s.deliver_once()
+        clock.t += 100
+    assert ob.counts()["proofs"] == 0
+    assert len(fv.requests) == 4
+
+
+def test_equivocation_kept_and_never_retried(tmp_path: Path, key: WorkerKey,
+                                             caplog: pytest.LogCaptureFixture) -> None:
+    clock = Clock()
+    ob = Outbox(tmp_path / "o.sqlite", key.pubkey, [V1], clock)
+    _record_n(ob, key, 1)
+    fv = FakeValidators()
+    fv.default[V1] = (409, {"error": "equivocation"})
+    s = _sender(ob, key, fv, clock)
+    s.deliver_once()
+    for _ in range(5):
+        clock.t += 10**7
+        s.deliver_once()
+    assert len(fv.requests) == 1
+    assert ob.counts()["equivocation"] == 1 and ob.counts()["proofs"] == 1
+    assert any("EQUIVOCATION" in r.message and r.levelname == "CRITICAL" for r in caplog.records)
+
+
+def test_4xx_kept_and_retried_only_slowly(tmp_path: Path, key: WorkerKey,
+                                          caplog: pytest.LogCaptureFixture) -> None:
+    clock = Clock()
+    ob = Outbox(tmp_path / "o.sqlite", key.pubkey, [V1], clock)
+    _record_n(ob, key, 1)
+    fv = FakeValidators()
+    fv.default[V1] = (400, {"error": "job_not_running", "message": "job is not Running"})
+    s = _sender(ob, key, fv, clock, rejected_retry_s=600)
+    s.deliver_once()
+    for _ in range(50):
+        clock.t += 10
+        s.deliver_once()
+    assert len(fv.requests) == 1  # no hot loop
+    assert ob.counts()["rejected"] == 1
+    assert any("REJECTED" in r.message and "job_not_running" in r.message
+               for r in caplog.records)
+    clock.t += 600
+    fv.default[V1] = (200, {"status": "accepted"})
+    assert s.deliver_once() == 1
+    assert ob.counts()["proofs"] == 0
+
+
+def test_batch_per_item_results(tmp_path: Path, key: WorkerKey) -> None:
+    clock = Clock()
+    ob = Outbox(tmp_path / "o.sqlite", key.pubkey, [V1], clock)
+    _record_n(ob, key, 3)
+    fv = FakeValidators()
+    fv.script[V1] = [(200, {"results": [{"status": "accepted"}, {"status": "duplicate"},
+                                        {"error": "equivocation", "message": "x"}]})]
+    s = _sender(ob, key, fv, clock)
+    assert s.deliver_once() == 2
+    assert fv.requests[0][1] == "/v1/proofs/batch"
+    assert len(fv.requests[0][2]["proofs"]) == 3
+    assert ob.counts() == {"pending": 0, "rejected": 0, "equivocation": 1, "proofs": 1}
+
+
+def test_batch_route_missing_falls_back_to_single(tmp_path: Path, key: WorkerKey) -> None:
+    clock = Clock()
+    ob = Outbox(tmp_path / "o.sqlite", key.pubkey, [V1], clock)
+    _record_n(ob, key, 3)
+    fv = FakeValidators()
+    fv.script[V1] = [(404, {"error": "not_found"})]
+    fv.default[V1] = "auto"
+    s = _sender(ob, key, fv, clock)
+    assert s.deliver_once() == 3
+    assert [r[1] for r in fv.requests] == ["/v1/proofs/batch"] + ["/v1/proofs"] * 3
+
+
+def test_more_than_64_are_sent_in_batches(tmp_path: Path, key: WorkerKey) -> None:
+    clock = Clock()
+    ob = Outbox(tmp_path / "o.sqlite", key.pubkey, [V1], clock)
+    _record_n(ob, key, 70)
+    fv = FakeValidators()
+    fv.default[V1] = "auto"
+    s = _sender(ob, key, fv, clock)
+    assert s.deliver_once() == 70
+    assert [len(r[2]["proofs"]) if "proofs" in r[2] else 1 for r in fv.requests] == [64, 6]
+
+
+def test_classify_table() -> None:
+    assert classify(200, {"status": "accepted"}).kind == "ack"
+    assert classify(200, {"status": "duplicate"}).kind == "ack"
+    assert classify(200, {"status": "weird"}).kind == "retry"
+    assert classify(409, {"error": "equivocation"}).kind == "equivocation"
+    assert classify(400, {"error": "bad_proof"}).kind == "reject"
+    assert classify(403, "forbidden").kind == "reject"
+    assert classify(429, {}).kind == "retry"
+    assert classify(408, {}).kind == "retry"
+    assert classify(500, {}).kind == "retry"
+    assert classify_item({"error": "stale"}).kind == "reject"
+    assert classify_item("junk").kind == "retry"
