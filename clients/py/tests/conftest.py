@@ -1,8 +1,7 @@
 """Shared fixtures: the IDL under test and a codec built from it.
 
-Tests use the committed ``idl/gpu_market.json`` when it exists, else the hand-written
-fixture transcribed from the program source (``fixtures/gpu_market_handwritten.json``).
-Nothing here touches the network or the process environment.
+Tests use the committed ``idl/gpu_market.json`` (regenerate with ``make idl``). Nothing here
+touches the network or the process environment.
 """
 
 from __future__ import annotations
@@ -18,18 +17,19 @@ from solders.pubkey import Pubkey
 
 REPO = Path(__file__).resolve().parents[3]
 COMMITTED_IDL = REPO / "idl" / "gpu_market.json"
-HANDWRITTEN_IDL = Path(__file__).parent / "fixtures" / "gpu_market_handwritten.json"
-IDL_PATH = COMMITTED_IDL if COMMITTED_IDL.exists() else HANDWRITTEN_IDL
+IDL_PATH = COMMITTED_IDL
 
 
 @pytest.fixture(scope="session")
 def idl_path() -> Path:
+    if not IDL_PATH.exists():
+        pytest.fail(f"{IDL_PATH} is missing: run `make idl` in the repository root")
     return IDL_PATH
 
 
 @pytest.fixture(scope="session")
-def new_idl() -> dict:
-    return json.loads(IDL_PATH.read_text())
+def new_idl(idl_path) -> dict:
+    return json.loads(idl_path.read_text())
 
 
 @pytest.fixture(scope="session")
