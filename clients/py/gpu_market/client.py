@@ -388,6 +388,13 @@ class GpuMarketClient:
             time.sleep(delay)
             delay = min(delay * 2, 0.5)
 
+    def airdrop(self, to: Pubkey, lamports: int) -> Signature:
+        """Request ``lamports`` SOL lamports for ``to`` (localnet/devnet faucets) and wait for
+        the commitment."""
+        resp = self._call(self.rpc.request_airdrop, to, lamports)
+        self._confirm(resp.value)
+        return resp.value
+
     # ================================================================== writes
 
     def initialize_market(

@@ -48,6 +48,8 @@ class FakeRpc:
         ctx = {"slot": 1}
         if method == "getMultipleAccounts":
             result = {"context": ctx, "value": [self.account_json(k) for k in params[0]]}
+        elif method == "requestAirdrop":
+            result = str(Keypair().sign_message(b"airdrop"))
         elif method == "getProgramAccounts":
             self.gpa_params = params
             result = [{"pubkey": k, "account": self.account_json(k)} for k in self.accounts]
@@ -183,6 +185,11 @@ def _fake_settle_ixs(client, authority, items, providers):
                              Pubkey.new_unique(), Pubkey.new_unique(), Pubkey.new_unique())  # fmt: skip
         out += settle_instructions(client.codec, authority, item, acc)
     return out
+
+
+def test_airdrop_waits_for_confirmation(fake):
+    _, client = fake
+    assert client.airdrop(Pubkey.new_unique(), 10**9) is not None
 
 
 def test_unreachable_rpc_is_rpc_unavailable(idl_path):

@@ -100,6 +100,31 @@ pub enum GpuMarketError {
     QuorumNotMet,
     #[msg("a validator may attest a receipt only once")]
     DuplicateValidator,
+    // -- governance, stake, slashing --
+    #[msg("only the market authority may do this")]
+    NotMarketAuthority,
+    #[msg("only the proposed authority may accept the market authority")]
+    NotPendingAuthority,
+    #[msg("the provider is jailed until its jail time has passed")]
+    ProviderJailed,
+    #[msg("gpu_count cannot drop below the GPUs in use")]
+    GpusInUse,
+    #[msg("cannot unstake more than the active stake")]
+    UnstakeExceedsStake,
+    #[msg("nothing is unbonding")]
+    NothingToWithdraw,
+    #[msg("the unbonding period has not ended yet")]
+    UnbondingNotReleased,
+    #[msg("the validator has not requested an exit")]
+    ValidatorNotExiting,
+    #[msg("the job has not missed enough windows to expire yet")]
+    JobNotExpired,
+    #[msg("the provider has not missed enough windows to be slashed for downtime")]
+    NotEnoughMissedWindows,
+    #[msg("equivocation evidence must be two receipts for the same seq")]
+    EquivocationSeqMismatch,
+    #[msg("the two receipts are identical: no equivocation")]
+    NotEquivocation,
     // -- math --
     #[msg("arithmetic overflow")]
     MathOverflow,

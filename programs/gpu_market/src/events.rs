@@ -3,7 +3,7 @@
 //! native runtime: logs then read `Program data: <base64>` exactly as on a cluster.
 use anchor_lang::prelude::*;
 
-use crate::state::MarketParams;
+use crate::state::{MarketParams, ProviderStatus};
 
 pub fn emit_event<E: anchor_lang::Event>(event: E) {
     let data = anchor_lang::Event::data(&event);
@@ -110,4 +110,130 @@ pub struct JobClosed {
     pub paid_provider: u64,
     pub paid_treasury: u64,
     pub burned: u64,
+}
+
+#[event]
+pub struct ParamsUpdated {
+    pub market: Pubkey,
+    pub old: MarketParams,
+    pub new: MarketParams,
+}
+
+#[event]
+pub struct PausedSet {
+    pub market: Pubkey,
+    pub paused: bool,
+}
+
+#[event]
+pub struct AuthorityProposed {
+    pub market: Pubkey,
+    pub current: Pubkey,
+    pub proposed: Pubkey,
+}
+
+#[event]
+pub struct AuthorityAccepted {
+    pub market: Pubkey,
+    pub previous: Pubkey,
+    pub authority: Pubkey,
+}
+
+#[event]
+pub struct ProviderUpdated {
+    pub provider: Pubkey,
+    pub price_per_gpu_second: u64,
+    pub gpu_count: u16,
+    pub status: ProviderStatus,
+}
+
+#[event]
+pub struct WorkerKeyRotated {
+    pub provider: Pubkey,
+    pub previous: Pubkey,
+    pub current: Pubkey,
+    pub expires_at: i64,
+    pub previous_valid_until: i64,
+}
+
+#[event]
+pub struct UnstakeRequested {
+    pub provider: Pubkey,
+    pub amount: u64,
+    pub stake: u64,
+    pub unbonding: u64,
+    pub release_at: i64,
+}
+
+#[event]
+pub struct StakeWithdrawn {
+    pub provider: Pubkey,
+    pub amount: u64,
+}
+
+#[event]
+pub struct ValidatorExitRequested {
+    pub validator: Pubkey,
+    pub amount: u64,
+    pub release_at: i64,
+}
+
+#[event]
+pub struct ValidatorBondWithdrawn {
+    pub validator: Pubkey,
+    pub amount: u64,
+}
+
+#[event]
+pub struct JobToppedUp {
+    pub job: Pubkey,
+    pub amount: u64,
+    pub deposited: u64,
+}
+
+#[event]
+pub struct JobCancelled {
+    pub job: Pubkey,
+    pub refunded: u64,
+}
+
+#[event]
+pub struct JobExpired {
+    pub job: Pubkey,
+    pub by: Pubkey,
+    pub last_window_end: i64,
+    pub missed_windows: u64,
+    pub refunded: u64,
+}
+
+/// Carries the inputs (bps) and outputs of the slash math.
+#[event]
+pub struct EquivocationSlashed {
+    pub provider: Pubkey,
+    pub job: Pubkey,
+    pub seq: u64,
+    pub first_proof_hash: [u8; 32],
+    pub second_proof_hash: [u8; 32],
+    pub reporter: Pubkey,
+    pub slash_bps: u16,
+    pub reporter_reward_bps: u16,
+    pub slashed: u64,
+    pub reward: u64,
+    pub burned: u64,
+    pub refunded: u64,
+    pub jailed_until: i64,
+}
+
+#[event]
+pub struct DowntimeSlashed {
+    pub provider: Pubkey,
+    pub job: Pubkey,
+    pub missed_windows: u64,
+    pub validators: u8,
+    pub slash_bps: u16,
+    pub reporter_reward_bps: u16,
+    pub slashed: u64,
+    pub reward: u64,
+    pub burned: u64,
+    pub refunded: u64,
 }

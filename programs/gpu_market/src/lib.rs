@@ -7,6 +7,7 @@ pub mod errors;
 pub mod events;
 pub mod instructions;
 pub mod math;
+pub mod ops;
 pub mod receipt;
 pub mod seeds;
 pub mod state;
@@ -73,5 +74,88 @@ pub mod gpu_market {
     /// Refunds what is left to the user and closes the job and its escrow.
     pub fn close_job(ctx: Context<CloseJob>) -> Result<()> {
         instructions::close_job::handler(ctx)
+    }
+
+    /// Replaces the market parameters (authority; bounds checked).
+    pub fn update_params(ctx: Context<UpdateParams>, params: MarketParams) -> Result<()> {
+        instructions::update_params::handler(ctx, params)
+    }
+
+    /// Pauses or resumes new business (authority).
+    pub fn set_paused(ctx: Context<SetPaused>, paused: bool) -> Result<()> {
+        instructions::set_paused::handler(ctx, paused)
+    }
+
+    /// Names the next market authority (authority).
+    pub fn propose_authority(ctx: Context<ProposeAuthority>, new_authority: Pubkey) -> Result<()> {
+        instructions::authority::propose(ctx, new_authority)
+    }
+
+    /// The proposed authority takes over.
+    pub fn accept_authority(ctx: Context<AcceptAuthority>) -> Result<()> {
+        instructions::authority::accept(ctx)
+    }
+
+    /// Changes price, spec or availability of a provider (owner).
+    pub fn update_provider(ctx: Context<UpdateProvider>, args: UpdateProviderArgs) -> Result<()> {
+        instructions::update_provider::handler(ctx, args)
+    }
+
+    /// Replaces the worker key; the previous one stays valid for a grace (owner).
+    pub fn rotate_worker_key(
+        ctx: Context<RotateWorkerKey>,
+        new_worker_key: Pubkey,
+        expires_at: i64,
+    ) -> Result<()> {
+        instructions::rotate_worker_key::handler(ctx, new_worker_key, expires_at)
+    }
+
+    /// Starts unbonding part of a provider's stake (owner).
+    pub fn request_unstake(ctx: Context<RequestUnstake>, amount: u64) -> Result<()> {
+        instructions::unstake::request(ctx, amount)
+    }
+
+    /// Withdraws released unbonding stake (owner).
+    pub fn withdraw_unstaked(ctx: Context<WithdrawUnstaked>) -> Result<()> {
+        instructions::unstake::withdraw(ctx)
+    }
+
+    /// A validator starts unbonding its whole bond and stops settling.
+    pub fn request_validator_exit(ctx: Context<RequestValidatorExit>) -> Result<()> {
+        instructions::validator_exit::request(ctx)
+    }
+
+    /// An exited validator withdraws its released bond; its account closes.
+    pub fn withdraw_validator_bond(ctx: Context<WithdrawValidatorBond>) -> Result<()> {
+        instructions::validator_exit::withdraw(ctx)
+    }
+
+    /// Adds tokens to an Open or Running job's escrow (user).
+    pub fn top_up(ctx: Context<TopUp>, amount: u64) -> Result<()> {
+        instructions::top_up::handler(ctx, amount)
+    }
+
+    /// Cancels an Open job with a full refund (user).
+    pub fn cancel_job(ctx: Context<RefundJob>) -> Result<()> {
+        instructions::refund::cancel(ctx)
+    }
+
+    /// Ends a Running job whose provider stopped proving; refunds the rest (anyone).
+    pub fn expire_job(ctx: Context<RefundJob>) -> Result<()> {
+        instructions::refund::expire(ctx)
+    }
+
+    /// Slashes a provider whose worker key signed two receipts for one job and seq (anyone).
+    pub fn slash_equivocation(
+        ctx: Context<SlashEquivocation>,
+        first: Receipt,
+        second: Receipt,
+    ) -> Result<()> {
+        instructions::slash::slash_equivocation(ctx, first, second)
+    }
+
+    /// Slashes a provider for missed windows on a validator quorum's attestation.
+    pub fn slash_downtime<'info>(ctx: Context<'info, SlashDowntime<'info>>) -> Result<()> {
+        instructions::slash::slash_downtime(ctx)
     }
 }

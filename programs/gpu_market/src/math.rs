@@ -66,6 +66,42 @@ pub fn min_deposit(rate: u64, window_seconds: u32) -> Result<u64, MathOverflow> 
     rate.checked_mul(u64::from(window_seconds)).ok_or(MathOverflow)
 }
 
+/// How a slash of `slash_bps` of (stake + unbonding) is taken and paid out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SlashSplit {
+    pub amount: u64,
+    /// Taken from active stake first ...
+    pub from_stake: u64,
+    /// ... then from unbonding stake (which stays slashable).
+    pub from_unbonding: u64,
+    /// `floor(amount * reward_bps / 10000)` to the reporter.
+    pub reward: u64,
+    /// The rest is burned: `reward + burned == amount`.
+    pub burned: u64,
+}
+
+/// Guarantees: `amount <= stake + unbonding`, `from_stake <= stake`,
+/// `from_unbonding <= unbonding`, `from_stake + from_unbonding == amount == reward + burned`.
+pub fn slash_split(
+    stake: u64,
+    unbonding: u64,
+    slash_bps: u16,
+    reward_bps: u16,
+) -> Result<SlashSplit, MathOverflow> {
+    let base = stake.checked_add(unbonding).ok_or(MathOverflow)?;
+    let amount = bps_of(base, slash_bps)?;
+    let from_stake = amount.min(stake);
+    let from_unbonding = amount.checked_sub(from_stake).ok_or(MathOverflow)?;
+    let reward = bps_of(amount, reward_bps)?;
+    Ok(SlashSplit {
+        amount,
+        from_stake,
+        from_unbonding,
+        reward,
+        burned: amount.checked_sub(reward).ok_or(MathOverflow)?,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -88,8 +124,72 @@ mod tests {
     }
 
     #[test]
+    fn slash_takes_stake_before_unbonding() {
+        let s = slash_split(100, 900, 5_000, 1_000).unwrap();
+        assert_eq!((s.amount, s.from_stake, s.from_unbonding), (500, 100, 400));
+        assert_eq!((s.reward, s.burned), (50, 450));
+        assert_eq!(slash_split(u64::MAX, 1, 1, 0), Err(MathOverflow));
+    }
+
+    #[test]
     fn payout_overflow_is_an_error() {
         assert_eq!(payout(u64::MAX, 2, u64::MAX, 0, 0).map(|p| p.billed_seconds), Ok(u64::MAX / 2));
         assert_eq!(payout(1, 0, 10, 0, 0), Err(MathOverflow));
+    }
+}
+
+#[cfg(test)]
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// No rounding leak: provider + treasury + burn == amount; never more than the escrow;
+        /// the conservation equation holds for the escrow after payout.
+        #[test]
+        fn payout_conserves(claimed in any::<u64>(), rate in 1u64..=u64::MAX, escrow in any::<u64>(),
+                            fee_bps in 0u16..=2_500, burn_bps in 0u16..=10_000) {
+            if let Ok(p) = payout(claimed, rate, escrow, fee_bps, burn_bps) {
+                prop_assert_eq!(p.to_provider + p.to_treasury + p.burned, p.amount);
+                prop_assert!(p.amount <= escrow);
+                prop_assert!(p.billed_seconds <= claimed);
+                prop_assert_eq!(p.amount, p.billed_seconds * rate);
+                prop_assert!(p.fee <= p.amount / 4 + 1);
+                prop_assert!(escrow - p.amount < rate || p.billed_seconds == claimed);
+            } else {
+                // Only possible when billed seconds times rate overflows.
+                prop_assert!(claimed.min(escrow / rate).checked_mul(rate).is_none());
+            }
+        }
+
+        /// A sequence of settlements never pays out more than was deposited.
+        #[test]
+        fn repeated_payouts_never_exceed_deposit(deposit in 0u64..1_000_000_000_000, rate in 1u64..1_000_000,
+                                                  claims in proptest::collection::vec(0u64..100_000, 1..20),
+                                                  fee_bps in 0u16..=2_500, burn_bps in 0u16..=10_000) {
+            let mut escrow = deposit;
+            let (mut provider, mut treasury, mut burned) = (0u64, 0u64, 0u64);
+            for c in claims {
+                let p = payout(c, rate, escrow, fee_bps, burn_bps).unwrap();
+                escrow -= p.amount;
+                provider += p.to_provider;
+                treasury += p.to_treasury;
+                burned += p.burned;
+                prop_assert_eq!(provider + treasury + burned + escrow, deposit);
+            }
+        }
+
+        #[test]
+        fn slash_never_exceeds_stake(stake in any::<u64>(), unbonding in any::<u64>(),
+                                     slash_bps in 0u16..=10_000, reward_bps in 0u16..=10_000) {
+            if let Ok(s) = slash_split(stake, unbonding, slash_bps, reward_bps) {
+                prop_assert!(s.from_stake <= stake);
+                prop_assert!(s.from_unbonding <= unbonding);
+                prop_assert_eq!(s.from_stake + s.from_unbonding, s.amount);
+                prop_assert_eq!(s.reward + s.burned, s.amount);
+            } else {
+                prop_assert!(stake.checked_add(unbonding).is_none());
+            }
+        }
     }
 }

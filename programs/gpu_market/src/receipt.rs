@@ -60,40 +60,53 @@ fn slice_in(data: &[u8], offset: u16, len: usize) -> Result<&[u8]> {
         .ok_or_else(|| GpuMarketError::MalformedEd25519Instruction.into())
 }
 
+/// The most signatures one Ed25519 instruction may carry here (worker + quorum - 1).
+pub const MAX_SIGNATURES: usize = 16;
+
 /// Checks that `ix`, found at absolute index `ix_index` of the transaction, is an Ed25519-program
-/// instruction with exactly one signature over exactly `expected_message`, its signature, key and
-/// message all taken from `ix` itself, and returns the signing key. (The precompile has already
-/// verified the signature, or the transaction would not be running.)
-pub fn ed25519_signer(ix: &Instruction, ix_index: u16, expected_message: &[u8]) -> Result<Pubkey> {
+/// instruction whose every signature is over exactly `expected_message`, with signature, key
+/// and message all inside `ix` itself, and returns the signing keys in order. (The precompile
+/// has already verified each signature, or the transaction would not be running.) Several
+/// signatures share one copy of the message, which keeps a quorum settle within one packet.
+pub fn ed25519_signers(ix: &Instruction, ix_index: u16, expected_message: &[u8]) -> Result<Vec<Pubkey>> {
     require_keys_eq!(
         ix.program_id,
         ED25519_PROGRAM_ID,
         GpuMarketError::MissingEd25519Instruction
     );
     let data = &ix.data;
+    let count = usize::from(*data.first().ok_or(GpuMarketError::MalformedEd25519Instruction)?);
     require!(
-        data.len() >= HEADER_LEN + OFFSETS_LEN && data[0] == 1,
+        (1..=MAX_SIGNATURES).contains(&count)
+            && data.len() >= HEADER_LEN + OFFSETS_LEN * count,
         GpuMarketError::MalformedEd25519Instruction
     );
-    let signature_offset = read_u16(data, HEADER_LEN)?;
-    let signature_ix = read_u16(data, HEADER_LEN + 2)?;
-    let pubkey_offset = read_u16(data, HEADER_LEN + 4)?;
-    let pubkey_ix = read_u16(data, HEADER_LEN + 6)?;
-    let message_offset = read_u16(data, HEADER_LEN + 8)?;
-    let message_len = read_u16(data, HEADER_LEN + 10)?;
-    let message_ix = read_u16(data, HEADER_LEN + 12)?;
-    for index in [signature_ix, pubkey_ix, message_ix] {
+    let mut signers = Vec::with_capacity(count);
+    for i in 0..count {
+        let at = HEADER_LEN + OFFSETS_LEN * i;
+        let signature_offset = read_u16(data, at)?;
+        let signature_ix = read_u16(data, at + 2)?;
+        let pubkey_offset = read_u16(data, at + 4)?;
+        let pubkey_ix = read_u16(data, at + 6)?;
+        let message_offset = read_u16(data, at + 8)?;
+        let message_len = read_u16(data, at + 10)?;
+        let message_ix = read_u16(data, at + 12)?;
+        for index in [signature_ix, pubkey_ix, message_ix] {
+            require!(
+                index == THIS_INSTRUCTION || index == ix_index,
+                GpuMarketError::MalformedEd25519Instruction
+            );
+        }
+        slice_in(data, signature_offset, SIGNATURE_LEN)?;
+        let signer = slice_in(data, pubkey_offset, PUBKEY_LEN)?;
+        let message = slice_in(data, message_offset, usize::from(message_len))?;
         require!(
-            index == THIS_INSTRUCTION || index == ix_index,
-            GpuMarketError::MalformedEd25519Instruction
+            message == expected_message,
+            GpuMarketError::ReceiptMessageMismatch
+        );
+        signers.push(
+            Pubkey::try_from(signer).map_err(|_| GpuMarketError::MalformedEd25519Instruction)?,
         );
     }
-    slice_in(data, signature_offset, SIGNATURE_LEN)?;
-    let signer = slice_in(data, pubkey_offset, PUBKEY_LEN)?;
-    let message = slice_in(data, message_offset, usize::from(message_len))?;
-    require!(
-        message == expected_message,
-        GpuMarketError::ReceiptMessageMismatch
-    );
-    Pubkey::try_from(signer).map_err(|_| GpuMarketError::MalformedEd25519Instruction.into())
+    Ok(signers)
 }

@@ -6,3 +6,4 @@ pub const VALIDATOR: &[u8] = b"validator";
 pub const JOB: &[u8] = b"job";
 pub const ESCROW: &[u8] = b"escrow";
 pub const STAKE_VAULT: &[u8] = b"stake_vault";
+pub const EQUIVOCATION: &[u8] = b"equivocation";

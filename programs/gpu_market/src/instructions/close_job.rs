@@ -1,8 +1,9 @@
 use anchor_lang::prelude::*;
-use anchor_spl::token::{self, CloseAccount, Mint, Token, TokenAccount, TransferChecked};
+use anchor_spl::token::{self, CloseAccount, Mint, Token, TokenAccount};
 
 use crate::errors::GpuMarketError;
 use crate::events::{emit_event, JobClosed};
+use crate::ops::{self, JobSigner};
 use crate::seeds;
 use crate::state::{Job, JobStatus, Market, Provider};
 
@@ -54,43 +55,24 @@ pub fn handler(ctx: Context<CloseJob>) -> Result<()> {
         JobStatus::Open | JobStatus::Running => return err!(GpuMarketError::InvalidJobStatus),
     }
     if job.status == JobStatus::Finishing {
-        job.status = JobStatus::Completed;
         let provider = &mut ctx.accounts.provider;
-        provider.gpus_in_use = provider
-            .gpus_in_use
-            .checked_sub(job.gpu_count)
-            .ok_or(GpuMarketError::MathOverflow)?;
-        provider.reputation.jobs_completed = provider
-            .reputation
-            .jobs_completed
-            .checked_add(1)
-            .ok_or(GpuMarketError::MathOverflow)?;
+        ops::end_job(job, provider, JobStatus::Completed, now)?;
+        provider.reputation.jobs_completed = ops::add(provider.reputation.jobs_completed, 1)?;
         provider.invariant()?;
     }
 
     let refund = ctx.accounts.escrow.amount;
-    let market_key = ctx.accounts.market.key();
-    let user_key = ctx.accounts.user.key();
-    let job_id = ctx.accounts.job.job_id.to_le_bytes();
-    let bump = [ctx.accounts.job.bump];
-    let job_seeds: &[&[u8]] = &[seeds::JOB, market_key.as_ref(), user_key.as_ref(), &job_id, &bump];
-    let signer: &[&[&[u8]]] = &[job_seeds];
-    if refund > 0 {
-        token::transfer_checked(
-            CpiContext::new_with_signer(
-                ctx.accounts.token_program.key(),
-                TransferChecked {
-                    from: ctx.accounts.escrow.to_account_info(),
-                    mint: ctx.accounts.payment_mint.to_account_info(),
-                    to: ctx.accounts.user_payment_account.to_account_info(),
-                    authority: ctx.accounts.job.to_account_info(),
-                },
-                signer,
-            ),
-            refund,
-            ctx.accounts.payment_mint.decimals,
-        )?;
-    }
+    let job_signer = JobSigner::of(&ctx.accounts.job);
+    let signer: &[&[&[u8]]] = &[&job_signer.seeds()];
+    ops::transfer_signed(
+        &ctx.accounts.token_program,
+        &ctx.accounts.escrow,
+        &ctx.accounts.payment_mint,
+        ctx.accounts.user_payment_account.to_account_info(),
+        ctx.accounts.job.to_account_info(),
+        &job_signer.seeds(),
+        refund,
+    )?;
     token::close_account(CpiContext::new_with_signer(
         ctx.accounts.token_program.key(),
         CloseAccount {
@@ -101,10 +83,7 @@ pub fn handler(ctx: Context<CloseJob>) -> Result<()> {
         signer,
     ))?;
     let job = &mut ctx.accounts.job;
-    job.refunded = job
-        .refunded
-        .checked_add(refund)
-        .ok_or(GpuMarketError::MathOverflow)?;
+    job.refunded = ops::add(job.refunded, refund)?;
     job.invariant(0)?;
     emit_event(JobClosed {
         job: job.key(),

@@ -43,6 +43,7 @@ pub fn handler(ctx: Context<InitializeMarket>, id: u64, params: MarketParams) ->
     let market = &mut ctx.accounts.market;
     market.set_inner(Market {
         authority: ctx.accounts.authority.key(),
+        creator: ctx.accounts.authority.key(),
         pending_authority: Pubkey::default(),
         id,
         stake_mint: ctx.accounts.stake_mint.key(),

@@ -1,11 +1,12 @@
 use anchor_lang::prelude::*;
-use anchor_spl::token::{self, Burn, Mint, Token, TokenAccount, TransferChecked};
+use anchor_spl::token::{Mint, Token, TokenAccount};
 use solana_instructions_sysvar::{load_current_index_checked, load_instruction_at_checked};
 
 use crate::errors::GpuMarketError;
 use crate::events::{emit_event, Settled};
 use crate::math;
-use crate::receipt::{ed25519_signer, Receipt};
+use crate::ops::{self, add, JobSigner};
+use crate::receipt::{ed25519_signers, Receipt};
 use crate::seeds;
 use crate::state::{Job, JobStatus, Market, Provider, Validator, ValidatorStatus};
 
@@ -13,11 +14,12 @@ use crate::state::{Job, JobStatus, Market, Provider, Validator, ValidatorStatus}
 ///
 /// Specification:
 /// - the transaction signer is an Active validator of this market (`validator`);
-/// - the instruction right before this one is an Ed25519-program instruction by the provider's
-///   worker key (current, unexpired at `window_end`, or previous within its grace) over exactly
-///   `Receipt::message`; with `settle_quorum = q > 1`, the `q - 1` instructions before that are
-///   Ed25519 attestations of the same message by the `q - 1` distinct Active validators passed
-///   as remaining accounts, in the same order (nearest first);
+/// - the instruction right before this one is an Ed25519-program instruction over exactly
+///   `Receipt::message` whose first signature is the provider's worker key (current, unexpired
+///   at `window_end`, or previous within its grace); with `settle_quorum = q > 1` it carries
+///   `q - 1` more signatures over the same message bytes, by the `q - 1` distinct Active
+///   validators passed as remaining accounts, in the same order (one copy of the message for
+///   all signatures keeps a quorum settle within one packet);
 /// - the job is Running, or Finishing with `window_end <= ended_at` within the grace;
 /// - `seq > last_seq`, `cumulative_seconds >= settled_seconds`, `window_end > last_window_end`,
 ///   new seconds `<= window_end - last_window_end + max_skew_seconds`,
@@ -133,59 +135,41 @@ pub fn handler<'info>(
         params.burn_bps,
     )
     .map_err(|_| GpuMarketError::MathOverflow)?;
-    let market_key = ctx.accounts.market.key();
-    let user_key = job.user;
-    let job_id = job.job_id.to_le_bytes();
-    let bump = [job.bump];
-    let job_seeds: &[&[u8]] = &[
-        seeds::JOB,
-        market_key.as_ref(),
-        user_key.as_ref(),
-        &job_id,
-        &bump,
-    ];
-    let signer: &[&[&[u8]]] = &[job_seeds];
-    let decimals = ctx.accounts.payment_mint.decimals;
-    for (to, amount) in [
-        (ctx.accounts.provider_payment_account.to_account_info(), p.to_provider),
-        (ctx.accounts.treasury.to_account_info(), p.to_treasury),
-    ] {
-        if amount > 0 {
-            token::transfer_checked(
-                CpiContext::new_with_signer(
-                    ctx.accounts.token_program.key(),
-                    TransferChecked {
-                        from: ctx.accounts.escrow.to_account_info(),
-                        mint: ctx.accounts.payment_mint.to_account_info(),
-                        to,
-                        authority: ctx.accounts.job.to_account_info(),
-                    },
-                    signer,
-                ),
-                amount,
-                decimals,
-            )?;
-        }
-    }
-    if p.burned > 0 {
-        token::burn(
-            CpiContext::new_with_signer(
-                ctx.accounts.token_program.key(),
-                Burn {
-                    mint: ctx.accounts.payment_mint.to_account_info(),
-                    from: ctx.accounts.escrow.to_account_info(),
-                    authority: ctx.accounts.job.to_account_info(),
-                },
-                signer,
-            ),
-            p.burned,
-        )?;
-    }
+    let job_signer = JobSigner::of(job);
+    let seeds = job_signer.seeds();
+    let accounts = &ctx.accounts;
+    ops::transfer_signed(
+        &accounts.token_program,
+        &accounts.escrow,
+        &accounts.payment_mint,
+        accounts.provider_payment_account.to_account_info(),
+        accounts.job.to_account_info(),
+        &seeds,
+        p.to_provider,
+    )?;
+    ops::transfer_signed(
+        &accounts.token_program,
+        &accounts.escrow,
+        &accounts.payment_mint,
+        accounts.treasury.to_account_info(),
+        accounts.job.to_account_info(),
+        &seeds,
+        p.to_treasury,
+    )?;
+    ops::burn_signed(
+        &accounts.token_program,
+        &accounts.escrow,
+        &accounts.payment_mint,
+        accounts.job.to_account_info(),
+        &seeds,
+        p.burned,
+    )?;
     ctx.accounts.escrow.reload()?;
     let escrow_remaining = ctx.accounts.escrow.amount;
     let exhausted = escrow_remaining < ctx.accounts.job.rate_per_second;
 
     let job = &mut ctx.accounts.job;
+    let provider = &mut ctx.accounts.provider;
     job.settled_seconds = job
         .settled_seconds
         .checked_add(p.billed_seconds)
@@ -196,17 +180,9 @@ pub fn handler<'info>(
     job.last_seq = receipt.seq;
     job.last_receipt_hash = receipt.proof_hash;
     job.last_window_end = receipt.window_end;
-    let provider = &mut ctx.accounts.provider;
     provider.reputation.verified_seconds = add(provider.reputation.verified_seconds, p.billed_seconds)?;
     if exhausted {
-        if job.status == JobStatus::Running {
-            job.ended_at = now;
-        }
-        job.status = JobStatus::Completed;
-        provider.gpus_in_use = provider
-            .gpus_in_use
-            .checked_sub(job.gpu_count)
-            .ok_or(GpuMarketError::MathOverflow)?;
+        ops::end_job(job, provider, JobStatus::Completed, now)?;
         provider.reputation.jobs_completed = add(provider.reputation.jobs_completed, 1)?;
     }
     let validator = &mut ctx.accounts.validator;
@@ -241,39 +217,30 @@ pub fn handler<'info>(
     Ok(())
 }
 
-fn add(a: u64, b: u64) -> Result<u64> {
-    a.checked_add(b)
-        .ok_or_else(|| GpuMarketError::MathOverflow.into())
-}
-
-/// The worker's signature right before `settle`, then one attestation per extra validator.
+/// The Ed25519 instruction right before `settle`: the worker's signature, then one attestation
+/// per extra validator (remaining accounts, same order), all over the same receipt message.
 fn check_signatures<'info>(ctx: &Context<'info, Settle<'info>>, receipt: &Receipt) -> Result<()> {
     let accounts = &ctx.accounts;
     let sysvar = accounts.instructions.to_account_info();
     let message = receipt.message(ctx.program_id, &accounts.market.key(), &accounts.job.key());
     let current = load_current_index_checked(&sysvar)?;
-    let at = |distance: u16| -> Result<(u16, anchor_lang::solana_program::instruction::Instruction)> {
-        let index = current
-            .checked_sub(distance)
-            .ok_or(GpuMarketError::MissingEd25519Instruction)?;
-        let ix = load_instruction_at_checked(usize::from(index), &sysvar)?;
-        Ok((index, ix))
-    };
-
-    let (index, ix) = at(1)?;
-    let worker = ed25519_signer(&ix, index, &message)?;
+    let index = current
+        .checked_sub(1)
+        .ok_or(GpuMarketError::MissingEd25519Instruction)?;
+    let ix = load_instruction_at_checked(usize::from(index), &sysvar)?;
+    let signers = ed25519_signers(&ix, index, &message)?;
     require!(
-        accounts.provider.worker_key_valid_at(&worker, receipt.window_end),
+        accounts.provider.worker_key_valid_at(&signers[0], receipt.window_end),
         GpuMarketError::WrongReceiptSigner
     );
 
     let extra = usize::from(accounts.market.params.settle_quorum.saturating_sub(1));
     require!(
-        ctx.remaining_accounts.len() == extra,
+        ctx.remaining_accounts.len() == extra && signers.len() == 1 + extra,
         GpuMarketError::QuorumNotMet
     );
     let mut seen: Vec<Pubkey> = vec![accounts.validator_authority.key()];
-    for (k, info) in ctx.remaining_accounts.iter().enumerate() {
+    for (info, attester) in ctx.remaining_accounts.iter().zip(&signers[1..]) {
         let other: Account<Validator> = Account::try_from(info)?;
         require_keys_eq!(other.market, accounts.market.key(), GpuMarketError::NotAValidator);
         require!(
@@ -284,10 +251,7 @@ fn check_signatures<'info>(ctx: &Context<'info, Settle<'info>>, receipt: &Receip
             !seen.contains(&other.authority),
             GpuMarketError::DuplicateValidator
         );
-        let distance = u16::try_from(k + 2).map_err(|_| GpuMarketError::QuorumNotMet)?;
-        let (index, ix) = at(distance).map_err(|_| GpuMarketError::QuorumNotMet)?;
-        let attester = ed25519_signer(&ix, index, &message)?;
-        require_keys_eq!(attester, other.authority, GpuMarketError::NotAValidator);
+        require_keys_eq!(*attester, other.authority, GpuMarketError::NotAValidator);
         seen.push(other.authority);
     }
     Ok(())

@@ -70,19 +70,24 @@ pub struct MarketTotals {
     pub staked: u64,
     /// Validator bonds plus validator unbonding held in the stake vault.
     pub bonded: u64,
-    /// Payment tokens burned by settlements (and stake tokens burned by slashes, later).
+    /// Payment tokens burned by settlements.
     pub burned: u64,
     /// Fees taken by settlements (treasury share plus burn).
     pub fees: u64,
+    /// Stake tokens taken by slashes (reporter rewards plus burns).
+    pub slashed: u64,
     /// Jobs ever created.
     pub jobs: u64,
 }
 
-/// `["market", authority, id]`.
+/// `["market", creator, id]`: the PDA keeps the creating authority in its seeds, so it stays
+/// the same address (and signs for the stake vault) after an authority transfer.
 #[account]
 #[derive(InitSpace)]
 pub struct Market {
     pub authority: Pubkey,
+    /// The authority that created the market (PDA seed); never changes.
+    pub creator: Pubkey,
     /// `Pubkey::default()` when no transfer is pending.
     pub pending_authority: Pubkey,
     pub id: u64,
@@ -98,6 +103,16 @@ pub struct Market {
 }
 
 impl Market {
+    /// Signer seeds of the market PDA (authority of the stake vault).
+    pub fn signer_seeds(&self) -> [Vec<u8>; 4] {
+        [
+            crate::seeds::MARKET.to_vec(),
+            self.creator.to_bytes().to_vec(),
+            self.id.to_le_bytes().to_vec(),
+            vec![self.bump],
+        ]
+    }
+
     /// The stake vault holds exactly the stake and bonds recorded here.
     pub fn invariant(&self, stake_vault_balance: u64) -> Result<()> {
         self.params.validate()?;

@@ -1,0 +1,252 @@
+use anchor_lang::prelude::*;
+use anchor_spl::token::{Mint, Token, TokenAccount};
+use solana_instructions_sysvar::{load_current_index_checked, load_instruction_at_checked};
+
+use crate::errors::GpuMarketError;
+use crate::events::{emit_event, DowntimeSlashed, EquivocationSlashed};
+use crate::math::SlashSplit;
+use crate::ops::{self, JobSigner, MarketSigner};
+use crate::receipt::{ed25519_signers, Receipt};
+use crate::seeds;
+use crate::state::{
+    EquivocationRecord, Job, JobStatus, Market, Provider, ProviderStatus, Validator,
+    ValidatorStatus,
+};
+
+/// The accounts every slash touches: the provider's stake in the vault (reward to the reporter,
+/// rest burned), and the job, which fails with the rest of its escrow refunded to the user.
+#[derive(Accounts)]
+pub struct SlashTargets<'info> {
+    #[account(mut)]
+    pub market: Box<Account<'info, Market>>,
+    #[account(mut, has_one = market @ GpuMarketError::ProviderMarketMismatch)]
+    pub provider: Box<Account<'info, Provider>>,
+    #[account(
+        mut,
+        has_one = market @ GpuMarketError::JobMarketMismatch,
+        has_one = provider @ GpuMarketError::JobProviderMismatch,
+    )]
+    pub job: Box<Account<'info, Job>>,
+    #[account(mut, seeds = [seeds::ESCROW, job.key().as_ref()], bump = job.escrow_bump)]
+    pub escrow: Box<Account<'info, TokenAccount>>,
+    #[account(address = market.payment_mint @ GpuMarketError::InvalidMint)]
+    pub payment_mint: Box<Account<'info, Mint>>,
+    #[account(
+        mut,
+        constraint = user_payment_account.owner == job.user @ GpuMarketError::NotJobUser,
+        constraint = user_payment_account.mint == market.payment_mint @ GpuMarketError::InvalidMint,
+    )]
+    pub user_payment_account: Box<Account<'info, TokenAccount>>,
+    #[account(mut, address = market.stake_mint @ GpuMarketError::InvalidMint)]
+    pub stake_mint: Box<Account<'info, Mint>>,
+    #[account(mut, address = market.stake_vault @ GpuMarketError::InvalidStakeVault)]
+    pub stake_vault: Box<Account<'info, TokenAccount>>,
+    /// Receives the reporter reward; any stake-mint account.
+    #[account(mut, constraint = reporter_stake_account.mint == market.stake_mint @ GpuMarketError::InvalidMint)]
+    pub reporter_stake_account: Box<Account<'info, TokenAccount>>,
+    pub token_program: Program<'info, Token>,
+}
+
+impl SlashTargets<'_> {
+    /// Slashes `slash_bps` of stake + unbonding, pays the reward, burns the rest, and fails the
+    /// job with a refund (unless it already ended as Cancelled or Failed). Returns the split and
+    /// the refund.
+    fn apply(&mut self, slash_bps: u16, now: i64) -> Result<(SlashSplit, u64)> {
+        let split = ops::book_slash(&mut self.provider, &mut self.market, slash_bps)?;
+        let market_signer = MarketSigner::of(&self.market);
+        ops::transfer_signed(
+            &self.token_program,
+            &self.stake_vault,
+            &self.stake_mint,
+            self.reporter_stake_account.to_account_info(),
+            self.market.to_account_info(),
+            &market_signer.seeds(),
+            split.reward,
+        )?;
+        ops::burn_signed(
+            &self.token_program,
+            &self.stake_vault,
+            &self.stake_mint,
+            self.market.to_account_info(),
+            &market_signer.seeds(),
+            split.burned,
+        )?;
+        let mut refunded = 0;
+        if !matches!(self.job.status, JobStatus::Cancelled | JobStatus::Failed) {
+            refunded = self.escrow.amount;
+            let job_signer = JobSigner::of(&self.job);
+            ops::transfer_signed(
+                &self.token_program,
+                &self.escrow,
+                &self.payment_mint,
+                self.user_payment_account.to_account_info(),
+                self.job.to_account_info(),
+                &job_signer.seeds(),
+                refunded,
+            )?;
+            self.job.refunded = ops::add(self.job.refunded, refunded)?;
+            ops::end_job(&mut self.job, &mut self.provider, JobStatus::Failed, now)?;
+            let reputation = &mut self.provider.reputation;
+            reputation.jobs_failed = ops::add(reputation.jobs_failed, 1)?;
+        }
+        self.stake_vault.reload()?;
+        self.market.invariant(self.stake_vault.amount)?;
+        self.escrow.reload()?;
+        self.job.invariant(self.escrow.amount)?;
+        self.provider.invariant()?;
+        Ok((split, refunded))
+    }
+}
+
+/// Permissionless: two different receipts for one job and seq, both signed by the provider's
+/// worker key (current or previous), prove equivocation. The two Ed25519 instructions right
+/// before this one carry them (`first` at -2, `second` at -1). Slashes
+/// `equivocation_slash_bps` of stake + unbonding (reporter reward `reporter_reward_bps` of it,
+/// the rest burned), jails the provider for `unbonding_seconds`, fails the job and refunds the
+/// user. Once per (job, seq): the record account makes a repeat fail.
+#[derive(Accounts)]
+#[instruction(first: Receipt)]
+pub struct SlashEquivocation<'info> {
+    #[account(mut)]
+    pub reporter: Signer<'info>,
+    pub targets: SlashTargets<'info>,
+    #[account(
+        init,
+        payer = reporter,
+        space = 8 + EquivocationRecord::INIT_SPACE,
+        seeds = [seeds::EQUIVOCATION, targets.job.key().as_ref(), &first.seq.to_le_bytes()],
+        bump,
+    )]
+    pub record: Box<Account<'info, EquivocationRecord>>,
+    /// CHECK: the address is the Instructions sysvar; it is read with the checked loaders.
+    #[account(address = solana_sdk_ids::sysvar::instructions::ID @ GpuMarketError::InvalidInstructionsSysvar)]
+    pub instructions: UncheckedAccount<'info>,
+    pub system_program: Program<'info, System>,
+}
+
+pub fn slash_equivocation(ctx: Context<SlashEquivocation>, first: Receipt, second: Receipt) -> Result<()> {
+    let now = Clock::get()?.unix_timestamp;
+    require!(first.seq == second.seq, GpuMarketError::EquivocationSeqMismatch);
+    require!(first != second, GpuMarketError::NotEquivocation);
+    let program_id = *ctx.program_id;
+    let t = &ctx.accounts.targets;
+    let (market_key, job_key) = (t.market.key(), t.job.key());
+    let sysvar = ctx.accounts.instructions.to_account_info();
+    let current = load_current_index_checked(&sysvar)?;
+    for (distance, receipt) in [(2u16, &first), (1u16, &second)] {
+        let index = current
+            .checked_sub(distance)
+            .ok_or(GpuMarketError::MissingEd25519Instruction)?;
+        let ix = load_instruction_at_checked(usize::from(index), &sysvar)?;
+        let message = receipt.message(&program_id, &market_key, &job_key);
+        let signers = ed25519_signers(&ix, index, &message)?;
+        require!(signers.len() == 1, GpuMarketError::MalformedEd25519Instruction);
+        let key = signers[0];
+        let provider = &t.provider;
+        require!(
+            key == provider.worker_key
+                || (key == provider.previous_worker_key && key != Pubkey::default()),
+            GpuMarketError::WrongReceiptSigner
+        );
+    }
+
+    let jail_until = now
+        .checked_add(ctx.accounts.targets.market.params.unbonding_seconds)
+        .ok_or(GpuMarketError::MathOverflow)?;
+    let bps = ctx.accounts.targets.market.params.equivocation_slash_bps;
+    let (split, refunded) = ctx.accounts.targets.apply(bps, now)?;
+    ctx.accounts.targets.provider.status = ProviderStatus::Jailed { until: jail_until };
+    ctx.accounts.record.set_inner(EquivocationRecord {
+        job: job_key,
+        seq: first.seq,
+        provider: ctx.accounts.targets.provider.key(),
+        reporter: ctx.accounts.reporter.key(),
+        slashed: split.amount,
+        bump: ctx.bumps.record,
+    });
+    emit_event(EquivocationSlashed {
+        provider: ctx.accounts.targets.provider.key(),
+        job: job_key,
+        seq: first.seq,
+        first_proof_hash: first.proof_hash,
+        second_proof_hash: second.proof_hash,
+        reporter: ctx.accounts.reporter.key(),
+        slash_bps: bps,
+        reporter_reward_bps: ctx.accounts.targets.market.params.reporter_reward_bps,
+        slashed: split.amount,
+        reward: split.reward,
+        burned: split.burned,
+        refunded,
+        jailed_until: jail_until,
+    });
+    Ok(())
+}
+
+/// A quorum of `settle_quorum` distinct Active validators attests that a Running job's provider
+/// has proved nothing for at least `max_missed_windows` windows: slashes `downtime_slash_bps`
+/// (reward to the submitting validator's `reporter_stake_account`, rest burned), fails the job
+/// and refunds the user. The signer is one validator; the others are passed as remaining
+/// accounts in pairs (Validator account, its authority as a signer).
+#[derive(Accounts)]
+pub struct SlashDowntime<'info> {
+    pub validator_authority: Signer<'info>,
+    #[account(
+        constraint = validator.authority == validator_authority.key() @ GpuMarketError::NotAValidator,
+    )]
+    pub validator: Box<Account<'info, Validator>>,
+    pub targets: SlashTargets<'info>,
+}
+
+pub fn slash_downtime<'info>(ctx: Context<'info, SlashDowntime<'info>>) -> Result<()> {
+    let now = Clock::get()?.unix_timestamp;
+    let params = ctx.accounts.targets.market.params;
+    let market_key = ctx.accounts.targets.market.key();
+    let v = &ctx.accounts.validator;
+    require_keys_eq!(v.market, market_key, GpuMarketError::NotAValidator);
+    require!(v.status == ValidatorStatus::Active, GpuMarketError::ValidatorNotActive);
+
+    let extra = usize::from(params.settle_quorum.saturating_sub(1));
+    require!(ctx.remaining_accounts.len() == extra * 2, GpuMarketError::QuorumNotMet);
+    let mut seen = vec![v.authority];
+    for pair in ctx.remaining_accounts.chunks(2) {
+        let other: Account<Validator> = Account::try_from(&pair[0])?;
+        require_keys_eq!(other.market, market_key, GpuMarketError::NotAValidator);
+        require!(other.status == ValidatorStatus::Active, GpuMarketError::ValidatorNotActive);
+        require!(
+            pair[1].is_signer && pair[1].key() == other.authority,
+            GpuMarketError::QuorumNotMet
+        );
+        require!(!seen.contains(&other.authority), GpuMarketError::DuplicateValidator);
+        seen.push(other.authority);
+    }
+
+    let job = &ctx.accounts.targets.job;
+    require!(job.status == JobStatus::Running, GpuMarketError::InvalidJobStatus);
+    let window = i64::from(params.window_seconds);
+    let missed = now
+        .checked_sub(job.last_window_end)
+        .ok_or(GpuMarketError::MathOverflow)?
+        / window;
+    require!(
+        missed >= i64::from(params.max_missed_windows),
+        GpuMarketError::NotEnoughMissedWindows
+    );
+    let missed = u64::try_from(missed).map_err(|_| GpuMarketError::MathOverflow)?;
+    let bps = params.downtime_slash_bps;
+    let (split, refunded) = ctx.accounts.targets.apply(bps, now)?;
+    let reputation = &mut ctx.accounts.targets.provider.reputation;
+    reputation.windows_missed = ops::add(reputation.windows_missed, missed)?;
+    emit_event(DowntimeSlashed {
+        provider: ctx.accounts.targets.provider.key(),
+        job: ctx.accounts.targets.job.key(),
+        missed_windows: missed,
+        validators: seen.len() as u8,
+        slash_bps: bps,
+        reporter_reward_bps: params.reporter_reward_bps,
+        slashed: split.amount,
+        reward: split.reward,
+        burned: split.burned,
+        refunded,
+    });
+    Ok(())
+}

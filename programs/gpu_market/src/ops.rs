@@ -1,0 +1,147 @@
+//! Token movements out of program-owned accounts, and the state changes shared by several
+//! instructions. Every outflow goes through here: escrows pay only the provider owner, the
+//! treasury, the burn or the user; the stake vault pays only withdrawals, reporter rewards and
+//! the burn.
+use anchor_lang::prelude::*;
+use anchor_spl::token::{self, Burn, Mint, Token, TokenAccount, TransferChecked};
+
+use crate::errors::GpuMarketError;
+use crate::math;
+use crate::seeds;
+use crate::state::{Job, JobStatus, Market, Provider};
+
+/// Owned signer seeds of a job PDA (authority of its escrow).
+pub struct JobSigner {
+    market: Pubkey,
+    user: Pubkey,
+    id: [u8; 8],
+    bump: [u8; 1],
+}
+
+impl JobSigner {
+    pub fn of(job: &Job) -> Self {
+        Self { market: job.market, user: job.user, id: job.job_id.to_le_bytes(), bump: [job.bump] }
+    }
+
+    pub fn seeds(&self) -> [&[u8]; 5] {
+        [seeds::JOB, self.market.as_ref(), self.user.as_ref(), &self.id, &self.bump]
+    }
+}
+
+/// Owned signer seeds of a market PDA (authority of the stake vault).
+pub struct MarketSigner {
+    creator: Pubkey,
+    id: [u8; 8],
+    bump: [u8; 1],
+}
+
+impl MarketSigner {
+    pub fn of(market: &Market) -> Self {
+        Self { creator: market.creator, id: market.id.to_le_bytes(), bump: [market.bump] }
+    }
+
+    pub fn seeds(&self) -> [&[u8]; 4] {
+        [seeds::MARKET, self.creator.as_ref(), &self.id, &self.bump]
+    }
+}
+
+/// `transfer_checked` of `amount` (nothing when zero), signed by the PDA `seeds`.
+#[allow(clippy::too_many_arguments)]
+pub fn transfer_signed<'info>(
+    token_program: &Program<'info, Token>,
+    from: &Account<'info, TokenAccount>,
+    mint: &Account<'info, Mint>,
+    to: AccountInfo<'info>,
+    authority: AccountInfo<'info>,
+    seeds: &[&[u8]],
+    amount: u64,
+) -> Result<()> {
+    if amount == 0 {
+        return Ok(());
+    }
+    token::transfer_checked(
+        CpiContext::new_with_signer(
+            token_program.key(),
+            TransferChecked {
+                from: from.to_account_info(),
+                mint: mint.to_account_info(),
+                to,
+                authority,
+            },
+            &[seeds],
+        ),
+        amount,
+        mint.decimals,
+    )
+}
+
+/// SPL `burn` of `amount` from `from` (nothing when zero), signed by the PDA `seeds`.
+pub fn burn_signed<'info>(
+    token_program: &Program<'info, Token>,
+    from: &Account<'info, TokenAccount>,
+    mint: &Account<'info, Mint>,
+    authority: AccountInfo<'info>,
+    seeds: &[&[u8]],
+    amount: u64,
+) -> Result<()> {
+    if amount == 0 {
+        return Ok(());
+    }
+    token::burn(
+        CpiContext::new_with_signer(
+            token_program.key(),
+            Burn { mint: mint.to_account_info(), from: from.to_account_info(), authority },
+            &[seeds],
+        ),
+        amount,
+    )
+}
+
+pub fn add(a: u64, b: u64) -> Result<u64> {
+    a.checked_add(b).ok_or_else(|| GpuMarketError::MathOverflow.into())
+}
+
+pub fn sub(a: u64, b: u64) -> Result<u64> {
+    a.checked_sub(b).ok_or_else(|| GpuMarketError::MathOverflow.into())
+}
+
+/// Frees the job's GPUs on its provider if the job still holds them, then sets `status`.
+pub fn end_job(job: &mut Job, provider: &mut Provider, status: JobStatus, now: i64) -> Result<()> {
+    if job.status.holds_gpus() {
+        provider.gpus_in_use = provider
+            .gpus_in_use
+            .checked_sub(job.gpu_count)
+            .ok_or(GpuMarketError::MathOverflow)?;
+    }
+    if job.ended_at == 0 || job.status == JobStatus::Running || job.status == JobStatus::Open {
+        job.ended_at = now;
+    }
+    job.status = status;
+    Ok(())
+}
+
+/// Applies a slash of `slash_bps` to the provider's stake (then unbonding) and books it.
+/// Returns the split; the caller moves the tokens (reward, burn) out of the stake vault.
+pub fn book_slash(
+    provider: &mut Provider,
+    market: &mut Market,
+    slash_bps: u16,
+) -> Result<math::SlashSplit> {
+    let split = math::slash_split(
+        provider.stake,
+        provider.unbonding.amount,
+        slash_bps,
+        market.params.reporter_reward_bps,
+    )
+    .map_err(|_| GpuMarketError::MathOverflow)?;
+    provider.stake = sub(provider.stake, split.from_stake)?;
+    provider.unbonding.amount = sub(provider.unbonding.amount, split.from_unbonding)?;
+    provider.reputation.slashes = provider
+        .reputation
+        .slashes
+        .checked_add(1)
+        .ok_or(GpuMarketError::MathOverflow)?;
+    market.totals.staked = sub(market.totals.staked, split.amount)?;
+    market.totals.slashed = add(market.totals.slashed, split.amount)?;
+    Ok(split)
+}
