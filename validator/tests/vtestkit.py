@@ -137,9 +137,9 @@ def market_view() -> MarketView:
                           downtime_slash_bps=100, equivocation_slash_bps=1000,
                           reporter_reward_bps=1000, validator_min_bond=1, max_skew_seconds=5)
     d = Pubkey.default()
-    return MarketView(authority=d, pending_authority=d, id=1, stake_mint=d, payment_mint=d,
+    return MarketView(authority=d, creator=d, pending_authority=d, id=1, stake_mint=d, payment_mint=d,
                       stake_vault=d, treasury=d, params=params, paused=False,
-                      totals=MarketTotals(0, 0, 0, 0, 0), bump=255, stake_vault_bump=254,
+                      totals=MarketTotals(0, 0, 0, 0, 0, 0), bump=255, stake_vault_bump=254,
                       address=pk(MARKET))
 
 

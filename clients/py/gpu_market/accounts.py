@@ -83,12 +83,14 @@ class MarketTotals:
     bonded: int
     burned: int
     fees: int
+    slashed: int
     jobs: int
 
 
 @dataclass(frozen=True)
 class MarketView:
     authority: Pubkey
+    creator: Pubkey
     pending_authority: Pubkey
     id: int
     stake_mint: Pubkey
@@ -203,6 +205,7 @@ def _market(d: Any, address: Pubkey | None) -> MarketView:
     totals = MarketTotals(**_fields(d.totals, list(MarketTotals.__dataclass_fields__)))
     return MarketView(
         authority=d.authority,
+        creator=d.creator,
         pending_authority=d.pending_authority,
         id=d.id,
         stake_mint=d.stake_mint,

@@ -62,14 +62,15 @@ def test_job_view(codec, job_bytes):
 def test_market_and_validator(codec):
     params = struct.pack("<HHQqIBIHHHQI", 500, 5000, 10, 1_209_600, 60, 1, 10, 100, 5000, 1000, 7, 5)
     market = (
-        disc("Market") + bytes(K[1]) + bytes(K[0]) + struct.pack("<Q", 3)
+        disc("Market") + bytes(K[1]) + bytes(K[7]) + bytes(K[0]) + struct.pack("<Q", 3)
         + b"".join(bytes(K[i]) for i in (2, 3, 4, 5)) + params + b"\x01"
-        + struct.pack("<5Q", 1, 2, 3, 4, 5) + bytes([250, 251])
+        + struct.pack("<6Q", 1, 2, 3, 4, 6, 5) + bytes([250, 251])
     )  # fmt: skip
     m = decode_market(market, K[8], codec)
     assert (m.authority, m.id, m.stake_mint, m.treasury, m.paused) == (K[1], 3, K[2], K[5], True)
     assert m.params.fee_bps == 500 and m.params.validator_min_bond == 7 and m.params.max_skew_seconds == 5
     assert (m.totals.staked, m.totals.jobs, m.bump, m.stake_vault_bump) == (1, 5, 250, 251)
+    assert (m.creator, m.totals.slashed) == (K[7], 6)
     validator = disc("Validator") + bytes(K[1]) + bytes(K[2]) + struct.pack("<QQqBQB", 9, 0, 0, 1, 4, 255)
     v = decode_validator(validator, None, codec)
     assert (v.bond, v.status, v.settlements, v.bump) == (9, "exiting", 4, 255)

@@ -48,9 +48,9 @@ def assert_one_line_error(err: str, *needles: str) -> None:
 
 def fake_market() -> MarketView:
     k = Pubkey.new_unique()
-    return MarketView(k, Pubkey.default(), 0, k, k, k, k,
+    return MarketView(k, k, Pubkey.default(), 0, k, k, k, k,
                       MarketParams(500, 5000, 0, 0, 60, 1, 10, 100, 5000, 1000, 0, 5),
-                      False, MarketTotals(0, 0, 0, 0, 0), 255, 255)  # fmt: skip
+                      False, MarketTotals(0, 0, 0, 0, 0, 0), 255, 255)  # fmt: skip
 
 
 @pytest.fixture

@@ -203,10 +203,10 @@ def market_bytes(codec, payment_mint: Pubkey, stake_mint: Pubkey, treasury: Pubk
               "window_seconds": 60, "settle_quorum": 1, "max_missed_windows": 10,
               "downtime_slash_bps": 0, "equivocation_slash_bps": 0, "reporter_reward_bps": 0,
               "validator_min_bond": 0, "max_skew_seconds": 5}  # fmt: skip
-    totals = {"staked": 0, "bonded": 0, "burned": 0, "fees": 0, "jobs": 0}
+    totals = {"staked": 0, "bonded": 0, "burned": 0, "fees": 0, "slashed": 0, "jobs": 0}
     k = Pubkey.new_unique()
     return codec.encode_account("Market", {
-        "authority": k, "pending_authority": Pubkey.default(), "id": 0, "stake_mint": stake_mint,
+        "authority": k, "creator": k, "pending_authority": Pubkey.default(), "id": 0, "stake_mint": stake_mint,
         "payment_mint": payment_mint, "stake_vault": pda.stake_vault_pda(k), "treasury": treasury,
         "params": params, "paused": False, "totals": totals, "bump": 255, "stake_vault_bump": 255,
     })  # fmt: skip

@@ -280,8 +280,53 @@ impl Bench {
                 providers.push((*key, p));
             }
         }
-        for (key, p) in providers {
-            assert_eq!(p.gpus_in_use, in_use.get(&key).copied().unwrap_or(0), "gpus_in_use == sum over open jobs");
+        for (key, p) in &providers {
+            assert_eq!(p.gpus_in_use, in_use.get(key).copied().unwrap_or(0), "gpus_in_use == sum over open jobs");
+        }
+        self.inv_check_stake_vault_sum(&market, &providers);
+        self.inv_check_token_supplies();
+    }
+
+    /// Stake vault balance == sum over this market's providers of stake + unbonding plus sum over
+    /// its validators of bond + unbonding; the market totals split the same sum exactly.
+    fn inv_check_stake_vault_sum(&self, market: &Market, providers: &[(Pubkey, Provider)]) {
+        let staked: u64 = providers
+            .iter()
+            .filter(|(_, p)| p.market == self.market)
+            .map(|(_, p)| p.stake + p.unbonding.amount)
+            .sum();
+        let bonded: u64 = self
+            .svm
+            .accounts_db()
+            .inner
+            .values()
+            .filter(|acc| acc.owner() == &gpu_market::ID)
+            .filter_map(|acc| Validator::try_deserialize(&mut &acc.data()[..]).ok())
+            .filter(|v| v.market == self.market)
+            .map(|v| v.bond + v.unbonding.amount)
+            .sum();
+        assert_eq!(market.totals.staked, staked, "totals.staked == sum of provider stake + unbonding");
+        assert_eq!(market.totals.bonded, bonded, "totals.bonded == sum of validator bond + unbonding");
+        assert_eq!(
+            self.token_balance(&market.stake_vault),
+            staked + bonded,
+            "stake vault == providers' stake + unbonding + validators' bond + unbonding"
+        );
+    }
+
+    /// Token conservation per mint: the balances of all token accounts add up to the supply.
+    fn inv_check_token_supplies(&self) {
+        for mint in [self.stake_mint, self.payment_mint] {
+            let held: u64 = self
+                .svm
+                .accounts_db()
+                .inner
+                .values()
+                .filter(|a| a.owner() == &TOKEN_PROGRAM && a.data().len() == TOKEN_ACCOUNT_LEN)
+                .filter(|a| a.data()[..32] == mint.to_bytes())
+                .map(|a| u64::from_le_bytes(a.data()[64..72].try_into().unwrap()))
+                .sum();
+            assert_eq!(held, self.mint_supply(&mint), "sum of token balances == supply of {mint}");
         }
     }
 
@@ -309,19 +354,18 @@ impl Bench {
     }
 
     pub fn ix_register_provider(&self, owner: &Pubkey, worker_key: Pubkey, gpus: u16, price: u64) -> Instruction {
-        let mut gpu_model = [0u8; 32];
-        gpu_model[..4].copy_from_slice(b"H100");
-        let mut region = [0u8; 16];
-        region[..7].copy_from_slice(b"eu-west");
+        let args = RegisterProviderArgs {
+            worker_key,
+            worker_key_expires_at: 0,
+            spec: gpu_spec(gpus),
+            price_per_gpu_second: price,
+        };
+        self.ix_register_provider_with(owner, args)
+    }
+
+    pub fn ix_register_provider_with(&self, owner: &Pubkey, args: RegisterProviderArgs) -> Instruction {
         Self::ix(
-            gpu_market::instruction::RegisterProvider {
-                args: RegisterProviderArgs {
-                    worker_key,
-                    worker_key_expires_at: 0,
-                    spec: GpuSpec { gpu_model, gpu_count: gpus, vram_mib: 81_920, region },
-                    price_per_gpu_second: price,
-                },
-            },
+            gpu_market::instruction::RegisterProvider { args },
             gpu_market::accounts::RegisterProvider {
                 owner: *owner,
                 market: self.market,
@@ -488,3 +532,422 @@ pub fn meta(pubkey: Pubkey, writable: bool) -> AccountMeta {
 }
 
 pub type Key = SPubkey;
+
+// ---- added for the per-instruction and attack suites -----------------------------------------
+
+use anchor_lang::error::ErrorCode as AnchorError;
+use gpu_market::instructions::UpdateProviderArgs;
+
+/// The runtime error Anchor's own `code` produces in instruction `ix`.
+pub fn anchor_err(ix: u8, code: AnchorError) -> TransactionError {
+    custom(ix, code as u32)
+}
+
+/// The program's error `e` in instruction `ix`.
+pub fn program_err(ix: u8, e: gpu_market::errors::GpuMarketError) -> TransactionError {
+    custom(ix, err_code(e))
+}
+
+/// Decodes `Program data:` lines (base64 of discriminator + borsh) into the first event of type `E`.
+pub fn event<E: anchor_lang::Event>(logs: &[String]) -> E {
+    use anchor_lang::__private::base64::{engine::general_purpose::STANDARD, Engine as _};
+    logs.iter()
+        .filter_map(|l| l.strip_prefix("Program data: "))
+        .filter_map(|d| STANDARD.decode(d).ok())
+        .find(|bytes| bytes.starts_with(E::DISCRIMINATOR))
+        .map(|bytes| E::deserialize(&mut &bytes[E::DISCRIMINATOR.len()..]).expect("event borsh"))
+        .unwrap_or_else(|| panic!("no {} event in logs: {logs:#?}", std::any::type_name::<E>()))
+}
+
+/// Asserts that the logs carry exactly `expected` (every field, byte for byte).
+pub fn assert_event<E: anchor_lang::Event>(logs: &[String], expected: E) {
+    let got: E = event(logs);
+    assert_eq!(
+        anchor_lang::Event::data(&got),
+        anchor_lang::Event::data(&expected),
+        "{} differs",
+        std::any::type_name::<E>()
+    );
+}
+
+/// Replaces every occurrence of account `old` in `ix` by `new`.
+pub fn swap_account(mut ix: Instruction, old: Pubkey, new: Pubkey) -> Instruction {
+    let mut found = false;
+    for m in ix.accounts.iter_mut().filter(|m| m.pubkey == old) {
+        m.pubkey = new;
+        found = true;
+    }
+    assert!(found, "account {old} not in instruction");
+    ix
+}
+
+/// Marks account `key` of `ix` as not signing.
+pub fn unsign(mut ix: Instruction, key: Pubkey) -> Instruction {
+    let m = ix.accounts.iter_mut().find(|m| m.pubkey == key).expect("account in instruction");
+    m.is_signer = false;
+    ix
+}
+
+/// The ed25519 signing key behind a Solana keypair (validators attest with their authority).
+pub fn signing_key(k: &Keypair) -> SigningKey {
+    SigningKey::from_bytes(&k.to_bytes()[..32].try_into().unwrap())
+}
+
+/// One Ed25519-program instruction with one signature per signer over one shared copy of
+/// `message`. Layout: [count, pad, offsets x n] [pubkeys x n] [signatures x n] [message].
+pub fn ed25519_multi_ix(signers: &[&SigningKey], message: &[u8]) -> Instruction {
+    let n = signers.len() as u16;
+    let header = 2 + 14 * n;
+    let msg_off = header + 96 * n;
+    let mut data = vec![n as u8, 0];
+    for i in 0..n {
+        let (pk_off, sig_off) = (header + 32 * i, header + 32 * n + 64 * i);
+        for v in [sig_off, u16::MAX, pk_off, u16::MAX, msg_off, message.len() as u16, u16::MAX] {
+            data.extend_from_slice(&v.to_le_bytes());
+        }
+    }
+    for s in signers {
+        data.extend_from_slice(&s.verifying_key().to_bytes());
+    }
+    for s in signers {
+        data.extend_from_slice(&s.sign(message).to_bytes());
+    }
+    data.extend_from_slice(message);
+    Instruction { program_id: ED25519_PROGRAM_ID, accounts: vec![], data }
+}
+
+/// `gpu_spec` with the bench's model and region and `gpus` GPUs.
+pub fn gpu_spec(gpus: u16) -> GpuSpec {
+    let mut gpu_model = [0u8; 32];
+    gpu_model[..4].copy_from_slice(b"H100");
+    let mut region = [0u8; 16];
+    region[..7].copy_from_slice(b"eu-west");
+    GpuSpec { gpu_model, gpu_count: gpus, vram_mib: 81_920, region }
+}
+
+pub fn no_update() -> UpdateProviderArgs {
+    UpdateProviderArgs { price_per_gpu_second: None, spec: None, accepting_jobs: None }
+}
+
+impl Bench {
+    pub fn admin_kp(&self) -> Keypair { self.admin.insecure_clone() }
+    pub fn user_kp(&self) -> Keypair { self.user.key.insecure_clone() }
+    pub fn owner_kp(&self) -> Keypair { self.provider_owner.key.insecure_clone() }
+    pub fn va_kp(&self) -> Keypair { self.validator_authority.insecure_clone() }
+    /// The worker key as a Solana keypair (it may sign `accept_job`).
+    pub fn worker_kp(&self) -> Keypair { Keypair::new_from_array(self.worker.to_bytes()) }
+
+    /// The bench validator's stake token account (created by `fund_party`, owner = its authority).
+    pub fn validator_stake_account(&self) -> Pubkey {
+        let va = self.validator_authority.pubkey();
+        self.token_accounts_of(&va, &self.stake_mint)[0]
+    }
+
+    /// Token accounts of `mint` owned by `owner`, sorted by address.
+    pub fn token_accounts_of(&self, owner: &Pubkey, mint: &Pubkey) -> Vec<Pubkey> {
+        let mut out: Vec<Pubkey> = self
+            .svm
+            .accounts_db()
+            .inner
+            .iter()
+            .filter(|(_, a)| a.owner() == &TOKEN_PROGRAM && a.data().len() == TOKEN_ACCOUNT_LEN)
+            .filter(|(_, a)| &a.data()[0..32] == mint.as_ref() && &a.data()[32..64] == owner.as_ref())
+            .map(|(k, _)| *k)
+            .collect();
+        out.sort();
+        out
+    }
+
+    pub fn new_party(&mut self, stake: u64, payment: u64) -> Party {
+        self.fund_party(Keypair::new(), stake, payment)
+    }
+
+    pub fn provider_address(&self, owner: &Pubkey) -> Pubkey {
+        pda(&[gpu_market::seeds::PROVIDER, self.market.as_ref(), owner.as_ref()])
+    }
+
+    pub fn validator_address(&self, authority: &Pubkey) -> Pubkey {
+        pda(&[gpu_market::seeds::VALIDATOR, self.market.as_ref(), authority.as_ref()])
+    }
+
+    /// Registers a new funded validator with `bond`; returns its party and Validator account.
+    pub fn add_validator(&mut self, bond: u64) -> (Party, Pubkey) {
+        let v = self.new_party(bond, 0);
+        let ix = self.ix_register_validator(&v.key.pubkey(), v.stake, bond);
+        self.send(&[ix], &[&v.key]).unwrap();
+        let address = self.validator_address(&v.key.pubkey());
+        (v, address)
+    }
+
+    /// Registers and stakes a second provider (`gpus` GPUs at `price`); returns (owner, provider).
+    pub fn add_provider(&mut self, worker: &SigningKey, gpus: u16, price: u64, stake: u64) -> (Party, Pubkey) {
+        let owner = self.new_party(stake, 0);
+        let ix = self.ix_register_provider(&owner.key.pubkey(), worker_pubkey(worker), gpus, price);
+        self.send(&[ix], &[&owner.key]).unwrap();
+        if stake > 0 {
+            let ix = self.ix_stake(&owner.key.pubkey(), owner.stake, stake);
+            self.send(&[ix], &[&owner.key]).unwrap();
+        }
+        let provider = self.provider_address(&owner.key.pubkey());
+        (owner, provider)
+    }
+
+    /// Creates (does not accept) job `job_id` for the bench user; returns (job, escrow).
+    pub fn open_job(&mut self, job_id: u64, gpus: u16, deposit: u64) -> (Pubkey, Pubkey) {
+        let ix = self.ix_create_job(&self.user, job_id, gpus, deposit);
+        let user = self.user_kp();
+        self.send(&[ix], &[&user]).unwrap();
+        self.job_address(&user.pubkey(), job_id)
+    }
+
+    /// The job's user signs `finish_job`.
+    pub fn finish(&mut self, job: Pubkey) {
+        let user = self.user_kp();
+        let ix = self.ix_finish_job(&user.pubkey(), job);
+        self.send(&[ix], &[&user]).unwrap();
+    }
+
+    /// Sends `ixs` signed by the bench user/owner/validator/admin and returns the error.
+    pub fn user_err(&mut self, ixs: &[Instruction]) -> TransactionError { let k = self.user_kp(); self.send_err(ixs, &[&k]) }
+    pub fn owner_err(&mut self, ixs: &[Instruction]) -> TransactionError { let k = self.owner_kp(); self.send_err(ixs, &[&k]) }
+    pub fn va_err(&mut self, ixs: &[Instruction]) -> TransactionError { let k = self.va_kp(); self.send_err(ixs, &[&k]) }
+    pub fn admin_err(&mut self, ixs: &[Instruction]) -> TransactionError { let k = self.admin_kp(); self.send_err(ixs, &[&k]) }
+    pub fn as_user(&mut self, ixs: &[Instruction]) -> Vec<String> { let k = self.user_kp(); self.send(ixs, &[&k]).unwrap().logs }
+    pub fn as_owner(&mut self, ixs: &[Instruction]) -> Vec<String> { let k = self.owner_kp(); self.send(ixs, &[&k]).unwrap().logs }
+    pub fn as_va(&mut self, ixs: &[Instruction]) -> Vec<String> { let k = self.va_kp(); self.send(ixs, &[&k]).unwrap().logs }
+    pub fn as_admin(&mut self, ixs: &[Instruction]) -> Vec<String> { let k = self.admin_kp(); self.send(ixs, &[&k]).unwrap().logs }
+
+    pub fn ix_update_params(&self, authority: &Pubkey, params: MarketParams) -> Instruction {
+        Self::ix(
+            gpu_market::instruction::UpdateParams { params },
+            gpu_market::accounts::UpdateParams { authority: *authority, market: self.market },
+        )
+    }
+
+    pub fn ix_set_paused(&self, authority: &Pubkey, paused: bool) -> Instruction {
+        Self::ix(
+            gpu_market::instruction::SetPaused { paused },
+            gpu_market::accounts::SetPaused { authority: *authority, market: self.market },
+        )
+    }
+
+    pub fn ix_propose_authority(&self, authority: &Pubkey, new_authority: Pubkey) -> Instruction {
+        Self::ix(
+            gpu_market::instruction::ProposeAuthority { new_authority },
+            gpu_market::accounts::ProposeAuthority { authority: *authority, market: self.market },
+        )
+    }
+
+    pub fn ix_accept_authority(&self, new_authority: &Pubkey) -> Instruction {
+        Self::ix(
+            gpu_market::instruction::AcceptAuthority {},
+            gpu_market::accounts::AcceptAuthority { new_authority: *new_authority, market: self.market },
+        )
+    }
+
+    pub fn ix_update_provider(&self, owner: &Pubkey, args: UpdateProviderArgs) -> Instruction {
+        Self::ix(
+            gpu_market::instruction::UpdateProvider { args },
+            gpu_market::accounts::UpdateProvider { owner: *owner, provider: self.provider_address(owner) },
+        )
+    }
+
+    pub fn ix_rotate_worker_key(&self, owner: &Pubkey, new_worker_key: Pubkey, expires_at: i64) -> Instruction {
+        Self::ix(
+            gpu_market::instruction::RotateWorkerKey { new_worker_key, expires_at },
+            gpu_market::accounts::RotateWorkerKey {
+                owner: *owner,
+                market: self.market,
+                provider: self.provider_address(owner),
+            },
+        )
+    }
+
+    pub fn ix_request_unstake(&self, owner: &Pubkey, amount: u64) -> Instruction {
+        Self::ix(
+            gpu_market::instruction::RequestUnstake { amount },
+            gpu_market::accounts::RequestUnstake {
+                owner: *owner,
+                market: self.market,
+                provider: self.provider_address(owner),
+            },
+        )
+    }
+
+    pub fn ix_withdraw_unstaked(&self, owner: &Pubkey, to: Pubkey) -> Instruction {
+        Self::ix(
+            gpu_market::instruction::WithdrawUnstaked {},
+            gpu_market::accounts::WithdrawUnstaked {
+                owner: *owner,
+                market: self.market,
+                provider: self.provider_address(owner),
+                stake_mint: self.stake_mint,
+                stake_vault: self.stake_vault,
+                owner_stake_account: to,
+                token_program: TOKEN_PROGRAM,
+            },
+        )
+    }
+
+    pub fn ix_request_validator_exit(&self, authority: &Pubkey) -> Instruction {
+        Self::ix(
+            gpu_market::instruction::RequestValidatorExit {},
+            gpu_market::accounts::RequestValidatorExit {
+                authority: *authority,
+                market: self.market,
+                validator: self.validator_address(authority),
+            },
+        )
+    }
+
+    pub fn ix_withdraw_validator_bond(&self, authority: &Pubkey, to: Pubkey) -> Instruction {
+        Self::ix(
+            gpu_market::instruction::WithdrawValidatorBond {},
+            gpu_market::accounts::WithdrawValidatorBond {
+                authority: *authority,
+                market: self.market,
+                validator: self.validator_address(authority),
+                stake_mint: self.stake_mint,
+                stake_vault: self.stake_vault,
+                authority_stake_account: to,
+                token_program: TOKEN_PROGRAM,
+            },
+        )
+    }
+
+    pub fn ix_top_up(&self, user: &Pubkey, from: Pubkey, job: Pubkey, amount: u64) -> Instruction {
+        Self::ix(
+            gpu_market::instruction::TopUp { amount },
+            gpu_market::accounts::TopUp {
+                user: *user,
+                market: self.market,
+                job,
+                escrow: pda(&[gpu_market::seeds::ESCROW, job.as_ref()]),
+                payment_mint: self.payment_mint,
+                user_payment_account: from,
+                token_program: TOKEN_PROGRAM,
+            },
+        )
+    }
+
+    fn refund_accounts(&self, signer: &Pubkey, job: Pubkey, user_payment: Pubkey) -> gpu_market::accounts::RefundJob {
+        gpu_market::accounts::RefundJob {
+            signer: *signer,
+            market: self.market,
+            provider: self.provider,
+            job,
+            escrow: pda(&[gpu_market::seeds::ESCROW, job.as_ref()]),
+            payment_mint: self.payment_mint,
+            user_payment_account: user_payment,
+            token_program: TOKEN_PROGRAM,
+        }
+    }
+
+    pub fn ix_cancel_job(&self, signer: &Pubkey, job: Pubkey, user_payment: Pubkey) -> Instruction {
+        Self::ix(gpu_market::instruction::CancelJob {}, self.refund_accounts(signer, job, user_payment))
+    }
+
+    pub fn ix_expire_job(&self, signer: &Pubkey, job: Pubkey, user_payment: Pubkey) -> Instruction {
+        Self::ix(gpu_market::instruction::ExpireJob {}, self.refund_accounts(signer, job, user_payment))
+    }
+
+    fn slash_targets(&self, job: Pubkey, user_payment: Pubkey, reporter_stake: Pubkey) -> gpu_market::accounts::SlashTargets {
+        gpu_market::accounts::SlashTargets {
+            market: self.market,
+            provider: self.provider,
+            job,
+            escrow: pda(&[gpu_market::seeds::ESCROW, job.as_ref()]),
+            payment_mint: self.payment_mint,
+            user_payment_account: user_payment,
+            stake_mint: self.stake_mint,
+            stake_vault: self.stake_vault,
+            reporter_stake_account: reporter_stake,
+            token_program: TOKEN_PROGRAM,
+        }
+    }
+
+    pub fn equivocation_record(&self, job: &Pubkey, seq: u64) -> Pubkey {
+        pda(&[gpu_market::seeds::EQUIVOCATION, job.as_ref(), &seq.to_le_bytes()])
+    }
+
+    /// `slash_equivocation` by `reporter` for the bench user's job (reward to `reporter_stake`).
+    pub fn ix_slash_equivocation(&self, reporter: &Pubkey, reporter_stake: Pubkey, job: Pubkey, first: Receipt, second: Receipt) -> Instruction {
+        Self::ix(
+            gpu_market::instruction::SlashEquivocation { first, second },
+            gpu_market::accounts::SlashEquivocation {
+                reporter: *reporter,
+                targets: self.slash_targets(job, self.user.payment, reporter_stake),
+                record: self.equivocation_record(&job, first.seq),
+                instructions: INSTRUCTIONS_SYSVAR,
+                system_program: SYSTEM_PROGRAM,
+            },
+        )
+    }
+
+    /// [Ed25519(first), Ed25519(second), slash_equivocation], both receipts signed by `signer`.
+    pub fn equivocation_ixs(&self, signer: &SigningKey, reporter: &Pubkey, reporter_stake: Pubkey, job: Pubkey, first: Receipt, second: Receipt) -> Vec<Instruction> {
+        vec![
+            ed25519_ix(signer, &self.receipt_message(&job, &first)),
+            ed25519_ix(signer, &self.receipt_message(&job, &second)),
+            self.ix_slash_equivocation(reporter, reporter_stake, job, first, second),
+        ]
+    }
+
+    /// `slash_downtime` submitted by `validator_authority` (reward to `reporter_stake`); `others`
+    /// are the extra quorum members, passed as (Validator account, its authority as signer).
+    pub fn ix_slash_downtime(&self, validator_authority: &Pubkey, reporter_stake: Pubkey, job: Pubkey, others: &[Pubkey]) -> Instruction {
+        let mut ix = Self::ix(
+            gpu_market::instruction::SlashDowntime {},
+            gpu_market::accounts::SlashDowntime {
+                validator_authority: *validator_authority,
+                validator: self.validator_address(validator_authority),
+                targets: self.slash_targets(job, self.user.payment, reporter_stake),
+            },
+        );
+        for authority in others {
+            ix.accounts.push(meta(self.validator_address(authority), false));
+            ix.accounts.push(AccountMeta::new_readonly(*authority, true));
+        }
+        ix
+    }
+
+    /// [Ed25519(worker + attesters over one message), settle + extra Validator accounts].
+    pub fn quorum_settle_ixs(&self, job: Pubkey, r: Receipt, attesters: &[&Keypair], extra_validators: &[Pubkey]) -> Vec<Instruction> {
+        let msg = self.receipt_message(&job, &r);
+        let keys: Vec<SigningKey> = attesters.iter().map(|k| signing_key(k)).collect();
+        let mut signers = vec![&self.worker];
+        signers.extend(keys.iter());
+        let mut settle = self.ix_settle(&self.validator_authority.pubkey(), job, r);
+        settle.accounts.extend(extra_validators.iter().map(|v| meta(*v, false)));
+        vec![ed25519_multi_ix(&signers, &msg), settle]
+    }
+
+    /// `started_at` of a job.
+    pub fn started(&self, job: &Pubkey) -> i64 {
+        self.job_state(job).started_at
+    }
+}
+
+/// Two receipts for the same job and seq that differ only in their proof hash.
+pub fn equivocating_pair(seq: u64, cumulative_seconds: u64, window_end: i64) -> (Receipt, Receipt) {
+    let first = receipt(seq, cumulative_seconds, window_end);
+    (first, Receipt { proof_hash: [0xEE; 32], ..first })
+}
+
+impl Bench {
+    /// Creates market `id` of the bench admin with default params; returns its address.
+    pub fn second_market(&mut self, id: u64) -> Pubkey {
+        let ix = self.ix_initialize_market(id, default_params());
+        self.as_admin(&[ix]);
+        pda(&[gpu_market::seeds::MARKET, self.admin.pubkey().as_ref(), &id.to_le_bytes()])
+    }
+
+    /// The bench user reports the worker's equivocation on `job` at `seq` (reward to the
+    /// user's stake account): the provider is slashed and jailed, the job Failed.
+    pub fn report_equivocation(&mut self, job: Pubkey, seq: u64) -> Vec<String> {
+        let (first, second) = equivocating_pair(seq, 1, self.started(&job) + 1);
+        let user = self.user_kp();
+        let ixs = self.equivocation_ixs(&self.worker.clone(), &user.pubkey(), self.user.stake, job, first, second);
+        self.send(&ixs, &[&user]).unwrap().logs
+    }
+}
