@@ -155,6 +155,18 @@ class GpuMarketClient:
         self.rpc = rpc or Client(url, commitment=Commitment(commitment), timeout=timeout)
         self.codec: Codec = default_codec(program_id, idl_path)
 
+    def close(self) -> None:
+        """Closes the HTTP connection pool (the client is unusable afterwards)."""
+        session = getattr(getattr(self.rpc, "_provider", None), "session", None)
+        if session is not None:
+            session.close()
+
+    def __enter__(self) -> GpuMarketClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     # ================================================================== RPC plumbing
 
     def _call(self, fn, *args, **kwargs):

@@ -68,9 +68,11 @@ class Processes:
 
     workdir: Path
     children: list[tuple[str, subprocess.Popen]] = field(default_factory=list)
+    logs: list[Any] = field(default_factory=list)
 
     def start(self, name: str, argv: list[str]) -> subprocess.Popen:
-        log = open(self.workdir / f"{name}.log", "wb")  # noqa: SIM115 - closed with the process
+        log = open(self.workdir / f"{name}.log", "wb")  # noqa: SIM115 - closed in stop_all
+        self.logs.append(log)
         proc = subprocess.Popen(
             argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             start_new_session=True,
@@ -102,6 +104,8 @@ class Processes:
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
+        for log in self.logs:
+            log.close()
 
 
 def wait_for_line(proc: subprocess.Popen, log: Path, needle: str, timeout: float) -> str:
@@ -154,6 +158,7 @@ def run_demo(
     from .client import GpuMarketClient
 
     procs = Processes(workdir)
+    client = None
     try:
         # -- local chain --------------------------------------------------------------
         port = free_port()
@@ -288,13 +293,15 @@ def run_demo(
             "conserved": deposited == provider_paid + treasury_balance + burned + refunded,
         }
         say("")
-        say(f"settled {final.settled_seconds} GPU-job seconds over {final.last_seq} windows "
+        say(f"settled {final.settled_seconds} s of a {gpus}-GPU job over {final.last_seq} windows "
             f"at {final.rate_per_second / UNIT:g} per second")
         for name in ("deposited", "provider_paid", "treasury", "burned", "refunded"):
             say(f"  {name:<14}{summary[name] / UNIT:>12.6f}")
         say(f"  conserved     {summary['conserved']}")
         return summary
     finally:
+        if client is not None:
+            client.close()
         procs.stop_all()
 
 
@@ -321,7 +328,7 @@ def _windows_proved(db: Path, job: bytes) -> int:
 
 
 def _run(argv: list[str]) -> str:
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
     if proc.returncode != 0:
         raise DemoError(f"`{' '.join(argv[:4])} ...` failed: {proc.stderr.strip() or proc.stdout}")
     return proc.stdout

@@ -95,8 +95,14 @@ impl Bench {
     }
 
     pub fn with_params(params: MarketParams) -> Self {
+        Self::with_keys(params, [Keypair::new(), Keypair::new(), Keypair::new(), Keypair::new()])
+    }
+
+    /// `with_params` with chosen [admin, provider owner, validator authority, user] keys: fixed
+    /// keys make the market, provider, validator and job addresses reproducible.
+    pub fn with_keys(params: MarketParams, keys: [Keypair; 4]) -> Self {
+        let [admin, owner_key, validator_key, user_key] = keys;
         let mut svm = gpum_localnet::new_svm();
-        let admin = Keypair::new();
         svm.airdrop(&admin.pubkey(), 100_000_000_000).unwrap();
         let mut b = Bench {
             svm,
@@ -105,12 +111,12 @@ impl Bench {
             market: Pubkey::default(),
             stake_vault: Pubkey::default(),
             treasury: Pubkey::default(),
-            provider_owner: Party { key: Keypair::new(), payment: Pubkey::default(), stake: Pubkey::default() },
+            provider_owner: Party { key: owner_key, payment: Pubkey::default(), stake: Pubkey::default() },
             provider: Pubkey::default(),
             worker: SigningKey::from_bytes(&[7u8; 32]),
-            validator_authority: Keypair::new(),
+            validator_authority: validator_key,
             validator: Pubkey::default(),
-            user: Party { key: Keypair::new(), payment: Pubkey::default(), stake: Pubkey::default() },
+            user: Party { key: user_key, payment: Pubkey::default(), stake: Pubkey::default() },
             now: T0,
             admin,
         };
@@ -949,5 +955,33 @@ impl Bench {
         let user = self.user_kp();
         let ixs = self.equivocation_ixs(&self.worker.clone(), &user.pubkey(), self.user.stake, job, first, second);
         self.send(&ixs, &[&user]).unwrap().logs
+    }
+}
+
+impl Bench {
+    /// Registers the bench provider owner (bench worker key, 4 GPUs at 10) as a provider of
+    /// another `market`; returns that Provider account.
+    pub fn register_provider_in(&mut self, market: Pubkey) -> Pubkey {
+        let owner = self.provider_owner.key.pubkey();
+        let ix = self.ix_register_provider(&owner, worker_pubkey(&self.worker), 4, 10);
+        let elsewhere = pda(&[gpu_market::seeds::PROVIDER, market.as_ref(), owner.as_ref()]);
+        let ix = swap_account(swap_account(ix, self.provider_address(&owner), elsewhere), self.market, market);
+        self.as_owner(&[ix]);
+        elsewhere
+    }
+}
+
+impl Bench {
+    /// Registers `v` (bonding `bond` from its stake account) as a validator of another `market`;
+    /// returns that Validator account.
+    pub fn register_validator_in(&mut self, market: Pubkey, v: &Party, bond: u64) -> Pubkey {
+        let authority = v.key.pubkey();
+        let elsewhere = pda(&[gpu_market::seeds::VALIDATOR, market.as_ref(), authority.as_ref()]);
+        let vault = pda(&[gpu_market::seeds::STAKE_VAULT, market.as_ref()]);
+        let ix = self.ix_register_validator(&authority, v.stake, bond);
+        let ix = swap_account(swap_account(ix, self.validator_address(&authority), elsewhere), self.stake_vault, vault);
+        let ix = swap_account(ix, self.market, market);
+        self.send(&[ix], &[&v.key]).unwrap();
+        elsewhere
     }
 }
