@@ -10,7 +10,6 @@ import os
 from pathlib import Path
 
 import pytest
-
 from gpu_market.demo import run_demo
 
 pytestmark = pytest.mark.e2e

@@ -22,6 +22,7 @@ __all__ = [
     "JOB_STATUSES",
     "PROVIDER_STATUSES",
     "REGION_LEN",
+    "EquivocationRecordView",
     "GpuSpec",
     "JobView",
     "MarketParams",
@@ -32,6 +33,7 @@ __all__ = [
     "Unbonding",
     "ValidatorView",
     "decode_account",
+    "decode_equivocation_record",
     "decode_fixed_str",
     "decode_job",
     "decode_market",
@@ -271,12 +273,36 @@ def _job(d: Any, address: Pubkey | None) -> JobView:
     )
 
 
-_BUILDERS = {"Market": _market, "Provider": _provider, "Validator": _validator, "Job": _job}
+@dataclass(frozen=True)
+class EquivocationRecordView:
+    """``["equivocation", job, seq]``: (job, seq) was slashed for equivocation."""
+
+    job: Pubkey
+    seq: int
+    provider: Pubkey
+    reporter: Pubkey
+    slashed: int
+    bump: int
+    address: Pubkey | None = None
+
+
+def _equivocation_record(d: Any, address: Pubkey | None) -> EquivocationRecordView:
+    names = [n for n in EquivocationRecordView.__dataclass_fields__ if n != "address"]
+    return EquivocationRecordView(**_fields(d, names), address=address)
+
+
+_BUILDERS = {
+    "Market": _market,
+    "Provider": _provider,
+    "Validator": _validator,
+    "Job": _job,
+    "EquivocationRecord": _equivocation_record,
+}
 
 
 def decode_account(
     data: bytes, address: Pubkey | None = None, codec: Codec | None = None
-) -> MarketView | ProviderView | ValidatorView | JobView:
+) -> MarketView | ProviderView | ValidatorView | JobView | EquivocationRecordView:
     """Decode any gpu_market account into its view; ValueError if ``data`` is not one."""
     codec = codec or default_codec()
     name, decoded = codec.decode_account(data)
@@ -313,3 +339,10 @@ def decode_validator(
 def decode_job(data: bytes, address: Pubkey | None = None, codec: Codec | None = None) -> JobView:
     """Decode a Job account; ValueError if ``data`` is not one."""
     return _decode_as("Job", data, address, codec)
+
+
+def decode_equivocation_record(
+    data: bytes, address: Pubkey | None = None, codec: Codec | None = None
+) -> EquivocationRecordView:
+    """Decode an EquivocationRecord account; ValueError if ``data`` is not one."""
+    return _decode_as("EquivocationRecord", data, address, codec)

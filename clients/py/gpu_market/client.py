@@ -161,12 +161,6 @@ class GpuMarketClient:
         if session is not None:
             session.close()
 
-    def __enter__(self) -> GpuMarketClient:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
     # ================================================================== RPC plumbing
 
     def _call(self, fn, *args, **kwargs):
