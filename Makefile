@@ -34,6 +34,7 @@ idl:
 	mv idl/gpu_market.json.tmp idl/gpu_market.json
 
 idl-check:
+	mkdir -p $(CARGO_TARGET_DIR)
 	cargo run -q -p gpum-idl -- programs/gpu_market > $(CARGO_TARGET_DIR)/gpu_market.idl.json
 	@diff -u idl/gpu_market.json $(CARGO_TARGET_DIR)/gpu_market.idl.json \
 	  || { echo "idl/gpu_market.json is stale: run 'make idl' and commit it"; exit 1; }

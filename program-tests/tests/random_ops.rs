@@ -13,7 +13,8 @@
 //!   `refunded` minus what they `deposited`.
 //!
 //! Failures print the seed and step; rerun one with `GPUM_RANDOM_SEED=<seed>`
-//! (`GPUM_RANDOM_STEPS=<n>` changes the number of steps).
+//! (`GPUM_RANDOM_STEPS=<n>` changes the number of steps; `GPUM_RANDOM_DEBUG=1` prints each
+//! step kind with its expected outcome).
 mod common;
 
 use std::collections::{BTreeMap, HashMap, HashSet};

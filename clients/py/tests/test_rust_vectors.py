@@ -63,7 +63,9 @@ def test_codec_decodes_account(codec, new_idl, vector):
     assert codec.account_size(vector["type"]) == len(data)
     name, decoded = codec.decode_account(data)
     assert name == vector["type"]
-    assert set(vector["fields"]) == _idl_fields(new_idl, name), "vector lists exactly the IDL fields"
+    assert set(vector["fields"]) == _idl_fields(new_idl, name), (
+        "vector lists exactly the IDL fields"
+    )
     assert _normal(_plain(decoded)) == vector["fields"]
 
 
@@ -74,7 +76,9 @@ def test_codec_decodes_event(codec, new_idl, vector):
     assert decoded is not None, f"unknown event discriminator for {vector['type']}"
     name, value = decoded
     assert name == vector["type"]
-    assert set(vector["fields"]) == _idl_fields(new_idl, name), "vector lists exactly the IDL fields"
+    assert set(vector["fields"]) == _idl_fields(new_idl, name), (
+        "vector lists exactly the IDL fields"
+    )
     assert _normal(_plain(value)) == vector["fields"]
 
 
