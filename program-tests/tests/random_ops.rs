@@ -75,7 +75,8 @@ struct Tx {
 enum OnOk {
     Nothing,
     NewJob(Pubkey),
-    Record(Pubkey, u64),
+    /// (job, started_at of its incarnation, seq) slashed for equivocation.
+    Record(Pubkey, i64, u64),
 }
 
 struct World {
@@ -89,7 +90,7 @@ struct World {
     jobs: Vec<Pubkey>,
     /// Receipts signed by some provider worker key, per job: evidence for equivocation.
     signed: HashMap<Pubkey, Vec<(Receipt, SigningKey)>>,
-    records: HashSet<(Pubkey, u64)>,
+    records: HashSet<(Pubkey, i64, u64)>,
     next_job_id: u64,
     /// (settled_seconds, last_seq) of every live job after the previous step.
     progress: HashMap<Pubkey, (u64, u64)>,
@@ -569,12 +570,16 @@ impl World {
         let prov = self.provider(self.prov_index(&j.provider));
         let signer = worker_pubkey(&key);
         let is_worker = signer == prov.worker_key || (signer == prov.previous_worker_key && signer != Pubkey::default());
-        let expect = if self.records.contains(&(job, first.seq)) {
+        let expect = if self.records.contains(&(job, j.started_at, first.seq)) {
             Expect::AnyErr // the record's `init` fails: already slashed for (job, seq)
         } else if first.seq != second.seq {
             Expect::Err(2, E::EquivocationSeqMismatch)
         } else if first == second {
             Expect::Err(2, E::NotEquivocation)
+        } else if j.status == JobStatus::Open {
+            Expect::Err(2, E::InvalidJobStatus)
+        } else if first.window_end <= j.started_at || second.window_end <= j.started_at {
+            Expect::Err(2, E::ReceiptBeforeJobStart)
         } else if !is_worker {
             Expect::Err(2, E::WrongReceiptSigner)
         } else {
@@ -585,7 +590,7 @@ impl World {
         let mut ixs = self.b.equivocation_ixs(&key, &reporter.pubkey(), self.users[u].stake, job, first, second);
         let slash = ixs.pop().unwrap();
         ixs.push(self.for_job(slash, &j));
-        Some(Tx { on_ok: OnOk::Record(job, first.seq), ..Self::tx("slash_equivocation", ixs, vec![reporter], expect) })
+        Some(Tx { on_ok: OnOk::Record(job, j.started_at, first.seq), ..Self::tx("slash_equivocation", ixs, vec![reporter], expect) })
     }
 
     fn gen_slash_downtime(&mut self) -> Option<Tx> {
@@ -672,8 +677,8 @@ impl World {
         if ok {
             match tx.on_ok {
                 OnOk::NewJob(job) => self.jobs.push(job),
-                OnOk::Record(job, seq) => {
-                    self.records.insert((job, seq));
+                OnOk::Record(job, started_at, seq) => {
+                    self.records.insert((job, started_at, seq));
                 }
                 OnOk::Nothing => {}
             }
@@ -859,7 +864,6 @@ fn random_valid_and_invalid_sequences_keep_every_invariant() {
 /// its honest seq-1 receipt of the second are "two receipts for one job and seq" and anyone can
 /// slash the provider for equivocation it never committed.
 #[test]
-#[ignore = "program bug: honest provider slashable after job_id reuse (slash.rs / receipt.rs); run with --ignored"]
 fn honest_receipts_of_two_incarnations_of_one_job_address_are_not_equivocation() {
     let mut b = Bench::with_params(params());
     let user = b.user.key.insecure_clone();
@@ -880,4 +884,6 @@ fn honest_receipts_of_two_incarnations_of_one_job_address_are_not_equivocation()
     let ixs = b.equivocation_ixs(&b.worker.clone(), &user.pubkey(), b.user.stake, job, first, second);
     let result = b.send(&ixs, &[&user]);
     assert!(result.is_err(), "an honest provider was slashed: stake {} -> {}", stake_before, b.provider_state().stake);
+    assert_eq!(result.unwrap_err().err, custom(2, err_code(E::ReceiptBeforeJobStart)));
+    assert_eq!(b.provider_state().stake, stake_before);
 }

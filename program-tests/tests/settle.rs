@@ -6,7 +6,7 @@ use common::*;
 use ed25519_dalek::SigningKey;
 use gpu_market::errors::GpuMarketError as E;
 use gpu_market::events::Settled;
-use gpu_market::state::{JobStatus, MarketParams};
+use gpu_market::state::JobStatus;
 use gpum_localnet::solana_instruction::Instruction;
 use gpum_localnet::solana_keypair::Keypair;
 use gpum_localnet::solana_signer::Signer;
@@ -258,9 +258,7 @@ fn fail_settle_provider_or_job_of_another_market() {
 // ---- quorum ----------------------------------------------------------------------------------
 
 fn quorum_bench(q: u8) -> (Bench, Pubkey, Vec<(Keypair, Pubkey)>) {
-    let mut b = Bench::with_params(MarketParams { settle_quorum: q, ..default_params() });
-    let others = (1..3).map(|_| { let (v, a) = b.add_validator(5_000); (v.key, a) }).collect();
-    let (job, _) = b.running_job(1, 1, 10_000);
+    let (mut b, job, others) = Bench::with_quorum(q);
     b.advance(60);
     (b, job, others)
 }
@@ -333,8 +331,6 @@ fn fail_settle_quorum_2_attester_exited() {
 #[test]
 fn fail_settle_quorum_2_attester_of_another_market() {
     let (mut b, job, _) = quorum_bench(2);
-    let other = b.second_market(1);
-    let stranger = b.new_party(5_000, 0);
-    let elsewhere = b.register_validator_in(other, &stranger, 5_000);
+    let (stranger, elsewhere) = b.foreign_validator();
     assert_eq!(quorum_err(&mut b, job, &[&stranger.key], &[elsewhere]), program_err(1, E::NotAValidator));
 }

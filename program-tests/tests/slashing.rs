@@ -6,7 +6,7 @@ use common::*;
 use ed25519_dalek::SigningKey;
 use gpu_market::errors::GpuMarketError as E;
 use gpu_market::events::{DowntimeSlashed, EquivocationSlashed};
-use gpu_market::state::{EquivocationRecord, JobStatus, MarketParams, ProviderStatus};
+use gpu_market::state::{EquivocationRecord, JobStatus, ProviderStatus};
 use gpu_market::Receipt;
 use gpum_localnet::solana_instruction::Instruction;
 use gpum_localnet::solana_keypair::Keypair;
@@ -151,6 +151,28 @@ fn fail_slash_equivocation_ed25519_instruction_with_two_signatures() {
 }
 
 #[test]
+fn fail_slash_equivocation_of_open_job() {
+    let mut b = Bench::new();
+    let (job, _) = b.open_job(1, 1, 10_000);
+    let reporter = b.new_party(0, 0);
+    let (first, second) = equivocating_pair(1, 1, T0 + 1);
+    let ixs = equivocation_ixs(&b, &b.worker, &reporter, job, first, second);
+    assert_eq!(equivocation_err(&mut b, &reporter, &ixs), program_err(2, E::InvalidJobStatus));
+}
+
+#[test]
+fn fail_slash_equivocation_receipt_ending_at_job_start() {
+    let (mut b, job, reporter) = equivocation_bench();
+    // A receipt with window_end == started_at can only belong to an earlier job at this address.
+    let late = receipt(1, 1, T0 + 1);
+    let early = Receipt { proof_hash: [0xEE; 32], ..receipt(1, 1, T0) };
+    for (first, second) in [(early, late), (late, early)] {
+        let ixs = equivocation_ixs(&b, &b.worker, &reporter, job, first, second);
+        assert_eq!(equivocation_err(&mut b, &reporter, &ixs), program_err(2, E::ReceiptBeforeJobStart));
+    }
+}
+
+#[test]
 fn fail_slash_equivocation_twice_for_same_job_and_seq() {
     let (mut b, job, reporter) = equivocation_bench();
     let (first, second) = equivocating_pair(1, 1, T0 + 1);
@@ -200,9 +222,7 @@ fn fail_slash_equivocation_wrong_stake_mint_or_vault() {
 const MISSED: i64 = 10 * 60; // max_missed_windows windows of 60 s
 
 fn downtime_bench(quorum: u8) -> (Bench, Pubkey, Vec<(Keypair, Pubkey)>) {
-    let mut b = Bench::with_params(MarketParams { settle_quorum: quorum, ..default_params() });
-    let others = (1..3).map(|_| { let (v, a) = b.add_validator(5_000); (v.key, a) }).collect();
-    let (job, _) = b.running_job(1, 1, 10_000);
+    let (mut b, job, others) = Bench::with_quorum(quorum);
     b.set_time(T0 + MISSED);
     (b, job, others)
 }
@@ -310,9 +330,7 @@ fn fail_slash_downtime_by_non_validator() {
 #[test]
 fn fail_slash_downtime_validator_of_another_market() {
     let (mut b, job, _) = downtime_bench(1);
-    let other = b.second_market(1);
-    let stranger = b.new_party(5_000, 0);
-    let elsewhere = b.register_validator_in(other, &stranger, 5_000);
+    let (stranger, elsewhere) = b.foreign_validator();
     let ix = b.ix_slash_downtime(&stranger.key.pubkey(), stranger.stake, job, &[]);
     let ix = swap_account(ix, b.validator_address(&stranger.key.pubkey()), elsewhere);
     let err = b.send_err(&[ix], &[&stranger.key]);

@@ -178,3 +178,17 @@ SPL_TOKEN_ERRORS: dict[int, tuple[str, str]] = {
     18: ("MintDecimalsMismatch", "The provided decimals value different from the Mint decimals"),
     19: ("NonNativeNotSupported", "Instruction does not support non-native tokens"),
 }
+
+
+SYSTEM_PROGRAM_ERRORS: dict[int, tuple[str, str]] = {
+    0: ("AccountAlreadyInUse", "an account with the same address already exists"),
+    1: ("ResultWithNegativeLamports", "account does not have enough SOL to perform the operation"),
+    2: ("InvalidProgramId", "cannot assign account to this program id"),
+    3: ("InvalidAccountDataLength", "cannot allocate account data of this length"),
+    4: ("MaxSeedLengthExceeded", "length of requested seed is too long"),
+    5: ("AddressWithSeedMismatch", "provided address does not match addressed derived from seed"),
+    6: ("NonceNoRecentBlockhashes", "advancing stored nonce requires a populated RecentBlockhashes sysvar"),
+    7: ("NonceBlockhashNotExpired", "stored nonce is still in recent_blockhashes"),
+    8: ("NonceUnexpectedBlockhashValue", "specified nonce does not match stored nonce"),
+}
+"""``solana_system_interface::error::SystemError`` (custom codes of the System program)."""

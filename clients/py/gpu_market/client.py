@@ -26,7 +26,7 @@ from solana.rpc.api import Client
 from solana.rpc.commitment import Commitment
 from solana.rpc.core import RPCException, RPCNoResultException
 from solana.rpc.types import MemcmpOpts, TxOpts
-from solders.instruction import Instruction
+from solders.instruction import AccountMeta, Instruction
 from solders.keypair import Keypair
 from solders.message import Message
 from solders.pubkey import Pubkey
@@ -38,6 +38,7 @@ from .accounts import (
     GPU_MODEL_LEN,
     JOB_STATUSES,
     REGION_LEN,
+    EquivocationRecordView,
     JobView,
     MarketParams,
     MarketView,
@@ -47,7 +48,13 @@ from .accounts import (
     encode_fixed_str,
 )
 from .codec import Codec, default_codec
-from .constants import PACKET_DATA_SIZE, PROGRAM_ID, SYSTEM_PROGRAM_ID, TOKEN_PROGRAM_ID
+from .constants import (
+    INSTRUCTIONS_SYSVAR_ID,
+    PACKET_DATA_SIZE,
+    PROGRAM_ID,
+    SYSTEM_PROGRAM_ID,
+    TOKEN_PROGRAM_ID,
+)
 from .errors import (
     AccountNotFound,
     ChainError,
@@ -58,10 +65,13 @@ from .errors import (
     chain_error_from_rpc_error,
     chain_error_from_transaction_err,
 )
+from .receipt import receipt_message
+from .receipt import verify as verify_signature
 from .settle import (
     Attestation,
     SettleAccounts,
     SettleItem,
+    ed25519_instruction,
     max_settle_items_per_tx,
     settle_instructions,
     transaction_size,
@@ -105,6 +115,27 @@ def _b58(raw: bytes) -> str:
         n, r = divmod(n, 58)
         out = _B58[r] + out
     return "1" * (len(raw) - len(raw.lstrip(b"\0"))) + out
+
+
+_RECEIPT_FIELDS = ("seq", "cumulative_seconds", "window_end", "proof_hash")
+
+
+def _receipt_args(receipt: Any) -> dict[str, Any]:
+    """The ``Receipt`` instruction argument of a receipt-like object or mapping."""
+    get = receipt.__getitem__ if isinstance(receipt, Mapping) else lambda k: getattr(receipt, k)
+    try:
+        seq, cumulative, window_end, proof_hash = (get(k) for k in _RECEIPT_FIELDS)
+    except (KeyError, AttributeError) as e:
+        raise ValueError(f"a receipt needs {', '.join(_RECEIPT_FIELDS)} (missing {e})") from None
+    proof_hash = bytes(proof_hash)
+    if len(proof_hash) != 32:
+        raise ValueError(f"proof_hash must be 32 bytes, got {len(proof_hash)}")
+    return {
+        "seq": int(seq),
+        "cumulative_seconds": int(cumulative),
+        "window_end": int(window_end),
+        "proof_hash": list(proof_hash),
+    }
 
 
 class InvalidAccount(SdkError, ValueError):
@@ -240,6 +271,11 @@ class GpuMarketClient:
     def fetch_job(self, job: Pubkey) -> JobView | None:
         """The Job at ``job``, or None (closed jobs no longer exist)."""
         return self._fetch(job, "Job")
+
+    def fetch_equivocation_record(self, record: Pubkey) -> EquivocationRecordView | None:
+        """The EquivocationRecord at ``record`` (``pda.equivocation_pda(job, seq)``), or None
+        if that (job, seq) was never slashed."""
+        return self._fetch(record, "EquivocationRecord")
 
     def list_jobs(
         self,
@@ -583,6 +619,357 @@ class GpuMarketClient:
             },
         )
         return self.send([ix], [user])
+
+    # ================================================================== governance
+
+    def update_params(
+        self,
+        authority: Keypair,
+        market: Pubkey,
+        params: Mapping[str, int] | MarketParams,
+    ) -> Signature:
+        """Replace ``market``'s parameters (market authority only).
+
+        ``params`` is merged onto the market's current parameters, so a partial mapping
+        changes only the keys it names; unknown keys raise ValueError. The program checks the
+        bounds (e.g. ``InvalidFeeBps``).
+        """
+        m = self._require(market, "Market")
+        p = asdict(params) if isinstance(params, MarketParams) else dict(params)
+        unknown = set(p) - set(DEFAULT_MARKET_PARAMS)
+        if unknown:
+            raise ValueError(f"unknown market params {sorted(unknown)}")
+        merged = {**asdict(m.params), **{k: int(v) for k, v in p.items()}}
+        ix = self.codec.instruction(
+            "update_params", {"params": merged}, {"authority": authority.pubkey(), "market": market}
+        )
+        return self.send([ix], [authority])
+
+    def set_paused(self, authority: Keypair, market: Pubkey, paused: bool) -> Signature:
+        """Pause (True) or resume (False) new business in ``market`` (market authority only)."""
+        ix = self.codec.instruction(
+            "set_paused", {"paused": bool(paused)}, {"authority": authority.pubkey(), "market": market}
+        )
+        return self.send([ix], [authority])
+
+    def propose_authority(
+        self, authority: Keypair, market: Pubkey, new_authority: Pubkey
+    ) -> Signature:
+        """Name ``new_authority`` as the next market authority (``Pubkey.default()`` cancels);
+        nothing changes until it calls :meth:`accept_authority`."""
+        ix = self.codec.instruction(
+            "propose_authority",
+            {"new_authority": new_authority},
+            {"authority": authority.pubkey(), "market": market},
+        )
+        return self.send([ix], [authority])
+
+    def accept_authority(self, new_authority: Keypair, market: Pubkey) -> Signature:
+        """The proposed authority takes over ``market``."""
+        ix = self.codec.instruction(
+            "accept_authority", {}, {"new_authority": new_authority.pubkey(), "market": market}
+        )
+        return self.send([ix], [new_authority])
+
+    # ================================================================== providers
+
+    def update_provider(
+        self,
+        owner: Keypair,
+        provider: Pubkey,
+        price_per_gpu_second: int | None = None,
+        spec: Mapping[str, Any] | None = None,
+        accepting_jobs: bool | None = None,
+    ) -> Signature:
+        """Change price, spec or availability of ``provider`` (the PDA; owner only).
+
+        None leaves a field unchanged. ``spec`` may be partial: missing keys keep the
+        provider's current values (one account read). ``accepting_jobs=False`` pauses the
+        provider (no new jobs), True makes it Active again. ValueError if nothing is given.
+        """
+        if price_per_gpu_second is None and spec is None and accepting_jobs is None:
+            raise ValueError("update_provider needs price_per_gpu_second, spec or accepting_jobs")
+        spec_args = None
+        if spec is not None:
+            unknown = set(spec) - {"gpu_model", "gpu_count", "vram_mib", "region"}
+            if unknown:
+                raise ValueError(f"unknown spec keys {sorted(unknown)}")
+            current = self._require(provider, "Provider").spec
+            full = {**asdict(current), **dict(spec)}
+            spec_args = {
+                "gpu_model": list(encode_fixed_str(full["gpu_model"], GPU_MODEL_LEN, "gpu_model")),
+                "gpu_count": int(full["gpu_count"]),
+                "vram_mib": int(full["vram_mib"]),
+                "region": list(encode_fixed_str(full["region"], REGION_LEN, "region")),
+            }
+        args = {
+            "price_per_gpu_second": None if price_per_gpu_second is None else int(price_per_gpu_second),
+            "spec": spec_args,
+            "accepting_jobs": None if accepting_jobs is None else bool(accepting_jobs),
+        }
+        ix = self.codec.instruction(
+            "update_provider", {"args": args}, {"owner": owner.pubkey(), "provider": provider}
+        )
+        return self.send([ix], [owner])
+
+    def rotate_worker_key(
+        self, owner: Keypair, market: Pubkey, new_worker_key: Pubkey, expires_at: int = 0
+    ) -> Signature:
+        """Replace the owner's worker key (``expires_at`` unix time, 0 = never); the previous
+        key stays valid for ``window_seconds * max_missed_windows``."""
+        ix = self.codec.instruction(
+            "rotate_worker_key",
+            {"new_worker_key": new_worker_key, "expires_at": int(expires_at)},
+            {
+                "owner": owner.pubkey(),
+                "market": market,
+                "provider": pda.provider_pda(market, owner.pubkey(), self.program_id),
+            },
+        )
+        return self.send([ix], [owner])
+
+    def request_unstake(self, owner: Keypair, market: Pubkey, amount: int) -> Signature:
+        """Start unbonding ``amount`` of the owner's stake (released after
+        ``unbonding_seconds``; the release time restarts for the whole unbonding amount)."""
+        ix = self.codec.instruction(
+            "request_unstake",
+            {"amount": int(amount)},
+            {
+                "owner": owner.pubkey(),
+                "market": market,
+                "provider": pda.provider_pda(market, owner.pubkey(), self.program_id),
+            },
+        )
+        return self.send([ix], [owner])
+
+    def withdraw_unstaked(self, owner: Keypair, market: Pubkey) -> Signature:
+        """Pay the released unbonding stake to the owner's stake-mint ATA (created in the
+        same transaction if missing)."""
+        m = self._require(market, "Market")
+        owner_ata = tokens.ata(owner.pubkey(), m.stake_mint)
+        ix = self.codec.instruction(
+            "withdraw_unstaked",
+            {},
+            {
+                "owner": owner.pubkey(),
+                "market": market,
+                "provider": pda.provider_pda(market, owner.pubkey(), self.program_id),
+                "stake_mint": m.stake_mint,
+                "stake_vault": m.stake_vault,
+                "owner_stake_account": owner_ata,
+                "token_program": TOKEN_PROGRAM_ID,
+            },
+        )
+        ata_ix = tokens.create_ata_idempotent_ix(owner.pubkey(), owner.pubkey(), m.stake_mint)
+        return self.send([ata_ix, ix], [owner])
+
+    # ================================================================== validators
+
+    def request_validator_exit(self, authority: Keypair, market: Pubkey) -> Signature:
+        """Stop settling; the whole bond unbonds for ``unbonding_seconds``."""
+        ix = self.codec.instruction(
+            "request_validator_exit",
+            {},
+            {
+                "authority": authority.pubkey(),
+                "market": market,
+                "validator": pda.validator_pda(market, authority.pubkey(), self.program_id),
+            },
+        )
+        return self.send([ix], [authority])
+
+    def withdraw_validator_bond(self, authority: Keypair, market: Pubkey) -> Signature:
+        """Pay an exited validator's released bond to its stake-mint ATA (created in the same
+        transaction if missing) and close the Validator account (rent to the authority)."""
+        m = self._require(market, "Market")
+        ix = self.codec.instruction(
+            "withdraw_validator_bond",
+            {},
+            {
+                "authority": authority.pubkey(),
+                "market": market,
+                "validator": pda.validator_pda(market, authority.pubkey(), self.program_id),
+                "stake_mint": m.stake_mint,
+                "stake_vault": m.stake_vault,
+                "authority_stake_account": tokens.ata(authority.pubkey(), m.stake_mint),
+                "token_program": TOKEN_PROGRAM_ID,
+            },
+        )
+        ata_ix = tokens.create_ata_idempotent_ix(authority.pubkey(), authority.pubkey(), m.stake_mint)
+        return self.send([ata_ix, ix], [authority])
+
+    # ================================================================== job lifecycle
+
+    def top_up(self, user: Keypair, job: Pubkey, amount: int) -> Signature:
+        """Add ``amount`` to an Open or Running job's escrow from the user's payment-mint ATA."""
+        j = self._require(job, "Job")
+        m = self._require(j.market, "Market")
+        ix = self.codec.instruction(
+            "top_up",
+            {"amount": int(amount)},
+            {
+                "user": user.pubkey(),
+                "market": j.market,
+                "job": job,
+                "escrow": pda.escrow_pda(job, self.program_id),
+                "payment_mint": m.payment_mint,
+                "user_payment_account": tokens.ata(user.pubkey(), m.payment_mint),
+                "token_program": TOKEN_PROGRAM_ID,
+            },
+        )
+        return self.send([ix], [user])
+
+    def _refund_job(self, name: str, signer: Keypair, job: Pubkey) -> Signature:
+        j = self._require(job, "Job")
+        m = self._require(j.market, "Market")
+        ix = self.codec.instruction(
+            name,
+            {},
+            {
+                "signer": signer.pubkey(),
+                "market": j.market,
+                "provider": j.provider,
+                "job": job,
+                "escrow": pda.escrow_pda(job, self.program_id),
+                "payment_mint": m.payment_mint,
+                "user_payment_account": tokens.ata(j.user, m.payment_mint),
+                "token_program": TOKEN_PROGRAM_ID,
+            },
+        )
+        return self.send([ix], [signer])
+
+    def cancel_job(self, user: Keypair, job: Pubkey) -> Signature:
+        """Cancel an Open job: the whole escrow back to the user's payment-mint ATA."""
+        return self._refund_job("cancel_job", user, job)
+
+    def expire_job(self, caller: Keypair, job: Pubkey) -> Signature:
+        """End a Running job whose provider stopped proving (anyone, once
+        ``last_window_end`` is more than ``max_missed_windows`` windows plus a 2-window grace
+        in the past): the rest of the escrow goes to ATA(job.user, payment_mint)."""
+        return self._refund_job("expire_job", caller, job)
+
+    # ================================================================== slashing
+
+    def _slash_targets(
+        self, job: Pubkey, reporter: Pubkey, reporter_stake_account: Pubkey | None
+    ) -> tuple[dict[str, Pubkey], JobView, ProviderView, MarketView]:
+        j = self._require(job, "Job")
+        p, m = self._views([j.provider], "Provider")[0], self._require(j.market, "Market")
+        targets = {
+            "targets.market": j.market,
+            "targets.provider": j.provider,
+            "targets.job": job,
+            "targets.escrow": pda.escrow_pda(job, self.program_id),
+            "targets.payment_mint": m.payment_mint,
+            "targets.user_payment_account": tokens.ata(j.user, m.payment_mint),
+            "targets.stake_mint": m.stake_mint,
+            "targets.stake_vault": m.stake_vault,
+            "targets.reporter_stake_account": reporter_stake_account
+            or tokens.ata(reporter, m.stake_mint),
+            "targets.token_program": TOKEN_PROGRAM_ID,
+        }
+        return targets, j, p, m
+
+    def slash_equivocation_instructions(
+        self,
+        reporter: Pubkey,
+        job: Pubkey,
+        first: Any,
+        first_signature: bytes,
+        second: Any,
+        second_signature: bytes,
+        reporter_stake_account: Pubkey | None = None,
+    ) -> list[Instruction]:
+        """``[Ed25519(first), Ed25519(second), slash_equivocation]`` (reads job, provider and
+        market). Each signature must verify, over its receipt message, under the provider's
+        current or previous worker key (the key is found by verifying locally); ValueError
+        otherwise, or when the receipts have different seqs or are identical."""
+        r1, r2 = _receipt_args(first), _receipt_args(second)
+        if r1["seq"] != r2["seq"]:
+            raise ValueError(f"receipts have different seqs ({r1['seq']} and {r2['seq']})")
+        if r1 == r2:
+            raise ValueError("the two receipts are identical: that is not equivocation")
+        accounts, j, p, _ = self._slash_targets(job, reporter, reporter_stake_account)
+        candidates = [k for k in (p.worker_key, p.previous_worker_key) if k != Pubkey.default()]
+        ixs = []
+        for label, r, sig in (("first", r1, first_signature), ("second", r2, second_signature)):
+            msg = receipt_message(
+                bytes(self.program_id), bytes(j.market), bytes(job), r["seq"],
+                r["cumulative_seconds"], r["window_end"], bytes(r["proof_hash"]),
+            )  # fmt: skip
+            signer = next((k for k in candidates if verify_signature(bytes(k), bytes(sig), msg)), None)
+            if signer is None:
+                raise ValueError(
+                    f"{label}_signature is not a signature of that receipt by the provider's "
+                    "current or previous worker key"
+                )
+            ixs.append(ed25519_instruction(bytes(signer), bytes(sig), msg))
+        accounts.update(
+            {
+                "reporter": reporter,
+                "record": pda.equivocation_pda(job, r1["seq"], self.program_id),
+                "instructions": INSTRUCTIONS_SYSVAR_ID,
+                "system_program": SYSTEM_PROGRAM_ID,
+            }
+        )
+        ixs.append(self.codec.instruction("slash_equivocation", {"first": r1, "second": r2}, accounts))
+        return ixs
+
+    def slash_equivocation(
+        self,
+        reporter: Keypair,
+        job: Pubkey,
+        first: Any,
+        first_signature: bytes,
+        second: Any,
+        second_signature: bytes,
+        reporter_stake_account: Pubkey | None = None,
+    ) -> Signature:
+        """Slash the provider of ``job`` for signing two different receipts with one seq.
+
+        ``first``/``second``: receipts (objects or mappings with ``seq``,
+        ``cumulative_seconds``, ``window_end``, ``proof_hash``, e.g. a SettleItem) and their
+        worker-key signatures. The reward goes to ``reporter_stake_account`` (default: the
+        reporter's stake-mint ATA, which must exist); the refund to ATA(job.user,
+        payment_mint). One transaction ``[Ed25519(first), Ed25519(second),
+        slash_equivocation]``; TransactionTooLarge (nothing sent) if it exceeds 1232 bytes.
+        A repeat for the same (job, seq) fails with the System program's
+        ``AccountAlreadyInUse`` (the EquivocationRecord exists).
+        """
+        ixs = self.slash_equivocation_instructions(
+            reporter.pubkey(), job, first, first_signature, second, second_signature,
+            reporter_stake_account,
+        )  # fmt: skip
+        return self.send(ixs, [reporter])
+
+    def slash_downtime(
+        self,
+        validator_authority: Keypair,
+        job: Pubkey,
+        extra_validators: Sequence[Keypair] = (),
+        *,
+        reporter_stake_account: Pubkey | None = None,
+    ) -> Signature:
+        """Slash the provider of a Running ``job`` that missed ``max_missed_windows`` windows.
+
+        ``validator_authority`` and every ``extra_validators`` keypair sign (``settle_quorum``
+        distinct Active validators in all); the extras are passed as remaining accounts in
+        pairs (Validator PDA, authority as signer). The reward goes to
+        ``reporter_stake_account`` (default: the signer's stake-mint ATA).
+        """
+        accounts, j, _, _ = self._slash_targets(
+            job, validator_authority.pubkey(), reporter_stake_account
+        )
+        accounts["validator_authority"] = validator_authority.pubkey()
+        accounts["validator"] = pda.validator_pda(j.market, validator_authority.pubkey(), self.program_id)
+        remaining = []
+        for kp in extra_validators:
+            remaining.append(
+                AccountMeta(pda.validator_pda(j.market, kp.pubkey(), self.program_id), False, False)
+            )
+            remaining.append(AccountMeta(kp.pubkey(), True, False))
+        ix = self.codec.instruction("slash_downtime", {}, accounts, remaining=remaining)
+        return self.send([ix], [validator_authority, *extra_validators])
 
     # ================================================================== settle
 

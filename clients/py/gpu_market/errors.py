@@ -12,7 +12,9 @@ Exception hierarchy::
 
 ``GpuMarketError.name`` is the IDL error name for gpu_market codes (6000+), Anchor's
 ``ErrorCode`` name for framework codes (100..5999), the SPL Token ``TokenError`` name when the
-failing program is the token program, else ``"Custom"``.
+failing program is the token program, the ``SystemError`` name (e.g. ``AccountAlreadyInUse``
+when an ``init`` finds its account already there) when it is the System program, else
+``"Custom"``.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ._framework_errors import ANCHOR_ERRORS, SPL_TOKEN_ERRORS
+from ._framework_errors import ANCHOR_ERRORS, SPL_TOKEN_ERRORS, SYSTEM_PROGRAM_ERRORS
 
 __all__ = [
     "AccountNotFound",
@@ -37,6 +39,7 @@ __all__ = [
 ]
 
 TOKEN_PROGRAM = "TokenkegQfeZyiNwAJbNbGKPFXCWuBvf9Ss623VQ5DA"
+SYSTEM_PROGRAM = "11111111111111111111111111111111"
 _FAILED_RE = re.compile(r"^Program (\w+) failed: (.*)$")
 _ANCHOR_LOG_RE = re.compile(
     r"Error Code: (\w+)\. Error Number: (\d+)\. Error Message: (.*?)\.?$"
@@ -151,6 +154,9 @@ def chain_error_from_transaction_err(
             if program == TOKEN_PROGRAM and code in SPL_TOKEN_ERRORS:
                 name, message = SPL_TOKEN_ERRORS[code]
                 message = f"SPL Token: {message}"
+            elif program == SYSTEM_PROGRAM and code in SYSTEM_PROGRAM_ERRORS:
+                name, message = SYSTEM_PROGRAM_ERRORS[code]
+                message = f"System program: {message}"
             elif program_errors and code in program_errors and (
                 program is None or program_id is None or program == program_id
             ):

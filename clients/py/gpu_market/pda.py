@@ -11,12 +11,15 @@ from solders.pubkey import Pubkey
 from .constants import PROGRAM_ID
 
 __all__ = [
+    "EQUIVOCATION_SEED",
     "ESCROW_SEED",
     "JOB_SEED",
     "MARKET_SEED",
     "PROVIDER_SEED",
     "STAKE_VAULT_SEED",
     "VALIDATOR_SEED",
+    "equivocation_pda",
+    "equivocation_pda_and_bump",
     "escrow_pda",
     "escrow_pda_and_bump",
     "job_pda",
@@ -37,6 +40,7 @@ VALIDATOR_SEED = b"validator"
 JOB_SEED = b"job"
 ESCROW_SEED = b"escrow"
 STAKE_VAULT_SEED = b"stake_vault"
+EQUIVOCATION_SEED = b"equivocation"
 
 _U64_MAX = 2**64 - 1
 
@@ -91,6 +95,15 @@ def escrow_pda_and_bump(job: Pubkey, program_id: Pubkey = PROGRAM_ID) -> tuple[P
     return Pubkey.find_program_address([ESCROW_SEED, bytes(job)], program_id)
 
 
+def equivocation_pda_and_bump(
+    job: Pubkey, seq: int, program_id: Pubkey = PROGRAM_ID
+) -> tuple[Pubkey, int]:
+    """``["equivocation", job, seq:u64le]``: the record of a slashed (job, seq)."""
+    return Pubkey.find_program_address(
+        [EQUIVOCATION_SEED, bytes(job), _u64("seq", seq)], program_id
+    )
+
+
 def market_pda(authority: Pubkey, market_id: int, program_id: Pubkey = PROGRAM_ID) -> Pubkey:
     """Address of market ``market_id`` of ``authority``."""
     return market_pda_and_bump(authority, market_id, program_id)[0]
@@ -119,3 +132,8 @@ def job_pda(market: Pubkey, user: Pubkey, job_id: int, program_id: Pubkey = PROG
 def escrow_pda(job: Pubkey, program_id: Pubkey = PROGRAM_ID) -> Pubkey:
     """Address of ``job``'s escrow token account."""
     return escrow_pda_and_bump(job, program_id)[0]
+
+
+def equivocation_pda(job: Pubkey, seq: int, program_id: Pubkey = PROGRAM_ID) -> Pubkey:
+    """Address of the EquivocationRecord of ``job`` at ``seq`` (exists once slashed)."""
+    return equivocation_pda_and_bump(job, seq, program_id)[0]

@@ -1,19 +1,19 @@
-"""Settle transactions: Ed25519-program instructions + ``settle`` (pure: no I/O).
+"""Settle transactions: one Ed25519-program instruction + ``settle`` per item (pure: no I/O).
 
 For each :class:`SettleItem` the transaction carries, in order::
 
-    [Ed25519(attester k) ... Ed25519(attester 1)]   only when settle_quorum > 1
-    Ed25519(worker key over the receipt message)
-    settle(receipt)                                   extra Validator PDAs as remaining accounts
+    Ed25519(worker key, attester 1, ..., attester q-1; all over ONE copy of the receipt)
+    settle(receipt)          extra Validator PDAs as remaining accounts, attester order
 
-Each Ed25519 instruction holds exactly one signature with its pubkey, signature and message
-inside that same instruction (all three instruction indexes 0xFFFF), laid out as
-``program-tests/tests/common/mod.rs::ed25519_ix_raw`` builds it::
+The Ed25519 instruction holds ``n`` signatures whose pubkey, signature and message all lie
+inside that same instruction (every instruction index 0xFFFF); all ``n`` entries point at the
+single copy of the message at the end (``programs/gpu_market/src/receipt.rs::ed25519_signers``)::
 
-    [num=1, pad=0, sig_off:u16, 0xFFFF, pk_off:u16, 0xFFFF, msg_off:u16, msg_len:u16, 0xFFFF]
-    + pubkey(32) + signature(64) + message
+    [num=n, pad=0, n x (sig_off:u16, 0xFFFF, pk_off:u16, 0xFFFF, msg_off:u16, msg_len:u16, 0xFFFF)]
+    + n x (pubkey(32) + signature(64)) + message
 
-with ``pk_off=16``, ``sig_off=48``, ``msg_off=112``.
+For ``n = 1`` this is byte for byte ``program-tests/tests/common/mod.rs::ed25519_ix_raw``
+(``pk_off=16``, ``sig_off=48``, ``msg_off=112``).
 """
 
 from __future__ import annotations
@@ -42,8 +42,10 @@ __all__ = [
     "SettleAccounts",
     "SettleItem",
     "ed25519_instruction",
+    "ed25519_multi_instruction",
     "max_settle_items_per_tx",
     "parse_ed25519_instruction",
+    "parse_ed25519_signatures",
     "receipt_message_for",
     "settle_instructions",
     "transaction_size",
@@ -52,9 +54,12 @@ __all__ = [
 THIS_INSTRUCTION = 0xFFFF
 """Ed25519 offsets' instruction index meaning "this same instruction"."""
 ED25519_DATA_START = 16
-_PK_OFF = 16
-_SIG_OFF = _PK_OFF + 32
-_MSG_OFF = _SIG_OFF + 64
+"""Where the payload starts in a one-signature Ed25519 instruction (2 + 14)."""
+MAX_ED25519_SIGNATURES = 16
+"""The most signatures ``settle`` accepts in its Ed25519 instruction (receipt.rs MAX_SIGNATURES)."""
+_HEADER = 2
+_OFFSETS = 14
+_ENTRY = 32 + 64
 
 
 @dataclass(frozen=True)
@@ -70,8 +75,9 @@ class SettleItem:
     """One signed window receipt to settle for ``job``.
 
     ``receipt_signature`` is the worker key's Ed25519 signature over the receipt message
-    (``gpu_market.receipt.receipt_message``). ``attestations`` (optional, nearest first) are
-    needed only when the market's ``settle_quorum`` is above 1.
+    (``gpu_market.receipt.receipt_message``). ``attestations`` (``settle_quorum - 1`` of them
+    when the market's quorum is above 1) follow the worker's signature in the Ed25519
+    instruction, and their Validator PDAs are the remaining accounts, in this order.
     """
 
     job: Pubkey
@@ -98,50 +104,81 @@ class SettleAccounts:
     extra_validators: tuple[Pubkey, ...] = ()
 
 
-def ed25519_instruction(pubkey: bytes, signature: bytes, message: bytes) -> Instruction:
-    """Ed25519-program instruction verifying one ``signature`` of ``message`` by ``pubkey``.
+def ed25519_multi_instruction(
+    signatures: Sequence[tuple[bytes | Pubkey, bytes]], message: bytes
+) -> Instruction:
+    """Ed25519-program instruction verifying every ``(pubkey, signature)`` over ``message``.
 
-    Raises ValueError on a key that is not 32 bytes, a signature that is not 64 bytes, or a
-    message longer than the u16 offsets allow.
+    One copy of ``message`` sits at the end; every entry's offsets point into this same
+    instruction. Raises ValueError on no signatures, more than ``MAX_ED25519_SIGNATURES``, a key
+    that is not 32 bytes, a signature that is not 64 bytes, or offsets beyond u16.
     """
-    pk, sig, msg = bytes(pubkey), bytes(signature), bytes(message)
-    if len(pk) != 32:
-        raise ValueError(f"pubkey must be 32 bytes, got {len(pk)}")
-    if len(sig) != 64:
-        raise ValueError(f"signature must be 64 bytes, got {len(sig)}")
-    if len(msg) > 0xFFFF - _MSG_OFF:
+    pairs = [(bytes(pk), bytes(sig)) for pk, sig in signatures]
+    msg = bytes(message)
+    n = len(pairs)
+    if not 1 <= n <= MAX_ED25519_SIGNATURES:
+        raise ValueError(f"an Ed25519 instruction here carries 1..{MAX_ED25519_SIGNATURES} "
+                         f"signatures, got {n}")  # fmt: skip
+    for i, (pk, sig) in enumerate(pairs):
+        if len(pk) != 32:
+            raise ValueError(f"pubkey {i} must be 32 bytes, got {len(pk)}")
+        if len(sig) != 64:
+            raise ValueError(f"signature {i} must be 64 bytes, got {len(sig)}")
+    base = _HEADER + _OFFSETS * n
+    msg_off = base + _ENTRY * n
+    if msg_off + len(msg) > 0xFFFF:
         raise ValueError(f"message of {len(msg)} bytes is too long")
-    header = struct.pack(
-        "<BBHHHHHHH",
-        1,
-        0,
-        _SIG_OFF,
-        THIS_INSTRUCTION,
-        _PK_OFF,
-        THIS_INSTRUCTION,
-        _MSG_OFF,
-        len(msg),
-        THIS_INSTRUCTION,
-    )
-    return Instruction(ED25519_PROGRAM_ID, header + pk + sig + msg, [])
+    header = bytearray([n, 0])
+    body = bytearray()
+    for i, (pk, sig) in enumerate(pairs):
+        pk_off = base + _ENTRY * i
+        header += struct.pack(
+            "<7H", pk_off + 32, THIS_INSTRUCTION, pk_off, THIS_INSTRUCTION, msg_off, len(msg),
+            THIS_INSTRUCTION,
+        )  # fmt: skip
+        body += pk + sig
+    return Instruction(ED25519_PROGRAM_ID, bytes(header + body) + msg, [])
+
+
+def ed25519_instruction(pubkey: bytes, signature: bytes, message: bytes) -> Instruction:
+    """Ed25519-program instruction verifying one ``signature`` of ``message`` by ``pubkey``
+    (:func:`ed25519_multi_instruction` with one pair). ValueError on bad lengths."""
+    return ed25519_multi_instruction([(pubkey, signature)], message)
+
+
+def parse_ed25519_signatures(data: bytes) -> list[tuple[bytes, bytes, bytes]]:
+    """``[(pubkey, signature, message), ...]`` of an Ed25519 instruction whose offsets all
+    point into itself, in entry order; ValueError otherwise (the checks the program makes)."""
+    data = bytes(data)
+    if len(data) < _HEADER or not 1 <= data[0] <= MAX_ED25519_SIGNATURES:
+        raise ValueError("not an Ed25519 instruction with 1..16 signatures")
+    n = data[0]
+    if len(data) < _HEADER + _OFFSETS * n:
+        raise ValueError("Ed25519 instruction shorter than its offsets")
+
+    def take(off: int, size: int) -> bytes:
+        if off + size > len(data):
+            raise ValueError("Ed25519 offset out of bounds")
+        return data[off : off + size]
+
+    out = []
+    for i in range(n):
+        sig_off, sig_ix, pk_off, pk_ix, msg_off, msg_len, msg_ix = struct.unpack_from(
+            "<7H", data, _HEADER + _OFFSETS * i
+        )
+        if {sig_ix, pk_ix, msg_ix} != {THIS_INSTRUCTION}:
+            raise ValueError("Ed25519 offsets point at another instruction")
+        out.append((take(pk_off, 32), take(sig_off, 64), take(msg_off, msg_len)))
+    return out
 
 
 def parse_ed25519_instruction(data: bytes) -> tuple[bytes, bytes, bytes]:
     """``(pubkey, signature, message)`` of a one-signature Ed25519 instruction whose offsets
-    all point into itself; ValueError otherwise (the checks ``settle`` makes on chain)."""
+    all point into itself; ValueError otherwise."""
     data = bytes(data)
     if len(data) < ED25519_DATA_START or data[0] != 1:
         raise ValueError("not a one-signature Ed25519 instruction")
-    sig_off, sig_ix, pk_off, pk_ix, msg_off, msg_len, msg_ix = struct.unpack_from("<7H", data, 2)
-    if {sig_ix, pk_ix, msg_ix} != {THIS_INSTRUCTION}:
-        raise ValueError("Ed25519 offsets point at another instruction")
-
-    def take(off: int, n: int) -> bytes:
-        if off + n > len(data):
-            raise ValueError("Ed25519 offset out of bounds")
-        return data[off : off + n]
-
-    return take(pk_off, 32), take(sig_off, 64), take(msg_off, msg_len)
+    return parse_ed25519_signatures(data)[0]
 
 
 def receipt_message_for(program_id: Pubkey, market: Pubkey, item: SettleItem) -> bytes:
@@ -165,18 +202,16 @@ def settle_instructions(
     item: SettleItem,
     accounts: SettleAccounts,
 ) -> list[Instruction]:
-    """The Ed25519 instruction(s) and the ``settle`` instruction for one item, in order."""
+    """``[Ed25519(worker, attesters...), settle]`` for one item (see the module docstring)."""
     if len(item.attestations) != len(accounts.extra_validators):
         raise ValueError(
             f"{len(item.attestations)} attestations but {len(accounts.extra_validators)} "
             "extra Validator accounts"
         )
     message = receipt_message_for(codec.program_id, accounts.market, item)
-    ixs = [
-        ed25519_instruction(bytes(a.validator_authority), a.signature, message)
-        for a in reversed(item.attestations)
-    ]
-    ixs.append(ed25519_instruction(bytes(item.worker_key), item.receipt_signature, message))
+    signatures = [(bytes(item.worker_key), item.receipt_signature)]
+    signatures += [(bytes(a.validator_authority), a.signature) for a in item.attestations]
+    ixs = [ed25519_multi_instruction(signatures, message)]
     receipt = {
         "seq": item.seq,
         "cumulative_seconds": item.cumulative_seconds,

@@ -872,8 +872,10 @@ impl Bench {
         }
     }
 
+    /// The record of (job incarnation, seq); reads the job's `started_at`.
     pub fn equivocation_record(&self, job: &Pubkey, seq: u64) -> Pubkey {
-        pda(&[gpu_market::seeds::EQUIVOCATION, job.as_ref(), &seq.to_le_bytes()])
+        let started_at = self.job_state(job).started_at;
+        pda(&[gpu_market::seeds::EQUIVOCATION, job.as_ref(), &started_at.to_le_bytes(), &seq.to_le_bytes()])
     }
 
     /// `slash_equivocation` by `reporter` for the bench user's job (reward to `reporter_stake`).
@@ -983,5 +985,24 @@ impl Bench {
         let ix = swap_account(ix, self.market, market);
         self.send(&[ix], &[&v.key]).unwrap();
         elsewhere
+    }
+}
+
+impl Bench {
+    /// A validator registered (bond 5_000) in a second market (id 1) of the bench admin.
+    pub fn foreign_validator(&mut self) -> (Party, Pubkey) {
+        let other = self.second_market(1);
+        let stranger = self.new_party(5_000, 0);
+        let elsewhere = self.register_validator_in(other, &stranger, 5_000);
+        (stranger, elsewhere)
+    }
+
+    /// A bench with `settle_quorum = quorum`, two more validators (bond 5_000) and a running
+    /// 1-GPU job (deposit 10_000) started at `T0`.
+    pub fn with_quorum(quorum: u8) -> (Bench, Pubkey, Vec<(Keypair, Pubkey)>) {
+        let mut b = Bench::with_params(MarketParams { settle_quorum: quorum, ..default_params() });
+        let others = (1..3).map(|_| { let (v, a) = b.add_validator(5_000); (v.key, a) }).collect();
+        let (job, _) = b.running_job(1, 1, 10_000);
+        (b, job, others)
     }
 }

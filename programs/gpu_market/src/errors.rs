@@ -125,6 +125,8 @@ pub enum GpuMarketError {
     EquivocationSeqMismatch,
     #[msg("the two receipts are identical: no equivocation")]
     NotEquivocation,
+    #[msg("a receipt ends before this job started (it belongs to an earlier job at this address)")]
+    ReceiptBeforeJobStart,
     // -- math --
     #[msg("arithmetic overflow")]
     MathOverflow,

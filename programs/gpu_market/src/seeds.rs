@@ -6,4 +6,5 @@ pub const VALIDATOR: &[u8] = b"validator";
 pub const JOB: &[u8] = b"job";
 pub const ESCROW: &[u8] = b"escrow";
 pub const STAKE_VAULT: &[u8] = b"stake_vault";
+/// `["equivocation", job, job.started_at (i64 le), seq (u64 le)]`.
 pub const EQUIVOCATION: &[u8] = b"equivocation";

@@ -103,7 +103,13 @@ impl SlashTargets<'_> {
 /// before this one carry them (`first` at -2, `second` at -1). Slashes
 /// `equivocation_slash_bps` of stake + unbonding (reporter reward `reporter_reward_bps` of it,
 /// the rest burned), jails the provider for `unbonding_seconds`, fails the job and refunds the
-/// user. Once per (job, seq): the record account makes a repeat fail.
+/// user. Once per (job incarnation, seq): the record account makes a repeat fail.
+///
+/// Job ids are chosen by users and a closed job's address can be used again, so the receipt
+/// message alone does not say which incarnation of the address it belongs to. Only receipts that
+/// could settle on the current job count (`window_end > started_at`): receipts of an earlier
+/// incarnation always end before the current one started, so honest receipts of two
+/// incarnations are never taken for equivocation. The record is keyed by `started_at` too.
 #[derive(Accounts)]
 #[instruction(first: Receipt)]
 pub struct SlashEquivocation<'info> {
@@ -114,7 +120,12 @@ pub struct SlashEquivocation<'info> {
         init,
         payer = reporter,
         space = 8 + EquivocationRecord::INIT_SPACE,
-        seeds = [seeds::EQUIVOCATION, targets.job.key().as_ref(), &first.seq.to_le_bytes()],
+        seeds = [
+            seeds::EQUIVOCATION,
+            targets.job.key().as_ref(),
+            &targets.job.started_at.to_le_bytes(),
+            &first.seq.to_le_bytes(),
+        ],
         bump,
     )]
     pub record: Box<Account<'info, EquivocationRecord>>,
@@ -130,6 +141,11 @@ pub fn slash_equivocation(ctx: Context<SlashEquivocation>, first: Receipt, secon
     require!(first != second, GpuMarketError::NotEquivocation);
     let program_id = *ctx.program_id;
     let t = &ctx.accounts.targets;
+    require!(t.job.status != JobStatus::Open, GpuMarketError::InvalidJobStatus);
+    require!(
+        first.window_end > t.job.started_at && second.window_end > t.job.started_at,
+        GpuMarketError::ReceiptBeforeJobStart
+    );
     let (market_key, job_key) = (t.market.key(), t.job.key());
     let sysvar = ctx.accounts.instructions.to_account_info();
     let current = load_current_index_checked(&sysvar)?;

@@ -1,7 +1,7 @@
 use anchor_lang::prelude::*;
 
-/// `["equivocation", job, seq]`: proof that (job, seq) was already slashed; its existence makes a
-/// second `slash_equivocation` for the same pair fail.
+/// `["equivocation", job, started_at, seq]`: proof that (job incarnation, seq) was already
+/// slashed; its existence makes a second `slash_equivocation` for the same pair fail.
 #[account]
 #[derive(InitSpace)]
 pub struct EquivocationRecord {
