@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from gpu_market.proof import DEFAULT_ECC_UNCORRECTED_MAX, DEFAULT_TEMP_CRITICAL_C
+
 from .errors import ConfigError
 
 DEFAULT_LISTEN = "127.0.0.1:8787"
@@ -14,15 +16,15 @@ MAX_BATCH = 64
 
 @dataclass(frozen=True)
 class HealthThresholds:
-    """Thresholds that decide billable time; the defaults equal the worker's (worker/health.py).
+    """Thresholds that decide billable time; defaults shared with the worker (gpu_market.proof).
 
     A GPU whose uncorrected-ECC delta in a window exceeds ``ecc_uncorrected_max`` makes the
     whole window non-billable; a GPU whose ``temp_max_c`` reached ``temp_critical_c`` had at
     least one critical one-second slot, so at most ``length - 1`` seconds can be billable.
     """
 
-    temp_critical_c: int = 95
-    ecc_uncorrected_max: int = 0
+    temp_critical_c: int = DEFAULT_TEMP_CRITICAL_C
+    ecc_uncorrected_max: int = DEFAULT_ECC_UNCORRECTED_MAX
 
     def validate(self) -> None:
         if not 0 < self.temp_critical_c <= 200:

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpu_market.proof import (
+    DEFAULT_ECC_UNCORRECTED_MAX,
+    DEFAULT_TEMP_CRITICAL_C,
     HEALTH_ECC_UNCORRECTED,
     HEALTH_FAN_HIGH,
     HEALTH_GPU_LOST,
@@ -39,11 +41,11 @@ class Thresholds:
     """Health thresholds; defaults suit data-centre GPUs (H100/A100 slow down near 90 C)."""
 
     temp_warn_c: int = 85
-    temp_critical_c: int = 95
+    temp_critical_c: int = DEFAULT_TEMP_CRITICAL_C
     fan_warn_pct: int = 95
     power_over_limit_pct: int = 105
     """Power above this % of the enforced power limit is flagged."""
-    ecc_uncorrected_max: int = 0
+    ecc_uncorrected_max: int = DEFAULT_ECC_UNCORRECTED_MAX
     """Uncorrected ECC errors allowed per window; more is critical."""
 
     def validate(self) -> None:

@@ -225,7 +225,7 @@ def cli(env: Env) -> None:
 
 @cli.group()
 def market() -> None:
-    """Create and inspect markets."""
+    """Create, inspect and govern markets."""
 
 
 @market.command("init")
@@ -303,7 +303,7 @@ def market_status(env: Env, market: Pubkey) -> None:
 
 @cli.group()
 def provider() -> None:
-    """Register, stake and inspect GPU providers."""
+    """Register, stake, update, unstake and inspect GPU providers."""
 
 
 @provider.command("register")
@@ -393,7 +393,7 @@ def provider_status(env: Env, market: Pubkey, owner: Pubkey | None) -> None:
 
 @cli.group()
 def validator() -> None:
-    """Register validators."""
+    """Register validators, exit and withdraw bonds."""
 
 
 @validator.command("register")
@@ -416,7 +416,7 @@ def validator_register(env: Env, market: Pubkey, bond: str) -> None:
 
 @cli.group()
 def job() -> None:
-    """Create, inspect, finish and close jobs."""
+    """Create, inspect, top up, finish, cancel, expire and close jobs."""
 
 
 @job.command("create")
@@ -496,6 +496,205 @@ def _job_action(name: str, method: str, doc: str) -> None:
 _job_action("accept", "accept_job", "Start an Open job (worker key or provider owner).")
 _job_action("finish", "finish_job", "Stop billing a Running job (user or provider owner).")
 _job_action("close", "close_job", "Refund the rest and close a finished job (user).")
+
+
+# ----------------------------------------------------------------------------- governance
+
+
+def _market_flag(name: str, paused: bool, doc: str) -> None:
+    @market.command(name, help=doc)
+    @_common
+    @_market_option
+    def command(env: Env, market: Pubkey) -> None:
+        sig = env.client.set_paused(env.keypair, market, paused)
+        env.emit({"market": str(market), "paused": paused, "signature": str(sig)})
+
+
+_market_flag("pause", True, "Pause new registrations and jobs (market authority).")
+_market_flag("unpause", False, "Resume new registrations and jobs (market authority).")
+
+
+@market.command("update-params")
+@_common
+@_market_option
+@click.option("--fee-bps", type=click.IntRange(0, 2500), default=None)
+@click.option("--burn-bps", type=click.IntRange(0, 10000), default=None)
+@click.option("--min-stake-per-gpu", default=None, help="Stake-mint UI units.")
+@click.option("--unbonding-seconds", type=click.IntRange(0), default=None)
+@click.option("--window-seconds", type=click.IntRange(1, 3600), default=None)
+@click.option("--settle-quorum", type=click.IntRange(1, 255), default=None)
+@click.option("--max-missed-windows", type=click.IntRange(1), default=None)
+@click.option("--downtime-slash-bps", type=click.IntRange(0, 10000), default=None)
+@click.option("--equivocation-slash-bps", type=click.IntRange(0, 10000), default=None)
+@click.option("--reporter-reward-bps", type=click.IntRange(0, 10000), default=None)
+@click.option("--validator-min-bond", default=None, help="Stake-mint UI units.")
+@click.option("--max-skew-seconds", type=click.IntRange(0, 300), default=None)
+def market_update_params(env: Env, market: Pubkey, min_stake_per_gpu: str | None,
+                         validator_min_bond: str | None, **params: int | None) -> None:  # fmt: skip
+    """Change the given market parameters; the others keep their values (market authority)."""
+    changes: dict[str, int] = {k: v for k, v in params.items() if v is not None}
+    if not changes and min_stake_per_gpu is None and validator_min_bond is None:
+        raise click.UsageError("nothing to update: pass at least one parameter option")
+    if min_stake_per_gpu is not None or validator_min_bond is not None:
+        decimals = env.client.mint_decimals(_market(env, market).stake_mint)
+        if min_stake_per_gpu is not None:
+            changes["min_stake_per_gpu"] = _amount(min_stake_per_gpu, decimals, "'--min-stake-per-gpu'", True)
+        if validator_min_bond is not None:
+            changes["validator_min_bond"] = _amount(validator_min_bond, decimals, "'--validator-min-bond'", True)
+    sig = env.client.update_params(env.keypair, market, changes)
+    env.emit({"market": str(market), "updated": changes, "signature": str(sig)})
+
+
+@market.command("propose-authority")
+@_common
+@_market_option
+@click.argument("new_authority", metavar="NEW_AUTHORITY", type=PUBKEY)
+def market_propose_authority(env: Env, market: Pubkey, new_authority: Pubkey) -> None:
+    """Name NEW_AUTHORITY as the next market authority; it must run accept-authority
+    (11111111111111111111111111111111 cancels a proposal)."""
+    sig = env.client.propose_authority(env.keypair, market, new_authority)
+    env.emit({"market": str(market), "proposed_authority": str(new_authority), "signature": str(sig)})
+
+
+@market.command("accept-authority")
+@_common
+@_market_option
+def market_accept_authority(env: Env, market: Pubkey) -> None:
+    """Become the market authority (your keypair must be the proposed one)."""
+    kp = env.keypair
+    sig = env.client.accept_authority(kp, market)
+    env.emit({"market": str(market), "authority": str(kp.pubkey()), "signature": str(sig)})
+
+
+# ----------------------------------------------------------------------------- provider upkeep
+
+
+@provider.command("update")
+@_common
+@_market_option
+@click.option("--price", default=None, help="Price per GPU-second, payment-mint UI units.")
+@click.option("--gpu-model", default=None, help="<= 32 bytes.")
+@click.option("--gpu-count", type=click.IntRange(1, 256), default=None)
+@click.option("--vram-mib", type=click.IntRange(0, 2**32 - 1), default=None)
+@click.option("--region", default=None, help="<= 16 bytes.")
+@click.option("--accepting-jobs/--not-accepting-jobs", "accepting_jobs", default=None,
+              help="Take new jobs (Active) or stop taking them (Paused).")  # fmt: skip
+def provider_update(env: Env, market: Pubkey, price: str | None, gpu_model: str | None,
+                    gpu_count: int | None, vram_mib: int | None, region: str | None,
+                    accepting_jobs: bool | None) -> None:  # fmt: skip
+    """Change your provider's price, spec or availability (running jobs keep their rate)."""
+    from . import pda
+    from .accounts import GPU_MODEL_LEN, REGION_LEN, encode_fixed_str
+
+    spec = {k: v for k, v in (("gpu_model", gpu_model), ("gpu_count", gpu_count),
+                               ("vram_mib", vram_mib), ("region", region)) if v is not None}  # fmt: skip
+    if price is None and not spec and accepting_jobs is None:
+        raise click.UsageError("nothing to update: pass --price, a spec option or "
+                               "--accepting-jobs/--not-accepting-jobs")  # fmt: skip
+    for key, size in (("gpu_model", GPU_MODEL_LEN), ("region", REGION_LEN)):
+        if key in spec:
+            try:
+                encode_fixed_str(spec[key], size, key)
+            except ValueError as e:
+                raise click.BadParameter(str(e), param_hint=f"'--{key.replace('_', '-')}'") from None
+    kp = env.keypair
+    price_base = None
+    if price is not None:
+        price_base = _amount(price, env.client.mint_decimals(_market(env, market).payment_mint), "'--price'")
+    address = pda.provider_pda(market, kp.pubkey(), env.client.program_id)
+    sig = env.client.update_provider(kp, address, price_base, spec or None, accepting_jobs)
+    env.emit({"provider": str(address), "signature": str(sig)})
+
+
+@provider.command("rotate-key")
+@_common
+@_market_option
+@click.argument("new_worker_key", metavar="NEW_WORKER_KEY", type=PUBKEY)
+@click.option("--expires-at", type=click.IntRange(0), default=0, help="Unix time; 0 = never.")
+def provider_rotate_key(env: Env, market: Pubkey, new_worker_key: Pubkey, expires_at: int) -> None:
+    """Replace your worker key; the old one stays valid for max_missed_windows windows."""
+    sig = env.client.rotate_worker_key(env.keypair, market, new_worker_key, expires_at)
+    env.emit({"worker_key": str(new_worker_key), "signature": str(sig)})
+
+
+@provider.command("unstake")
+@_common
+@_market_option
+@click.argument("amount")
+def provider_unstake(env: Env, market: Pubkey, amount: str) -> None:
+    """Start unbonding AMOUNT (stake-mint UI units) of your stake."""
+    m = _market(env, market)
+    base = _amount(amount, env.client.mint_decimals(m.stake_mint), "'AMOUNT'")
+    sig = env.client.request_unstake(env.keypair, market, base)
+    env.emit({"unstaking": amount, "signature": str(sig)})
+
+
+@provider.command("withdraw")
+@_common
+@_market_option
+def provider_withdraw(env: Env, market: Pubkey) -> None:
+    """Withdraw released unbonding stake to your stake-mint ATA."""
+    from . import pda
+
+    kp = env.keypair
+    address = pda.provider_pda(market, kp.pubkey(), env.client.program_id)
+    p = env.client.fetch_provider(address)
+    if p is None:
+        raise CliError(f"{kp.pubkey()} is not a provider of market {market}")
+    m = _market(env, market)
+    amount = format_ui_amount(p.unbonding.amount, env.client.mint_decimals(m.stake_mint))
+    sig = env.client.withdraw_unstaked(kp, market)
+    env.emit({"withdrawn": amount, "signature": str(sig)})
+
+
+# ----------------------------------------------------------------------------- validator exit
+
+
+@validator.command("exit")
+@_common
+@_market_option
+def validator_exit(env: Env, market: Pubkey) -> None:
+    """Stop validating; your whole bond unbonds for unbonding_seconds."""
+    sig = env.client.request_validator_exit(env.keypair, market)
+    env.emit({"market": str(market), "signature": str(sig)})
+
+
+@validator.command("withdraw")
+@_common
+@_market_option
+def validator_withdraw(env: Env, market: Pubkey) -> None:
+    """Withdraw your released bond to your stake-mint ATA and close the validator account."""
+    from . import pda
+
+    kp = env.keypair
+    v = env.client.fetch_validator(pda.validator_pda(market, kp.pubkey(), env.client.program_id))
+    if v is None:
+        raise CliError(f"{kp.pubkey()} is not a validator of market {market}")
+    m = _market(env, market)
+    amount = format_ui_amount(v.unbonding.amount, env.client.mint_decimals(m.stake_mint))
+    sig = env.client.withdraw_validator_bond(kp, market)
+    env.emit({"withdrawn": amount, "signature": str(sig)})
+
+
+# ----------------------------------------------------------------------------- job upkeep
+
+
+@job.command("top-up")
+@_common
+@click.argument("job_address", metavar="JOB", type=PUBKEY)
+@click.argument("amount")
+def job_top_up(env: Env, job_address: Pubkey, amount: str) -> None:
+    """Add AMOUNT (payment-mint UI units) to an Open or Running job's escrow (user)."""
+    j = _job_view(env, job_address)
+    m = _market(env, j.market)
+    base = _amount(amount, env.client.mint_decimals(m.payment_mint), "'AMOUNT'")
+    sig = env.client.top_up(env.keypair, job_address, base)
+    env.emit({"job": str(job_address), "topped_up": amount, "signature": str(sig)})
+
+
+_job_action("cancel", "cancel_job", "Cancel an Open job with a full refund (user).")
+_job_action("expire", "expire_job",
+            "End a Running job whose provider stopped proving; refunds the user (anyone).")  # fmt: skip
 
 
 # ----------------------------------------------------------------------------- entry point

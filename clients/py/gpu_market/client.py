@@ -940,6 +940,14 @@ class GpuMarketClient:
             reporter.pubkey(), job, first, first_signature, second, second_signature,
             reporter_stake_account,
         )  # fmt: skip
+        payer = self.payer.pubkey() if self.payer is not None else reporter.pubkey()
+        size = transaction_size(ixs, payer)
+        if size > PACKET_DATA_SIZE:
+            raise TransactionTooLarge(
+                f"the slash_equivocation transaction is {size} bytes, over the "
+                f"{PACKET_DATA_SIZE}-byte packet limit (two Ed25519 instructions with a "
+                "173-byte receipt each plus 16 accounts); nothing was sent"
+            )
         return self.send(ixs, [reporter])
 
     def slash_downtime(
@@ -1018,7 +1026,8 @@ class GpuMarketClient:
         return out
 
     def settle(self, validator_authority: Keypair, items: Sequence[SettleItem]) -> Signature:
-        """Settle ``items`` in one transaction: per item ``[Ed25519..., settle]``, in order.
+        """Settle ``items`` in one transaction: per item ``[Ed25519(worker, attesters...),
+        settle]``, in order.
 
         Raises TransactionTooLarge (nothing sent) if they do not fit; see
         :meth:`max_settle_items_per_tx`.
@@ -1031,7 +1040,8 @@ class GpuMarketClient:
     def max_settle_items_per_tx(self, settle_quorum: int = 1) -> int:
         """How many SettleItems of one market always fit in one legacy transaction.
 
-        With the 173-byte receipt inside each Ed25519 instruction this is 1 for quorum 1 and 2
-        and 0 from quorum 3 (such a settle does not fit a legacy transaction at all).
+        Each item is one Ed25519 instruction (one 173-byte receipt copy, 110 bytes per
+        signature) plus ``settle`` with ``settle_quorum - 1`` remaining accounts: this is 1 for
+        quorum 1 to 3 and 0 from quorum 4 (such a settle does not fit a legacy transaction).
         """
         return max_settle_items_per_tx(self.codec, settle_quorum)

@@ -118,6 +118,13 @@ HEALTH_GPU_LOST = 1 << 5
 HEALTH_SAMPLES_MISSING = 1 << 6
 HEALTH_NVML_ERROR = 1 << 7
 HEALTH_CRITICAL_MASK = HEALTH_TEMP_CRITICAL | HEALTH_ECC_UNCORRECTED | HEALTH_GPU_LOST
+
+# Default critical thresholds of the billable policy, shared by the worker (which applies them
+# to raw samples) and the validator (which re-checks a proof's aggregates against them).
+DEFAULT_TEMP_CRITICAL_C = 95
+"""A GPU at or above this temperature makes that second non-billable."""
+DEFAULT_ECC_UNCORRECTED_MAX = 0
+"""More new uncorrected ECC errors than this in a window make the whole window non-billable."""
 """Bits that make (part of) a window non-billable; see worker/README.md, billable policy."""
 
 ZERO_HASH = bytes(32)
