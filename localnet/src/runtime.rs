@@ -75,21 +75,16 @@ impl Drop for ContextGuard {
 }
 
 fn with_context<R>(f: impl FnOnce(&mut InvokeContext<'static, 'static>) -> R) -> Option<R> {
-    let ptr = INVOKE_CONTEXT.with(|c| c.get());
-    if ptr == 0 {
-        return None;
-    }
+    let ptr = INVOKE_CONTEXT.with(|c| c.get()) as *mut InvokeContext<'static, 'static>;
     // SAFETY: set by `ContextGuard` from a live `&mut InvokeContext` for the duration of the
     // native call on this thread; the stubs only run inside that call.
-    let ctx = unsafe { transmute::<usize, &mut InvokeContext<'static, 'static>>(ptr) };
-    Some(f(ctx))
+    unsafe { ptr.as_mut() }.map(f)
 }
 
 fn context() -> &'static mut InvokeContext<'static, 'static> {
-    let ptr = INVOKE_CONTEXT.with(|c| c.get());
-    assert!(ptr != 0, "a syscall stub ran outside a native instruction");
+    let ptr = INVOKE_CONTEXT.with(|c| c.get()) as *mut InvokeContext<'static, 'static>;
     // SAFETY: see `with_context`.
-    unsafe { transmute::<usize, &mut InvokeContext<'static, 'static>>(ptr) }
+    unsafe { ptr.as_mut() }.expect("a syscall stub ran outside a native instruction")
 }
 
 declare_process_instruction!(GpuMarketBuiltin, 1, |invoke_context| {

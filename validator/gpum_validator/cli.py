@@ -134,6 +134,7 @@ def _run(url: str, keypair_path: Path, market_s: str, program_id_s: str | None, 
     from .server import HealthProbe, ValidatorHTTPServer, parse_listen, serve_in_thread
     from .service import Intake
     from .settlement import SettlementLoop, Settler
+    from .slashing import EquivocationReporter
     from .store import SQLiteStore
 
     authority = load_keypair(keypair_path)
@@ -162,15 +163,16 @@ def _run(url: str, keypair_path: Path, market_s: str, program_id_s: str | None, 
         raise ConfigError(f"--db {db_path}: cannot create its directory ({e})") from None
     store = SQLiteStore(db_path)
     metrics = Metrics()
-    intake = Intake(cfg, store, client, metrics)
-    settler = Settler(client, authority, store, ws,
-                      SettlePolicy(settle_every_windows=settle_every), metrics)
+    policy = SettlePolicy(settle_every_windows=settle_every)
+    reporter = EquivocationReporter(client, authority, store, cfg.program_id, policy, metrics)
+    intake = Intake(cfg, store, client, metrics, on_equivocation=reporter.notify)
+    settler = Settler(client, authority, store, ws, policy, metrics)
     try:
         server = ValidatorHTTPServer((host, port), intake, store, HealthProbe(client, cfg.market))
     except OSError as e:
         raise ConfigError(f"--listen {listen}: cannot bind ({e})") from None
     _warn_if_not_validator(client, market, authority.pubkey(), cfg.program_id)
-    loop = SettlementLoop(settler, settle_interval)
+    loop = SettlementLoop(settler, settle_interval, reporter=reporter)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())

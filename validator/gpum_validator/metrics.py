@@ -18,6 +18,7 @@ class Metrics:
         self._lock = threading.Lock()
         self.proofs: Counter[tuple[str, str]] = Counter()
         self.settlements: Counter[str] = Counter()
+        self.equivocation_reports: Counter[str] = Counter()
 
     def proof(self, result: str, reason: str = "") -> None:
         """result: accepted | duplicate | rejected | unavailable."""
@@ -29,10 +30,17 @@ class Metrics:
         with self._lock:
             self.settlements[status] += n
 
+    def equivocation_report(self, outcome: str) -> None:
+        """outcome of one slash_equivocation attempt: slashed | already_slashed | job_gone |
+        retry | failed."""
+        with self._lock:
+            self.equivocation_reports[outcome] += 1
+
     def render(self, gauges: dict[str, tuple[str, Callable[[], float]]]) -> str:
         with self._lock:
             proofs = sorted(self.proofs.items())
             settlements = sorted(self.settlements.items())
+            reports = dict(self.equivocation_reports)
         out = ["# HELP gpum_validator_proofs_total Proofs received, by result and reason.",
                "# TYPE gpum_validator_proofs_total counter"]
         for (result, reason), n in proofs:
@@ -43,6 +51,12 @@ class Metrics:
         for status in ("sent", "confirmed", "failed"):
             out.append(f'gpum_validator_settlements_total{{status="{status}"}} '
                        f'{dict(settlements).get(status, 0)}')
+        out += [("# HELP gpum_validator_equivocation_reports_total slash_equivocation "
+                 "submissions, by outcome."),
+                "# TYPE gpum_validator_equivocation_reports_total counter"]
+        for outcome in ("slashed", "already_slashed", "job_gone", "retry", "failed"):
+            out.append(f'gpum_validator_equivocation_reports_total{{outcome="{outcome}"}} '
+                       f'{reports.get(outcome, 0)}')
         for name, (help_, fn) in gauges.items():
             out += [f"# HELP {name} {help_}", f"# TYPE {name} gauge", f"{name} {fn():g}"]
         return "\n".join(out) + "\n"

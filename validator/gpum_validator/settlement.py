@@ -310,12 +310,17 @@ class Settler:
 
 
 class SettlementLoop:
-    """Runs ``settler.settle_now()`` every ``interval`` seconds on a daemon thread."""
+    """Runs ``settler.settle_now()`` every ``interval`` seconds on a daemon thread, and,
+    when given a ``reporter`` (``slashing.EquivocationReporter``), its ``report_pending()``
+    right after; the reporter's ``notify`` (the intake's equivocation hook) wakes the loop
+    at once."""
 
-    def __init__(self, settler: Settler, interval: float = 5.0) -> None:
+    def __init__(self, settler: Settler, interval: float = 5.0, reporter: Any = None) -> None:
         self.settler = settler
         self.interval = interval
+        self.reporter = reporter
         self._stop = threading.Event()
+        self._wake: threading.Event = getattr(reporter, "wakeup", None) or threading.Event()
         self._thread = threading.Thread(target=self._run, name="gpum-settle", daemon=True)
 
     def start(self) -> None:
@@ -323,12 +328,24 @@ class SettlementLoop:
 
     def stop(self, timeout: float = 30.0) -> None:
         self._stop.set()
+        self._wake.set()
         self._thread.join(timeout)
+
+    def wake(self) -> None:
+        """Run the next pass now instead of after the interval."""
+        self._wake.set()
 
     def _run(self) -> None:
         while not self._stop.is_set():
+            self._wake.clear()
             try:
                 self.settler.settle_now()
             except Exception:  # the loop must survive; the error is logged
                 log.exception("settlement pass failed; retrying in %.0fs", self.interval)
-            self._stop.wait(self.interval)
+            if self.reporter is not None:
+                try:
+                    self.reporter.report_pending()
+                except Exception:  # same: logged, retried next pass
+                    log.exception("equivocation report pass failed; retrying in %.0fs",
+                                  self.interval)
+            self._wake.wait(self.interval)

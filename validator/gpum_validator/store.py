@@ -98,7 +98,22 @@ CREATE TABLE IF NOT EXISTS equivocations (
     reported_signature TEXT,
     PRIMARY KEY (job, seq, hash_a, hash_b)
 );
+CREATE TABLE IF NOT EXISTS equivocation_reports (
+    job BLOB NOT NULL,
+    seq INTEGER NOT NULL,
+    status TEXT NOT NULL CHECK (status IN ('sent', 'retry', 'done', 'failed')),
+    signature TEXT,
+    outcome TEXT,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    last_error TEXT,
+    next_attempt_at REAL NOT NULL DEFAULT 0,
+    updated_at REAL NOT NULL,
+    PRIMARY KEY (job, seq)
+);
 """
+
+REPORT_STATUSES = ("sent", "retry", "done", "failed")
+TERMINAL_REPORT_STATUSES = ("done", "failed")
 
 
 @dataclass(frozen=True)
@@ -115,6 +130,27 @@ class StoredProof:
     received_at: float
     decision: str
     reason: str | None
+
+
+@dataclass(frozen=True)
+class EquivocationCase:
+    """One (job, seq) with two different signed proofs, and the state of its slash report.
+
+    ``status`` is None until a submission was attempted; then ``sent`` (in flight or
+    unknown after a crash), ``retry``, or the terminal ``done`` / ``failed``.
+    """
+
+    job: bytes
+    seq: int
+    hash_a: bytes
+    hash_b: bytes
+    recorded_at: float
+    status: str | None = None
+    signature: str | None = None
+    outcome: str | None = None
+    attempts: int = 0
+    last_error: str | None = None
+    next_attempt_at: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -173,6 +209,12 @@ class Store(Protocol):
                         now: float) -> None: ...
     def record_equivocation(self, auth: Authenticated, other_hash: bytes, now: float) -> None: ...
     def update_chain_info(self, job: bytes, info: ChainJobInfo, now: float) -> None: ...
+    def equivocation_cases(self, *, open_only: bool = False) -> list[EquivocationCase]: ...
+    def mark_equivocation_report(self, job: bytes, seq: int, status: str, now: float, *,
+                                 signature: str | None = None, outcome: str | None = None,
+                                 error: str | None = None,
+                                 next_attempt_at: float | None = None,
+                                 count_attempt: bool = False) -> None: ...
     def settle_candidates(self) -> list[SettleCandidate]: ...
     def add_intent(self, proof: StoredProof, seq_from: int, now: float) -> Intent: ...
     def open_intents(self) -> list[Intent]: ...
@@ -315,6 +357,50 @@ class SQLiteStore:
         """Evidence pairs (job, seq, hash_a, hash_b, recorded_at, reported_signature)."""
         return [tuple(r) for r in self._q("SELECT * FROM equivocations ORDER BY recorded_at")]
 
+    def equivocation_cases(self, *, open_only: bool = False) -> list[EquivocationCase]:
+        """One case per (job, seq) with evidence (its first recorded pair), with the state of
+        its slash report; ``open_only`` leaves out cases whose report is done or failed."""
+        rows = self._q(
+            "SELECT e.job, e.seq, e.hash_a, e.hash_b, e.recorded_at, r.status, r.signature, "
+            "r.outcome, COALESCE(r.attempts, 0), r.last_error, COALESCE(r.next_attempt_at, 0) "
+            "FROM equivocations e LEFT JOIN equivocation_reports r "
+            "ON r.job = e.job AND r.seq = e.seq "
+            "ORDER BY e.recorded_at, e.hash_a, e.hash_b")
+        out: dict[tuple[bytes, int], EquivocationCase] = {}
+        for r in rows:
+            case = EquivocationCase(*r)
+            if open_only and case.status in TERMINAL_REPORT_STATUSES:
+                continue
+            out.setdefault((case.job, case.seq), case)
+        return list(out.values())
+
+    def mark_equivocation_report(self, job: bytes, seq: int, status: str, now: float, *,
+                                 signature: str | None = None, outcome: str | None = None,
+                                 error: str | None = None,
+                                 next_attempt_at: float | None = None,
+                                 count_attempt: bool = False) -> None:
+        """Record the slash report of (job, seq); done/failed are terminal, never reopened.
+        ``done`` with a signature also stamps the evidence rows (``reported_signature``)."""
+        if status not in REPORT_STATUSES:
+            raise ValueError(f"unknown report status {status!r}")
+        with self._tx() as db:
+            db.execute(
+                "INSERT INTO equivocation_reports (job, seq, status, signature, outcome, "
+                "attempts, last_error, next_attempt_at, updated_at) VALUES (?,?,?,?,?,?,?,?,?) "
+                "ON CONFLICT (job, seq) DO UPDATE SET status=excluded.status, "
+                "signature=COALESCE(excluded.signature, equivocation_reports.signature), "
+                "outcome=COALESCE(excluded.outcome, equivocation_reports.outcome), "
+                "attempts=equivocation_reports.attempts+?, "
+                "last_error=COALESCE(excluded.last_error, equivocation_reports.last_error), "
+                "next_attempt_at=COALESCE(?, equivocation_reports.next_attempt_at), "
+                "updated_at=excluded.updated_at "
+                "WHERE equivocation_reports.status NOT IN ('done', 'failed')",
+                (job, seq, status, signature, outcome, 1 if count_attempt else 0, error,
+                 next_attempt_at or 0.0, now, 1 if count_attempt else 0, next_attempt_at))
+            if status == "done" and signature is not None:
+                db.execute("UPDATE equivocations SET reported_signature=? WHERE job=? AND seq=?",
+                           (signature, job, seq))
+
     def missed_windows(self, job: bytes) -> list[int]:
         return [r[0] for r in self._q("SELECT seq FROM missed_windows WHERE job=? ORDER BY seq",
                                       (job,))]
@@ -416,6 +502,8 @@ class SQLiteStore:
                 "intents": {s: intents.get(s, 0) for s in INTENT_STATUSES},
                 "missed_windows": self._q("SELECT COUNT(*) FROM missed_windows")[0][0],
                 "equivocations": self._q("SELECT COUNT(*) FROM equivocations")[0][0],
+                "equivocation_reports": dict(self._q(
+                    "SELECT status, COUNT(*) FROM equivocation_reports GROUP BY status")),
                 "last_settlement_at": last,
                 "pending_windows": self.pending_windows(),
             }

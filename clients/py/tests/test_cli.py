@@ -170,3 +170,120 @@ def test_help_lists_commands():
     assert code == 0
     for sub in ("create", "status", "accept", "finish", "close"):
         assert sub in out
+
+
+# ----------------------------------------------------------------------------- newer commands
+
+JOB = str(Pubkey.new_unique())
+
+
+@pytest.fixture
+def recorder(monkeypatch, offline_chain):
+    """Every newer client write answered locally; returns the (method, args) calls."""
+    from gpu_market.client import GpuMarketClient
+
+    calls: list[tuple[str, tuple]] = []
+    for name in ("set_paused", "update_params", "propose_authority", "accept_authority",
+                 "update_provider", "rotate_worker_key", "request_unstake", "withdraw_unstaked",
+                 "request_validator_exit", "withdraw_validator_bond", "top_up", "cancel_job",
+                 "expire_job"):  # fmt: skip
+        monkeypatch.setattr(GpuMarketClient, name,
+                            lambda self, *a, _n=name: calls.append((_n, a[1:])) or "SiG")  # fmt: skip
+
+    from gpu_market.accounts import JobView
+
+    k = Pubkey.new_unique()
+    job = JobView(k, k, k, 1, 1, 1, 1, 0, 0, 0, 0, 0, "running", 0, 0, 0, 0, bytes(32), 0, 255, 255)
+    monkeypatch.setattr(GpuMarketClient, "fetch_job", lambda self, j: job)
+    return calls
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["market", "update-params", "--market", MARKET], "nothing to update"),
+        (["market", "update-params", "--market", MARKET, "--fee-bps", "3000"], "'--fee-bps'"),
+        (["market", "update-params", "--market", MARKET, "--min-stake-per-gpu", "0.0000001"],
+         "more decimal places"),
+        (["market", "pause"], "Missing option '--market'"),
+        (["market", "propose-authority", "--market", MARKET, "nope"], "not a valid base58"),
+        (["market", "propose-authority", "--market", MARKET], "Missing argument 'NEW_AUTHORITY'"),
+        (["provider", "update", "--market", MARKET], "nothing to update"),
+        (["provider", "update", "--market", MARKET, "--gpu-model", "x" * 33], "at most 32"),
+        (["provider", "update", "--market", MARKET, "--gpu-count", "0"], "'--gpu-count'"),
+        (["provider", "update", "--market", MARKET, "--price", "abc"], "not a number"),
+        (["provider", "rotate-key", "--market", MARKET, "xyz"], "not a valid base58"),
+        (["provider", "rotate-key", "--market", MARKET, MARKET, "--expires-at", "-5"],
+         "'--expires-at'"),
+        (["provider", "unstake", "--market", MARKET, "--", "-1"], "negative"),
+        (["provider", "unstake", "--market", MARKET, "0"], "greater than zero"),
+        (["provider", "withdraw"], "Missing option '--market'"),
+        (["validator", "exit"], "Missing option '--market'"),
+        (["validator", "withdraw", "--market", "xyz"], "'--market'"),
+        (["job", "top-up", JOB], "Missing argument 'AMOUNT'"),
+        (["job", "top-up", JOB, "1.0000001"], "more decimal places"),
+        (["job", "top-up", "nope", "1"], "not a valid base58"),
+        (["job", "cancel"], "Missing argument 'JOB'"),
+        (["job", "expire", "nope"], "not a valid base58"),
+    ],
+)  # fmt: skip
+def test_newer_commands_reject_bad_arguments(keyfile, recorder, args, needle):
+    code, _, err = run([*args[:2], "-k", keyfile, *args[2:]])
+    assert code == 2, err
+    assert_one_line_error(err, needle)
+    assert recorder == []
+
+
+def test_newer_commands_call_the_sdk(keyfile, recorder):
+    new = str(Pubkey.new_unique())
+    for args in (["market", "pause", "--market", MARKET],
+                 ["market", "unpause", "--market", MARKET],
+                 ["market", "update-params", "--market", MARKET, "--fee-bps", "100",
+                  "--validator-min-bond", "2.5"],
+                 ["market", "propose-authority", "--market", MARKET, new],
+                 ["market", "accept-authority", "--market", MARKET],
+                 ["provider", "update", "--market", MARKET, "--price", "0.000002", "--gpu-count",
+                  "4", "--not-accepting-jobs"],
+                 ["provider", "rotate-key", "--market", MARKET, new, "--expires-at", "9"],
+                 ["provider", "unstake", "--market", MARKET, "1.5"],
+                 ["validator", "exit", "--market", MARKET],
+                 ["job", "top-up", JOB, "2"],
+                 ["job", "cancel", JOB],
+                 ["job", "expire", JOB]):  # fmt: skip
+        code, out, err = run(["--output", "json", *args, "-k", keyfile])
+        assert (code, err) == (0, ""), (args, err)
+        assert json.loads(out)["signature"] == "SiG"
+    got = [(n, a) for n, a in recorder]
+    market = Pubkey.from_string(MARKET)
+    assert got[0] == ("set_paused", (market, True)) and got[1] == ("set_paused", (market, False))
+    assert got[2] == ("update_params", (market, {"fee_bps": 100, "validator_min_bond": 2_500_000}))
+    assert got[3] == ("propose_authority", (market, Pubkey.from_string(new)))
+    assert got[5][0] == "update_provider" and got[5][1][1:] == (2, {"gpu_count": 4}, False)
+    assert got[6] == ("rotate_worker_key", (market, Pubkey.from_string(new), 9))
+    assert got[7] == ("request_unstake", (market, 1_500_000))
+    assert got[9] == ("top_up", (Pubkey.from_string(JOB), 2_000_000))
+    assert [n for n, _ in got[10:]] == ["cancel_job", "expire_job"]
+
+
+def test_newer_command_program_error_is_one_line(monkeypatch, keyfile, offline_chain):
+    from gpu_market.client import GpuMarketClient
+
+    def boom(self, kp, job):
+        raise GpuMarketError(6040, "JobNotExpired", "the job has not missed enough windows", ["l"])
+
+    monkeypatch.setattr(GpuMarketClient, "expire_job", boom)
+    code, _, err = run(["job", "expire", JOB, "-k", keyfile])
+    assert code == 1
+    assert_one_line_error(err, "JobNotExpired (6040)")
+
+
+def test_help_lists_newer_commands():
+    for group, subs in (("market", ("pause", "unpause", "update-params", "propose-authority",
+                                    "accept-authority")),
+                        ("provider", ("update", "rotate-key", "unstake", "withdraw")),
+                        ("validator", ("exit", "withdraw")),
+                        ("job", ("top-up", "cancel", "expire"))):  # fmt: skip
+        code, out, _ = run([group, "--help"])
+        assert code == 0
+        for sub in subs:
+            assert sub in out

@@ -20,8 +20,10 @@ from gpu_market.settle import (
     SettleAccounts,
     SettleItem,
     ed25519_instruction,
+    ed25519_multi_instruction,
     max_settle_items_per_tx,
     parse_ed25519_instruction,
+    parse_ed25519_signatures,
     settle_instructions,
     transaction_size,
 )
@@ -120,21 +122,56 @@ def test_settle_item_is_ed25519_then_settle(codec):
     assert bytes(settle.data)[8:] == struct.pack("<QQq", 3, 180, 1_700_000_180) + bytes([5] * 32)
 
 
-def test_quorum_attestations_nearest_first(codec):
+def test_quorum_is_one_ed25519_instruction_worker_first(codec):
     attesters = [keypair(7), keypair(8)]
     extra = (Pubkey(bytes([40] * 32)), Pubkey(bytes([41] * 32)))
     acc = accounts(extra)
     item = signed_item(acc.market, attesters)
-    ixs = settle_instructions(codec, Pubkey(bytes([30] * 32)), item, acc)
-    assert len(ixs) == 4
-    # settle reads remaining account k at distance k + 2: [att 2, att 1, worker, settle]
-    assert parse_ed25519_instruction(ixs[0].data)[0] == bytes(attesters[1][1])
-    assert parse_ed25519_instruction(ixs[1].data)[0] == bytes(attesters[0][1])
-    assert parse_ed25519_instruction(ixs[2].data)[0] == bytes(item.worker_key)
-    assert [m.pubkey for m in ixs[3].accounts[-2:]] == list(extra)
-    assert all(not m.is_writable and not m.is_signer for m in ixs[3].accounts[-2:])
+    ed, settle = settle_instructions(codec, Pubkey(bytes([30] * 32)), item, acc)
+    assert ed.program_id == ED25519_PROGRAM_ID
+    entries = parse_ed25519_signatures(ed.data)
+    assert [e[0] for e in entries] == [bytes(item.worker_key), bytes(attesters[0][1]),
+                                       bytes(attesters[1][1])]  # fmt: skip
+    msg = receipt_message(bytes(PROGRAM_ID), bytes(acc.market), bytes(item.job), 3, 180,
+                          1_700_000_180, bytes([5] * 32))  # fmt: skip
+    for pk, sig, m in entries:
+        assert m == msg
+        Ed25519PublicKey.from_public_bytes(pk).verify(sig, m)  # raises if bad
+    assert [m.pubkey for m in settle.accounts[-2:]] == list(extra)  # same order as signatures
+    assert all(not m.is_writable and not m.is_signer for m in settle.accounts[-2:])
     with pytest.raises(ValueError, match="attestations"):
         settle_instructions(codec, Pubkey(bytes([30] * 32)), item, accounts())
+
+
+def test_multi_signature_layout_shares_one_message():
+    """receipt.rs ed25519_signers: n offsets records, all at 0xFFFF, one message copy."""
+    keys = [keypair(s) for s in (1, 2, 3)]
+    msg = b"gpu-market/receipt/v1" + bytes(range(152))
+    ix = ed25519_multi_instruction([(bytes(pk), sk.sign(msg)) for sk, pk in keys], msg)
+    data = bytes(ix.data)
+    n = 3
+    assert data[:2] == bytes([n, 0])
+    offsets = [struct.unpack_from("<7H", data, 2 + 14 * i) for i in range(n)]
+    base = 2 + 14 * n
+    msg_off = base + 96 * n
+    for i, (sig_off, sig_ix, pk_off, pk_ix, m_off, m_len, m_ix) in enumerate(offsets):
+        assert (sig_ix, pk_ix, m_ix) == (0xFFFF, 0xFFFF, 0xFFFF)
+        assert pk_off == base + 96 * i and sig_off == pk_off + 32
+        assert (m_off, m_len) == (msg_off, len(msg))
+        assert data[pk_off:pk_off + 32] == bytes(keys[i][1])
+        Ed25519PublicKey.from_public_bytes(data[pk_off:pk_off + 32]).verify(
+            data[sig_off:sig_off + 64], data[m_off:m_off + m_len])
+    assert len(data) == msg_off + len(msg)  # exactly one copy of the message
+    with pytest.raises(ValueError, match="one-signature"):
+        parse_ed25519_instruction(data)
+    with pytest.raises(ValueError, match="1..16"):
+        ed25519_multi_instruction([], msg)
+    with pytest.raises(ValueError, match="signature 1"):
+        ed25519_multi_instruction([(bytes(32), bytes(64)), (bytes(32), bytes(63))], msg)
+
+
+def test_max_items_per_tx_by_quorum(codec):
+    assert [max_settle_items_per_tx(codec, q) for q in (1, 2, 3, 4, 5)] == [1, 1, 1, 0, 0]
 
 
 def test_max_items_per_tx_respects_packet_limit(codec):

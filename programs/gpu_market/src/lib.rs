@@ -1,6 +1,10 @@
 //! gpu_market: escrowed GPU rentals paid from signed usage receipts. `lib.rs` only dispatches;
 //! each instruction lives in `instructions/<name>.rs` with its accounts and guarantees.
 #![allow(unexpected_cfgs)]
+// All arithmetic is checked and returns a typed error; `make lint` enforces it.
+#![deny(clippy::arithmetic_side_effects, clippy::integer_division)]
+// Raised inside the code `#[program]` generates.
+#![allow(clippy::diverging_sub_expression)]
 use anchor_lang::prelude::*;
 
 pub mod errors;

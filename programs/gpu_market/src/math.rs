@@ -17,7 +17,10 @@ pub fn bps_of(amount: u64, bps: u16) -> Result<u64, MathOverflow> {
     let product = u128::from(amount)
         .checked_mul(u128::from(bps))
         .ok_or(MathOverflow)?;
-    u64::try_from(product / u128::from(BPS_DENOMINATOR)).map_err(|_| MathOverflow)
+    let quotient = product
+        .checked_div(u128::from(BPS_DENOMINATOR))
+        .ok_or(MathOverflow)?;
+    u64::try_from(quotient).map_err(|_| MathOverflow)
 }
 
 /// Seconds the escrow can still pay for at `rate` per second (`floor(balance / rate)`).
@@ -103,6 +106,7 @@ pub fn slash_split(
 }
 
 #[cfg(test)]
+#[allow(clippy::arithmetic_side_effects, clippy::integer_division)]
 mod tests {
     use super::*;
 
@@ -139,6 +143,7 @@ mod tests {
 }
 
 #[cfg(test)]
+#[allow(clippy::arithmetic_side_effects, clippy::integer_division)]
 mod properties {
     use super::*;
     use proptest::prelude::*;

@@ -78,19 +78,21 @@ pub fn ed25519_signers(ix: &Instruction, ix_index: u16, expected_message: &[u8])
     let count = usize::from(*data.first().ok_or(GpuMarketError::MalformedEd25519Instruction)?);
     require!(
         (1..=MAX_SIGNATURES).contains(&count)
-            && data.len() >= HEADER_LEN + OFFSETS_LEN * count,
+            && data.len() >= OFFSETS_LEN.saturating_mul(count).saturating_add(HEADER_LEN),
         GpuMarketError::MalformedEd25519Instruction
     );
     let mut signers = Vec::with_capacity(count);
     for i in 0..count {
-        let at = HEADER_LEN + OFFSETS_LEN * i;
-        let signature_offset = read_u16(data, at)?;
-        let signature_ix = read_u16(data, at + 2)?;
-        let pubkey_offset = read_u16(data, at + 4)?;
-        let pubkey_ix = read_u16(data, at + 6)?;
-        let message_offset = read_u16(data, at + 8)?;
-        let message_len = read_u16(data, at + 10)?;
-        let message_ix = read_u16(data, at + 12)?;
+        // Offsets record: seven u16 fields, in this order.
+        let record = OFFSETS_LEN.saturating_mul(i).saturating_add(HEADER_LEN);
+        let field = |k: usize| read_u16(data, record.saturating_add(k.saturating_mul(2)));
+        let signature_offset = field(0)?;
+        let signature_ix = field(1)?;
+        let pubkey_offset = field(2)?;
+        let pubkey_ix = field(3)?;
+        let message_offset = field(4)?;
+        let message_len = field(5)?;
+        let message_ix = field(6)?;
         for index in [signature_ix, pubkey_ix, message_ix] {
             require!(
                 index == THIS_INSTRUCTION || index == ix_index,

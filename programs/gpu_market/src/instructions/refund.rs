@@ -83,7 +83,11 @@ pub fn expire(ctx: Context<RefundJob>) -> Result<()> {
         .and_then(|d| d.checked_add(accounts.job.last_window_end))
         .ok_or(GpuMarketError::MathOverflow)?;
     require!(now > deadline, GpuMarketError::JobNotExpired);
-    let missed = u64::try_from((now - accounts.job.last_window_end) / window).unwrap_or(0);
+    let missed = now
+        .checked_sub(accounts.job.last_window_end)
+        .and_then(|idle| idle.checked_div(window))
+        .and_then(|m| u64::try_from(m).ok())
+        .ok_or(GpuMarketError::MathOverflow)?;
     let refunded = refund_all(accounts)?;
     ops::end_job(&mut accounts.job, &mut accounts.provider, JobStatus::Failed, now)?;
     let reputation = &mut accounts.provider.reputation;

@@ -241,8 +241,8 @@ pub fn slash_downtime<'info>(ctx: Context<'info, SlashDowntime<'info>>) -> Resul
     let window = i64::from(params.window_seconds);
     let missed = now
         .checked_sub(job.last_window_end)
-        .ok_or(GpuMarketError::MathOverflow)?
-        / window;
+        .and_then(|idle| idle.checked_div(window))
+        .ok_or(GpuMarketError::MathOverflow)?;
     require!(
         missed >= i64::from(params.max_missed_windows),
         GpuMarketError::NotEnoughMissedWindows

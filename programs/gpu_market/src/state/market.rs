@@ -60,7 +60,7 @@ impl MarketParams {
 
     /// After a job ends, a final receipt may still settle for this long (2 windows).
     pub fn grace_seconds(&self) -> i64 {
-        i64::from(self.window_seconds) * 2
+        i64::from(self.window_seconds).saturating_mul(2)
     }
 }
 

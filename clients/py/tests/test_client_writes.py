@@ -1,0 +1,431 @@
+"""The newer instructions of GpuMarketClient against the in-process fake RPC.
+
+For each call: the instruction(s) it builds (program, account metas in IDL order with their
+signer/writable flags, exact data bytes), and that one signed transaction was sent.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+
+import httpx
+import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+from gpu_market import pda, tokens
+from gpu_market.client import GpuMarketClient
+from gpu_market.constants import (
+    ASSOCIATED_TOKEN_PROGRAM_ID,
+    ED25519_PROGRAM_ID,
+    INSTRUCTIONS_SYSVAR_ID,
+    PROGRAM_ID,
+    SYSTEM_PROGRAM_ID,
+    TOKEN_PROGRAM_ID,
+)
+from gpu_market.errors import GpuMarketError, TransactionTooLarge
+from gpu_market.receipt import receipt_message
+from gpu_market.settle import SettleItem, parse_ed25519_instruction
+from solders.keypair import Keypair
+from solders.pubkey import Pubkey
+from test_client import FakeRpc, market_bytes
+
+PARAMS = {"fee_bps": 500, "burn_bps": 5000, "min_stake_per_gpu": 0, "unbonding_seconds": 0,
+          "window_seconds": 60, "settle_quorum": 1, "max_missed_windows": 10,
+          "downtime_slash_bps": 0, "equivocation_slash_bps": 0, "reporter_reward_bps": 0,
+          "validator_min_bond": 0, "max_skew_seconds": 5}  # fmt: skip
+PARAM_FMT = "<HHQqIBIHHHQI"  # MarketParams field types, in order (state/market.rs)
+
+
+def disc(name: str) -> bytes:
+    return hashlib.sha256(f"global:{name}".encode()).digest()[:8]
+
+
+def params_bytes(p: dict) -> bytes:
+    return struct.pack(PARAM_FMT, *(p[k] for k in PARAMS))
+
+
+def provider_bytes(codec, market: Pubkey, owner: Pubkey, worker: Pubkey,
+                   previous: Pubkey | None = None) -> bytes:
+    """A Provider account encoded by hand (state/provider.rs), status Active."""
+    spec = b"H100".ljust(32, b"\0") + struct.pack("<HI", 8, 81920) + b"eu".ljust(16, b"\0")
+    raw = (hashlib.sha256(b"account:Provider").digest()[:8] + bytes(market) + bytes(owner)
+           + bytes(worker) + bytes(8) + bytes(previous or Pubkey.default()) + bytes(8) + spec + struct.pack("<Q", 5)
+           + b"\x00")  # fmt: skip
+    return raw.ljust(codec.account_size("Provider"), b"\0")
+
+
+class World:
+    """A market, a provider, a Running job, as account bytes in the fake RPC."""
+
+    def __init__(self, rpc, client, codec, job_bytes, previous_worker: Keypair | None = None):
+        self.rpc, self.client, self.codec = rpc, client, codec
+        self.pay_mint, self.stake_mint, self.treasury = (Pubkey.new_unique() for _ in range(3))
+        self.market = Pubkey.new_unique()
+        rpc.accounts[str(self.market)] = (str(PROGRAM_ID), market_bytes(codec, self.pay_mint, self.stake_mint, self.treasury))
+        self.view = client.fetch_market(self.market)
+        self.owner, self.user, self.worker = Keypair(), Keypair(), Keypair()
+        self.previous_worker = previous_worker
+        self.provider = pda.provider_pda(self.market, self.owner.pubkey())
+        prev = previous_worker.pubkey() if previous_worker else Pubkey.default()
+        rpc.accounts[str(self.provider)] = (
+            str(PROGRAM_ID), provider_bytes(codec, self.market, self.owner.pubkey(), self.worker.pubkey(), prev))
+        self.job = pda.job_pda(self.market, self.user.pubkey(), 1)
+        rpc.accounts[str(self.job)] = (str(PROGRAM_ID), job_bytes(self.market, self.user.pubkey(), self.provider, 1))
+        self.captured: list[list] = []
+        real_send = client.send
+
+        def send(ixs, signers):
+            self.captured.append(list(ixs))
+            return real_send(ixs, signers)
+
+        client.send = send
+
+    def last(self):
+        """(instructions, transaction) of the last send."""
+        ixs = self.captured[-1]
+        tx = self.rpc.sent[-1]
+        tx.verify()
+        return ixs, tx
+
+
+def metas(ix) -> list[tuple[Pubkey, bool, bool]]:
+    return [(m.pubkey, m.is_signer, m.is_writable) for m in ix.accounts]
+
+
+def signers_of(tx) -> set[Pubkey]:
+    return set(tx.message.account_keys[: tx.message.header.num_required_signatures])
+
+
+@pytest.fixture
+def fake(idl_path):
+    rpc = FakeRpc()
+    client = GpuMarketClient("http://fake.invalid", idl_path=str(idl_path))
+    client.rpc._provider.session = httpx.Client(transport=httpx.MockTransport(rpc))
+    return rpc, client
+
+
+@pytest.fixture
+def world(fake, codec, job_bytes):
+    rpc, client = fake
+    return World(rpc, client, codec, job_bytes)
+
+
+# ----------------------------------------------------------------------------- governance
+
+
+def test_update_params_merges_partial_dict(world):
+    auth = Keypair()
+    sig = world.client.update_params(auth, world.market, {"fee_bps": 700, "settle_quorum": 2})
+    (ix,), tx = world.last()
+    assert tx.signatures[0] == sig and signers_of(tx) == {auth.pubkey()}
+    assert ix.program_id == PROGRAM_ID
+    assert metas(ix) == [(auth.pubkey(), True, False), (world.market, False, True)]
+    assert bytes(ix.data) == disc("update_params") + params_bytes({**PARAMS, "fee_bps": 700, "settle_quorum": 2})
+    with pytest.raises(ValueError, match="unknown market params"):
+        world.client.update_params(auth, world.market, {"fee": 1})
+
+
+def test_update_params_accepts_market_params(world):
+    from dataclasses import replace
+
+    auth = Keypair()
+    world.client.update_params(auth, world.market, replace(world.view.params, burn_bps=1))
+    (ix,), _ = world.last()
+    assert bytes(ix.data) == disc("update_params") + params_bytes({**PARAMS, "burn_bps": 1})
+
+
+@pytest.mark.parametrize("paused", [True, False])
+def test_set_paused(world, paused):
+    auth = Keypair()
+    world.client.set_paused(auth, world.market, paused)
+    (ix,), _ = world.last()
+    assert metas(ix) == [(auth.pubkey(), True, False), (world.market, False, True)]
+    assert bytes(ix.data) == disc("set_paused") + bytes([int(paused)])
+
+
+def test_propose_and_accept_authority(world):
+    auth, new = Keypair(), Keypair()
+    world.client.propose_authority(auth, world.market, new.pubkey())
+    (ix,), _ = world.last()
+    assert metas(ix) == [(auth.pubkey(), True, False), (world.market, False, True)]
+    assert bytes(ix.data) == disc("propose_authority") + bytes(new.pubkey())
+    world.client.accept_authority(new, world.market)
+    (ix,), tx = world.last()
+    assert signers_of(tx) == {new.pubkey()}
+    assert metas(ix) == [(new.pubkey(), True, False), (world.market, False, True)]
+    assert bytes(ix.data) == disc("accept_authority")
+
+
+# ----------------------------------------------------------------------------- providers
+
+
+def test_update_provider_price_only(world):
+    world.client.update_provider(world.owner, world.provider, price_per_gpu_second=9)
+    (ix,), _ = world.last()
+    assert metas(ix) == [(world.owner.pubkey(), True, False), (world.provider, False, True)]
+    # Option<u64> Some(9), Option<GpuSpec> None, Option<bool> None
+    assert bytes(ix.data) == disc("update_provider") + b"\x01" + struct.pack("<Q", 9) + b"\x00\x00"
+
+
+def test_update_provider_partial_spec_and_availability(world):
+    world.client.update_provider(world.owner, world.provider, spec={"gpu_count": 4}, accepting_jobs=False)
+    (ix,), _ = world.last()
+    spec = b"H100".ljust(32, b"\0") + struct.pack("<HI", 4, 81920) + b"eu".ljust(16, b"\0")
+    assert bytes(ix.data) == disc("update_provider") + b"\x00" + b"\x01" + spec + b"\x01\x00"
+    with pytest.raises(ValueError, match="needs"):
+        world.client.update_provider(world.owner, world.provider)
+    with pytest.raises(ValueError, match="unknown spec keys"):
+        world.client.update_provider(world.owner, world.provider, spec={"gpus": 1})
+
+
+def test_rotate_worker_key(world):
+    new = Pubkey.new_unique()
+    world.client.rotate_worker_key(world.owner, world.market, new, 1_800_000_000)
+    (ix,), _ = world.last()
+    assert metas(ix) == [(world.owner.pubkey(), True, False), (world.market, False, False),
+                         (world.provider, False, True)]  # fmt: skip
+    assert bytes(ix.data) == disc("rotate_worker_key") + bytes(new) + struct.pack("<q", 1_800_000_000)
+
+
+def test_request_unstake(world):
+    world.client.request_unstake(world.owner, world.market, 123)
+    (ix,), _ = world.last()
+    assert metas(ix) == [(world.owner.pubkey(), True, False), (world.market, False, False),
+                         (world.provider, False, True)]  # fmt: skip
+    assert bytes(ix.data) == disc("request_unstake") + struct.pack("<Q", 123)
+
+
+def test_withdraw_unstaked_creates_ata_first(world):
+    owner = world.owner.pubkey()
+    world.client.withdraw_unstaked(world.owner, world.market)
+    (ata_ix, ix), tx = world.last()
+    assert signers_of(tx) == {owner}
+    assert ata_ix.program_id == ASSOCIATED_TOKEN_PROGRAM_ID and bytes(ata_ix.data) == b"\x01"
+    assert ata_ix.accounts[1].pubkey == tokens.ata(owner, world.stake_mint)
+    assert metas(ix) == [
+        (owner, True, False),
+        (world.market, False, True),
+        (world.provider, False, True),
+        (world.stake_mint, False, False),
+        (world.view.stake_vault, False, True),
+        (tokens.ata(owner, world.stake_mint), False, True),
+        (TOKEN_PROGRAM_ID, False, False),
+    ]
+    assert bytes(ix.data) == disc("withdraw_unstaked")
+
+
+# ----------------------------------------------------------------------------- validators
+
+
+def test_request_validator_exit(world):
+    v = Keypair()
+    world.client.request_validator_exit(v, world.market)
+    (ix,), _ = world.last()
+    assert metas(ix) == [(v.pubkey(), True, False), (world.market, False, False),
+                         (pda.validator_pda(world.market, v.pubkey()), False, True)]  # fmt: skip
+    assert bytes(ix.data) == disc("request_validator_exit")
+
+
+def test_withdraw_validator_bond(world):
+    v = Keypair()
+    world.client.withdraw_validator_bond(v, world.market)
+    (ata_ix, ix), _ = world.last()
+    assert ata_ix.program_id == ASSOCIATED_TOKEN_PROGRAM_ID
+    assert metas(ix) == [
+        (v.pubkey(), True, True),
+        (world.market, False, True),
+        (pda.validator_pda(world.market, v.pubkey()), False, True),
+        (world.stake_mint, False, False),
+        (world.view.stake_vault, False, True),
+        (tokens.ata(v.pubkey(), world.stake_mint), False, True),
+        (TOKEN_PROGRAM_ID, False, False),
+    ]
+    assert bytes(ix.data) == disc("withdraw_validator_bond")
+
+
+# ----------------------------------------------------------------------------- jobs
+
+
+def test_top_up(world):
+    world.client.top_up(world.user, world.job, 600)
+    (ix,), _ = world.last()
+    assert metas(ix) == [
+        (world.user.pubkey(), True, False),
+        (world.market, False, False),
+        (world.job, False, True),
+        (pda.escrow_pda(world.job), False, True),
+        (world.pay_mint, False, False),
+        (tokens.ata(world.user.pubkey(), world.pay_mint), False, True),
+        (TOKEN_PROGRAM_ID, False, False),
+    ]
+    assert bytes(ix.data) == disc("top_up") + struct.pack("<Q", 600)
+
+
+@pytest.mark.parametrize("name", ["cancel_job", "expire_job"])
+def test_cancel_and_expire_refund_to_the_users_ata(world, name):
+    caller = world.user if name == "cancel_job" else Keypair()  # expire: anyone
+    getattr(world.client, name)(caller, world.job)
+    (ix,), tx = world.last()
+    assert signers_of(tx) == {caller.pubkey()}
+    assert metas(ix) == [
+        (caller.pubkey(), True, False),
+        (world.market, False, False),
+        (world.provider, False, True),
+        (world.job, False, True),
+        (pda.escrow_pda(world.job), False, True),
+        (world.pay_mint, False, False),
+        (tokens.ata(world.user.pubkey(), world.pay_mint), False, True),
+        (TOKEN_PROGRAM_ID, False, False),
+    ]
+    assert bytes(ix.data) == disc(name)
+
+
+def test_program_error_carries_the_idl_name(world):
+    from test_client import PREFLIGHT_STALE_SEQUENCE
+
+    world.rpc.send_error = PREFLIGHT_STALE_SEQUENCE
+    with pytest.raises(GpuMarketError) as info:
+        world.client.top_up(world.user, world.job, 1)
+    assert info.value.name == "StaleSequence"
+
+
+# ----------------------------------------------------------------------------- slashing
+
+
+def _targets(world, reporter_stake: Pubkey) -> list[tuple[Pubkey, bool, bool]]:
+    return [
+        (world.market, False, True),
+        (world.provider, False, True),
+        (world.job, False, True),
+        (pda.escrow_pda(world.job), False, True),
+        (world.pay_mint, False, False),
+        (tokens.ata(world.user.pubkey(), world.pay_mint), False, True),
+        (world.stake_mint, False, True),
+        (world.view.stake_vault, False, True),
+        (reporter_stake, False, True),
+        (TOKEN_PROGRAM_ID, False, False),
+    ]
+
+
+def _signed(world, key: Keypair, seq: int, cumulative: int, tag: int):
+    receipt = {"seq": seq, "cumulative_seconds": cumulative, "window_end": 1_700_000_000 + 60 * seq,
+               "proof_hash": bytes([tag]) * 32}  # fmt: skip
+    msg = receipt_message(bytes(PROGRAM_ID), bytes(world.market), bytes(world.job), seq, cumulative,
+                          receipt["window_end"], receipt["proof_hash"])  # fmt: skip
+    return receipt, bytes(key.sign_message(msg)), msg
+
+
+def _receipt_bytes(r) -> bytes:
+    return struct.pack("<QQq", r["seq"], r["cumulative_seconds"], r["window_end"]) + r["proof_hash"]
+
+
+def test_slash_equivocation_layout(fake, codec, job_bytes):
+    rpc, client = fake
+    prev = Keypair()
+    world = World(rpc, client, codec, job_bytes, previous_worker=prev)
+    reporter = Keypair()
+    r1, s1, m1 = _signed(world, world.worker, 7, 420, 1)
+    r2, s2, m2 = _signed(world, prev, 7, 400, 2)  # the previous key counts too
+    ixs = client.slash_equivocation_instructions(reporter.pubkey(), world.job, r1, s1, r2, s2)
+    assert [ix.program_id for ix in ixs] == [ED25519_PROGRAM_ID, ED25519_PROGRAM_ID, PROGRAM_ID]
+    for ix, key, sig, msg in ((ixs[0], world.worker, s1, m1), (ixs[1], prev, s2, m2)):
+        pk, got_sig, got_msg = parse_ed25519_instruction(ix.data)
+        assert (pk, got_sig, got_msg) == (bytes(key.pubkey()), sig, msg)
+        Ed25519PublicKey.from_public_bytes(pk).verify(got_sig, got_msg)
+    slash = ixs[2]
+    reporter_ata = tokens.ata(reporter.pubkey(), world.stake_mint)
+    assert metas(slash) == [
+        (reporter.pubkey(), True, True),
+        *_targets(world, reporter_ata),
+        (pda.equivocation_pda(world.job, 7), False, True),
+        (INSTRUCTIONS_SYSVAR_ID, False, False),
+        (SYSTEM_PROGRAM_ID, False, False),
+    ]
+    assert bytes(slash.data) == disc("slash_equivocation") + _receipt_bytes(r1) + _receipt_bytes(r2)
+    assert pda.equivocation_pda(world.job, 7) == Pubkey.find_program_address(
+        [b"equivocation", bytes(world.job), (7).to_bytes(8, "little")], PROGRAM_ID)[0]
+
+
+def test_slash_equivocation_accepts_receipt_objects_and_custom_reward_account(world):
+    reporter, dest = Keypair(), Pubkey.new_unique()
+    r1, s1, _ = _signed(world, world.worker, 3, 180, 1)
+    r2, s2, _ = _signed(world, world.worker, 3, 170, 2)
+    item = SettleItem(world.job, r1["seq"], r1["cumulative_seconds"], r1["window_end"],
+                      r1["proof_hash"], world.worker.pubkey(), s1)  # fmt: skip
+    ixs = world.client.slash_equivocation_instructions(reporter.pubkey(), world.job, item, s1, r2, s2, dest)
+    assert ixs[2].accounts[9].pubkey == dest
+
+
+def test_slash_equivocation_rejects_bad_evidence(world):
+    reporter = Keypair()
+    r1, s1, _ = _signed(world, world.worker, 3, 180, 1)
+    r2, s2, _ = _signed(world, world.worker, 4, 170, 2)
+    with pytest.raises(ValueError, match="different seqs"):
+        world.client.slash_equivocation(reporter, world.job, r1, s1, r2, s2)
+    with pytest.raises(ValueError, match="identical"):
+        world.client.slash_equivocation(reporter, world.job, r1, s1, r1, s1)
+    r3, s3, _ = _signed(world, Keypair(), 3, 170, 2)  # a stranger's key
+    with pytest.raises(ValueError, match="second_signature"):
+        world.client.slash_equivocation(reporter, world.job, r1, s1, r3, s3)
+    assert world.rpc.sent == []
+
+
+def test_slash_equivocation_over_the_packet_limit_sends_nothing(world):
+    """Two Ed25519 instructions with a 173-byte receipt each plus 16 accounts: 1329 bytes."""
+    r1, s1, _ = _signed(world, world.worker, 3, 180, 1)
+    r2, s2, _ = _signed(world, world.worker, 3, 170, 2)
+    with pytest.raises(TransactionTooLarge, match="1232"):
+        world.client.slash_equivocation(Keypair(), world.job, r1, s1, r2, s2)
+    assert world.rpc.sent == []
+
+
+def test_slash_equivocation_sends_when_it_fits(world, monkeypatch):
+    import gpu_market.client as client_mod
+
+    monkeypatch.setattr(client_mod, "PACKET_DATA_SIZE", 4096)  # as if the packet limit allowed it
+    reporter = Keypair()
+    r1, s1, _ = _signed(world, world.worker, 3, 180, 1)
+    r2, s2, _ = _signed(world, world.worker, 3, 170, 2)
+    sig = world.client.slash_equivocation(reporter, world.job, r1, s1, r2, s2)
+    _, tx = world.last()
+    assert tx.signatures[0] == sig and signers_of(tx) == {reporter.pubkey()}
+    assert [tx.message.account_keys[i.program_id_index] for i in tx.message.instructions] == [
+        ED25519_PROGRAM_ID, ED25519_PROGRAM_ID, PROGRAM_ID]
+
+
+def test_slash_downtime_pairs_extra_validators(world):
+    v, extra1, extra2 = Keypair(), Keypair(), Keypair()
+    world.client.slash_downtime(v, world.job, [extra1, extra2])
+    (ix,), tx = world.last()
+    assert signers_of(tx) == {v.pubkey(), extra1.pubkey(), extra2.pubkey()}
+    assert metas(ix) == [
+        (v.pubkey(), True, False),
+        (pda.validator_pda(world.market, v.pubkey()), False, False),
+        *_targets(world, tokens.ata(v.pubkey(), world.stake_mint)),
+        (pda.validator_pda(world.market, extra1.pubkey()), False, False),
+        (extra1.pubkey(), True, False),
+        (pda.validator_pda(world.market, extra2.pubkey()), False, False),
+        (extra2.pubkey(), True, False),
+    ]
+    assert bytes(ix.data) == disc("slash_downtime")
+
+
+def test_fetch_equivocation_record(world, codec):
+    record = pda.equivocation_pda(world.job, 7)
+    assert world.client.fetch_equivocation_record(record) is None
+    raw = codec.encode_account("EquivocationRecord", {
+        "job": world.job, "seq": 7, "provider": world.provider, "reporter": world.owner.pubkey(),
+        "slashed": 99, "bump": 254})  # fmt: skip
+    world.rpc.accounts[str(record)] = (str(PROGRAM_ID), raw)
+    view = world.client.fetch_equivocation_record(record)
+    assert (view.job, view.seq, view.slashed, view.address) == (world.job, 7, 99, record)
+
+
+def test_already_in_use_is_named():
+    from gpu_market.errors import chain_error_from_transaction_err
+
+    logs = ["Program 11111111111111111111111111111111 invoke [2]",
+            "Allocate: account Address { address: X, base: None } already in use",
+            "Program 11111111111111111111111111111111 failed: custom program error: 0x0"]  # fmt: skip
+    err = chain_error_from_transaction_err({"InstructionError": [2, {"Custom": 0}]}, logs, {}, str(PROGRAM_ID))
+    assert isinstance(err, GpuMarketError) and err.name == "AccountAlreadyInUse"
