@@ -9,7 +9,9 @@ reads. Guarantees:
   chain read, so worker retries are cheap and safe;
 * a second, different proof for a stored (job, seq) that is validly signed by the
   provider's key is stored as evidence and answered 409 "equivocation"; the
-  ``on_equivocation`` hook (slash_equivocation, issue 3) is called with both proofs;
+  ``on_equivocation`` hook is called with both proofs (in ``gpum-validator run`` it only
+  wakes ``slashing.EquivocationReporter`` on the settlement thread, which submits
+  ``slash_equivocation`` from the stored evidence);
 * a transport failure reading the chain answers 503 "chain_unavailable" and stores no
   decision, so the worker retries later;
 * proofs of one job are verified one at a time (a per-job lock); different jobs run in

@@ -6,9 +6,9 @@ only wakes the background loop (``SettlementLoop``), so nothing here runs on an 
 ``EquivocationReporter.report_pending`` then, for each (job, seq) whose report is not
 terminal:
 
-1. checks the chain first: an existing EquivocationRecord PDA means it was slashed (by us
-   before a crash, or by anyone) -> ``done``; a closed job account -> ``done`` (nothing left
-   to slash through this job);
+1. checks the chain first: a closed job account -> ``done`` (nothing left to slash through
+   this job); an existing EquivocationRecord PDA (``["equivocation", job, started_at, seq]``)
+   means it was slashed (by us before a crash, or by anyone) -> ``done``;
 2. rebuilds both receipts from the stored proof bytes (``gpu_market.proof.decode_proof`` +
    ``proof_hash``) and uses the stored receipt signatures;
 3. records ``sent`` durably, then calls the SDK's ``slash_equivocation``;
@@ -39,6 +39,7 @@ from .errors import ChainUnavailable
 from .metrics import Metrics
 from .settlement import backoff
 from .store import EquivocationCase, Store, StoredProof
+from .verify import field_of
 
 log = logging.getLogger("gpum_validator.slash")
 
@@ -127,21 +128,22 @@ class EquivocationReporter:
 
     def _resolved_on_chain(self, case: EquivocationCase, summary: ReportSummary) -> bool:
         job = Pubkey.from_bytes(case.job)
-        fetch_record = getattr(self.client, "fetch_equivocation_record", None)
-        if fetch_record is not None:
-            from gpu_market.pda import equivocation_pda
-
-            record = read("the equivocation record",
-                          lambda: fetch_record(equivocation_pda(job, case.seq, self.program_id)))
-            if record is not None:
-                log.info("equivocation job=%s seq=%d already slashed on chain", job, case.seq)
-                self._done(case, "already_slashed", summary)
-                return True
-        if read("the job account", lambda: self.client.fetch_job(job)) is None:
+        view = read("the job account", lambda: self.client.fetch_job(job))
+        if view is None:
             log.warning("equivocation job=%s seq=%d: job account closed; nothing to slash "
                         "through it", job, case.seq)
             self._done(case, "job_gone", summary, error="job account no longer exists")
             return True
+        fetch_record = getattr(self.client, "fetch_equivocation_record", None)
+        if fetch_record is not None:
+            from gpu_market.pda import equivocation_pda
+
+            record_key = equivocation_pda(job, int(field_of(view, "started_at")), case.seq,
+                                          self.program_id)
+            if read("the equivocation record", lambda: fetch_record(record_key)) is not None:
+                log.info("equivocation job=%s seq=%d already slashed on chain", job, case.seq)
+                self._done(case, "already_slashed", summary)
+                return True
         return False
 
     def _evidence(self, case: EquivocationCase) -> tuple[StoredProof, StoredProof]:

@@ -144,7 +144,8 @@ def market_view() -> MarketView:
 
 
 class FakeChain:
-    """In-memory stand-in for GpuMarketClient (reads, settle, max items per tx)."""
+    """In-memory stand-in for GpuMarketClient (reads, settle, max items per tx,
+    slash_equivocation and the EquivocationRecord read)."""
 
     def __init__(self) -> None:
         self.market = market_view()
@@ -156,6 +157,9 @@ class FakeChain:
         self.settle_error: Exception | None = None
         self.max_items = 4
         self.now = T0 + 3600
+        self.slash_calls: list[dict[str, Any]] = []
+        self.slash_error: Exception | None = None
+        self.records: dict[tuple[bytes, int], str] = {}
 
     def _io(self) -> None:
         if self.down:
@@ -199,6 +203,38 @@ class FakeChain:
                                              paid_provider=j.paid_provider + pay)
         self.jobs = updated
         return f"sig{len(self.settle_calls)}"
+
+    def fetch_equivocation_record(self, record: Pubkey) -> dict[str, Any] | None:
+        self._io()
+        from gpu_market.pda import equivocation_pda
+
+        for (job, seq), reporter in self.records.items():
+            started_at = self.jobs[job].started_at if job in self.jobs else T0
+            if equivocation_pda(pk(job), started_at, seq, pk(PROGRAM)) == record:
+                return {"job": pk(job), "seq": seq, "reporter": reporter}
+        return None
+
+    def slash_equivocation(self, reporter: Any, job: Pubkey, first: Any, first_signature: bytes,
+                           second: Any, second_signature: bytes,
+                           reporter_stake_account: Pubkey | None = None) -> str:
+        """The program's checks that matter to the validator: once per (job, seq) (the
+        record's ``init`` fails with the System program's AccountAlreadyInUse), the job must
+        exist, and the receipts must differ in content but not in seq."""
+        self._io()
+        self.slash_calls.append({"job": job, "first": first, "first_signature": first_signature,
+                                 "second": second, "second_signature": second_signature})
+        if self.slash_error is not None:
+            raise self.slash_error
+        if bytes(job) not in self.jobs:
+            raise GpuMarketError(3012, "AccountNotInitialized", "not initialized", [])
+        if first.seq != second.seq or first == second:
+            raise GpuMarketError(6050, "NotEquivocation", "not equivocation", [])
+        key = (bytes(job), first.seq)
+        if key in self.records:
+            raise GpuMarketError(0, "AccountAlreadyInUse", "already in use", [])
+        self.records[key] = str(reporter)
+        self.jobs[bytes(job)] = replace(self.jobs[bytes(job)], status="failed")
+        return f"slash{len(self.slash_calls)}"
 
     def set_job(self, **kw: Any) -> None:
         self.jobs[JOB] = replace(self.jobs[JOB], **kw)

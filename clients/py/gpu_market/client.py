@@ -273,8 +273,8 @@ class GpuMarketClient:
         return self._fetch(job, "Job")
 
     def fetch_equivocation_record(self, record: Pubkey) -> EquivocationRecordView | None:
-        """The EquivocationRecord at ``record`` (``pda.equivocation_pda(job, seq)``), or None
-        if that (job, seq) was never slashed."""
+        """The EquivocationRecord at ``record`` (``pda.equivocation_pda(job, job.started_at,
+        seq)``), or None if that (job incarnation, seq) was never slashed."""
         return self._fetch(record, "EquivocationRecord")
 
     def list_jobs(
@@ -883,13 +883,23 @@ class GpuMarketClient:
         """``[Ed25519(first), Ed25519(second), slash_equivocation]`` (reads job, provider and
         market). Each signature must verify, over its receipt message, under the provider's
         current or previous worker key (the key is found by verifying locally); ValueError
-        otherwise, or when the receipts have different seqs or are identical."""
+        otherwise, or when the receipts have different seqs or are identical, the job is Open,
+        or a receipt ends at or before the job's ``started_at`` (an earlier job at this
+        address)."""
         r1, r2 = _receipt_args(first), _receipt_args(second)
         if r1["seq"] != r2["seq"]:
             raise ValueError(f"receipts have different seqs ({r1['seq']} and {r2['seq']})")
         if r1 == r2:
             raise ValueError("the two receipts are identical: that is not equivocation")
         accounts, j, p, _ = self._slash_targets(job, reporter, reporter_stake_account)
+        if j.status == "open":
+            raise ValueError(f"job {job} is Open: it has no receipts to equivocate on")
+        for label, r in (("first", r1), ("second", r2)):
+            if r["window_end"] <= j.started_at:
+                raise ValueError(
+                    f"the {label} receipt ends at {r['window_end']}, not after this job started "
+                    f"({j.started_at}): it belongs to an earlier job at this address"
+                )
         candidates = [k for k in (p.worker_key, p.previous_worker_key) if k != Pubkey.default()]
         ixs = []
         for label, r, sig in (("first", r1, first_signature), ("second", r2, second_signature)):
@@ -907,7 +917,7 @@ class GpuMarketClient:
         accounts.update(
             {
                 "reporter": reporter,
-                "record": pda.equivocation_pda(job, r1["seq"], self.program_id),
+                "record": pda.equivocation_pda(job, j.started_at, r1["seq"], self.program_id),
                 "instructions": INSTRUCTIONS_SYSVAR_ID,
                 "system_program": SYSTEM_PROGRAM_ID,
             }
@@ -933,8 +943,8 @@ class GpuMarketClient:
         reporter's stake-mint ATA, which must exist); the refund to ATA(job.user,
         payment_mint). One transaction ``[Ed25519(first), Ed25519(second),
         slash_equivocation]``; TransactionTooLarge (nothing sent) if it exceeds 1232 bytes.
-        A repeat for the same (job, seq) fails with the System program's
-        ``AccountAlreadyInUse`` (the EquivocationRecord exists).
+        The record PDA is ``pda.equivocation_pda(job, job.started_at, seq)``; a repeat for the
+        same (job incarnation, seq) fails with the System program's ``AccountAlreadyInUse``.
         """
         ixs = self.slash_equivocation_instructions(
             reporter.pubkey(), job, first, first_signature, second, second_signature,

@@ -96,11 +96,15 @@ def escrow_pda_and_bump(job: Pubkey, program_id: Pubkey = PROGRAM_ID) -> tuple[P
 
 
 def equivocation_pda_and_bump(
-    job: Pubkey, seq: int, program_id: Pubkey = PROGRAM_ID
+    job: Pubkey, started_at: int, seq: int, program_id: Pubkey = PROGRAM_ID
 ) -> tuple[Pubkey, int]:
-    """``["equivocation", job, seq:u64le]``: the record of a slashed (job, seq)."""
+    """``["equivocation", job, started_at:i64le, seq:u64le]``: the record of a slashed
+    (job incarnation, seq); ``started_at`` is the job's (a closed job's address can be reused)."""
+    if isinstance(started_at, bool) or not isinstance(started_at, int) or not -(2**63) <= started_at < 2**63:
+        raise ValueError(f"started_at must be an i64, got {started_at!r}")
     return Pubkey.find_program_address(
-        [EQUIVOCATION_SEED, bytes(job), _u64("seq", seq)], program_id
+        [EQUIVOCATION_SEED, bytes(job), started_at.to_bytes(8, "little", signed=True), _u64("seq", seq)],
+        program_id,
     )
 
 
@@ -134,6 +138,9 @@ def escrow_pda(job: Pubkey, program_id: Pubkey = PROGRAM_ID) -> Pubkey:
     return escrow_pda_and_bump(job, program_id)[0]
 
 
-def equivocation_pda(job: Pubkey, seq: int, program_id: Pubkey = PROGRAM_ID) -> Pubkey:
-    """Address of the EquivocationRecord of ``job`` at ``seq`` (exists once slashed)."""
-    return equivocation_pda_and_bump(job, seq, program_id)[0]
+def equivocation_pda(
+    job: Pubkey, started_at: int, seq: int, program_id: Pubkey = PROGRAM_ID
+) -> Pubkey:
+    """Address of the EquivocationRecord of ``job`` (the incarnation that started at
+    ``started_at``) at ``seq``; it exists once that pair was slashed."""
+    return equivocation_pda_and_bump(job, started_at, seq, program_id)[0]

@@ -33,6 +33,7 @@ PARAMS = {"fee_bps": 500, "burn_bps": 5000, "min_stake_per_gpu": 0, "unbonding_s
           "window_seconds": 60, "settle_quorum": 1, "max_missed_windows": 10,
           "downtime_slash_bps": 0, "equivocation_slash_bps": 0, "reporter_reward_bps": 0,
           "validator_min_bond": 0, "max_skew_seconds": 5}  # fmt: skip
+STARTED_AT = 1_700_000_005  # conftest's job_bytes
 PARAM_FMT = "<HHQqIBIHHHQI"  # MarketParams field types, in order (state/market.rs)
 
 
@@ -337,13 +338,14 @@ def test_slash_equivocation_layout(fake, codec, job_bytes):
     assert metas(slash) == [
         (reporter.pubkey(), True, True),
         *_targets(world, reporter_ata),
-        (pda.equivocation_pda(world.job, 7), False, True),
+        (pda.equivocation_pda(world.job, STARTED_AT, 7), False, True),
         (INSTRUCTIONS_SYSVAR_ID, False, False),
         (SYSTEM_PROGRAM_ID, False, False),
     ]
     assert bytes(slash.data) == disc("slash_equivocation") + _receipt_bytes(r1) + _receipt_bytes(r2)
-    assert pda.equivocation_pda(world.job, 7) == Pubkey.find_program_address(
-        [b"equivocation", bytes(world.job), (7).to_bytes(8, "little")], PROGRAM_ID)[0]
+    assert pda.equivocation_pda(world.job, STARTED_AT, 7) == Pubkey.find_program_address(
+        [b"equivocation", bytes(world.job), struct.pack("<q", STARTED_AT), struct.pack("<Q", 7)],
+        PROGRAM_ID)[0]  # fmt: skip
 
 
 def test_slash_equivocation_accepts_receipt_objects_and_custom_reward_account(world):
@@ -364,6 +366,10 @@ def test_slash_equivocation_rejects_bad_evidence(world):
         world.client.slash_equivocation(reporter, world.job, r1, s1, r2, s2)
     with pytest.raises(ValueError, match="identical"):
         world.client.slash_equivocation(reporter, world.job, r1, s1, r1, s1)
+    early, s_early, _ = _signed(world, world.worker, 0, 0, 3)  # window_end before started_at
+    r0, s0, _ = _signed(world, world.worker, 0, 10, 4)
+    with pytest.raises(ValueError, match="earlier job at this address"):
+        world.client.slash_equivocation(reporter, world.job, early, s_early, r0, s0)
     r3, s3, _ = _signed(world, Keypair(), 3, 170, 2)  # a stranger's key
     with pytest.raises(ValueError, match="second_signature"):
         world.client.slash_equivocation(reporter, world.job, r1, s1, r3, s3)
@@ -411,7 +417,7 @@ def test_slash_downtime_pairs_extra_validators(world):
 
 
 def test_fetch_equivocation_record(world, codec):
-    record = pda.equivocation_pda(world.job, 7)
+    record = pda.equivocation_pda(world.job, STARTED_AT, 7)
     assert world.client.fetch_equivocation_record(record) is None
     raw = codec.encode_account("EquivocationRecord", {
         "job": world.job, "seq": 7, "provider": world.provider, "reporter": world.owner.pubkey(),
