@@ -573,15 +573,15 @@ impl World {
         let expect = if self.records.contains(&(job, j.started_at, first.seq)) {
             Expect::AnyErr // the record's `init` fails: already slashed for (job, seq)
         } else if first.seq != second.seq {
-            Expect::Err(2, E::EquivocationSeqMismatch)
+            Expect::Err(1, E::EquivocationSeqMismatch)
         } else if first == second {
-            Expect::Err(2, E::NotEquivocation)
+            Expect::Err(1, E::NotEquivocation)
         } else if j.status == JobStatus::Open {
-            Expect::Err(2, E::InvalidJobStatus)
+            Expect::Err(1, E::InvalidJobStatus)
         } else if first.window_end <= j.started_at || second.window_end <= j.started_at {
-            Expect::Err(2, E::ReceiptBeforeJobStart)
+            Expect::Err(1, E::ReceiptBeforeJobStart)
         } else if !is_worker {
-            Expect::Err(2, E::WrongReceiptSigner)
+            Expect::Err(1, E::WrongReceiptSigner)
         } else {
             Expect::Ok
         };
@@ -884,6 +884,6 @@ fn honest_receipts_of_two_incarnations_of_one_job_address_are_not_equivocation()
     let ixs = b.equivocation_ixs(&b.worker.clone(), &user.pubkey(), b.user.stake, job, first, second);
     let result = b.send(&ixs, &[&user]);
     assert!(result.is_err(), "an honest provider was slashed: stake {} -> {}", stake_before, b.provider_state().stake);
-    assert_eq!(result.unwrap_err().err, custom(2, err_code(E::ReceiptBeforeJobStart)));
+    assert_eq!(result.unwrap_err().err, custom(1, err_code(E::ReceiptBeforeJobStart)));
     assert_eq!(b.provider_state().stake, stake_before);
 }

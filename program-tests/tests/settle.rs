@@ -334,3 +334,14 @@ fn fail_settle_quorum_2_attester_of_another_market() {
     let (stranger, elsewhere) = b.foreign_validator();
     assert_eq!(quorum_err(&mut b, job, &[&stranger.key], &[elsewhere]), program_err(1, E::NotAValidator));
 }
+
+#[test]
+fn success_settle_with_quorum_3_fits_one_packet() {
+    let (b, job, others) = Bench::with_quorum(3);
+    let keys: Vec<&Keypair> = others.iter().map(|(k, _)| k).collect();
+    let accounts: Vec<Pubkey> = others.iter().map(|(_, a)| *a).collect();
+    let ixs = b.quorum_settle_ixs(job, receipt(1, 60, T0 + 60), &keys, &accounts);
+    let va = b.validator_authority.insecure_clone();
+    let size = wire_size(&ixs, &[&va]);
+    assert!(size <= PACKET_DATA_SIZE, "quorum-3 settle transaction is {size} bytes");
+}

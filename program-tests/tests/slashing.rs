@@ -36,7 +36,7 @@ fn equivocation_err(b: &mut Bench, reporter: &Party, ixs: &[Instruction]) -> Tra
 }
 
 #[test]
-fn success_slash_equivocation_rewards_burns_jails_and_refunds() {
+fn success_slash_equivocation_rewards_burns_jails_and_fails_job_refunded_at_close() {
     let (mut b, job, reporter) = equivocation_bench();
     b.advance(30);
     let supply = b.mint_supply(&b.stake_mint);
@@ -55,15 +55,19 @@ fn success_slash_equivocation_rewards_burns_jails_and_refunds() {
     let m = b.market_state();
     assert_eq!((m.totals.staked, m.totals.slashed), (STAKED - slashed, slashed));
     let j = b.job_state(&job);
-    assert_eq!((j.status, j.refunded, j.ended_at), (JobStatus::Failed, 10_000, T0 + 30));
-    assert_eq!(b.token_balance(&b.user.payment), user_before + 10_000);
+    assert_eq!((j.status, j.refunded, j.ended_at), (JobStatus::Failed, 0, T0 + 30));
+    assert_eq!(b.token_balance(&b.user.payment), user_before);
     let record: EquivocationRecord = b.account(&b.equivocation_record(&job, 1)).unwrap();
     assert_eq!((record.job, record.seq, record.provider, record.reporter, record.slashed), (job, 1, b.provider, reporter.key.pubkey(), slashed));
     assert_event(&logs, EquivocationSlashed {
         provider: b.provider, job, seq: 1, first_proof_hash: first.proof_hash, second_proof_hash: second.proof_hash,
         reporter: reporter.key.pubkey(), slash_bps: 5_000, reporter_reward_bps: 1_000, slashed, reward,
-        burned: slashed - reward, refunded: 10_000, jailed_until: T0 + 30 + UNBONDING,
+        burned: slashed - reward, jailed_until: T0 + 30 + UNBONDING,
     });
+    // A Failed job closes at once (no grace) and the user gets the whole escrow back.
+    let user = b.user_kp();
+    b.send(&[b.ix_close_job(&user.pubkey(), b.user.payment, job)], &[&user]).unwrap();
+    assert_eq!(b.token_balance(&b.user.payment), user_before + 10_000);
     // A jailed provider takes no new jobs.
     let ix = b.ix_create_job(&b.user, 2, 1, 10_000);
     assert_eq!(b.user_err(&[ix]), program_err(0, E::ProviderNotActive));
@@ -93,18 +97,27 @@ fn success_slash_equivocation_by_previous_worker_key() {
 }
 
 #[test]
+fn success_slash_equivocation_fits_one_packet() {
+    let (b, job, reporter) = equivocation_bench();
+    let (first, second) = equivocating_pair(1, 1, T0 + 1);
+    let ixs = equivocation_ixs(&b, &b.worker, &reporter, job, first, second);
+    let size = wire_size(&ixs, &[&reporter.key]);
+    assert!(size <= PACKET_DATA_SIZE, "slash_equivocation transaction is {size} bytes");
+}
+
+#[test]
 fn fail_slash_equivocation_identical_receipts() {
     let (mut b, job, reporter) = equivocation_bench();
     let r = receipt(1, 1, T0 + 1);
     let ixs = equivocation_ixs(&b, &b.worker, &reporter, job, r, r);
-    assert_eq!(equivocation_err(&mut b, &reporter, &ixs), program_err(2, E::NotEquivocation));
+    assert_eq!(equivocation_err(&mut b, &reporter, &ixs), program_err(1, E::NotEquivocation));
 }
 
 #[test]
 fn fail_slash_equivocation_different_seqs() {
     let (mut b, job, reporter) = equivocation_bench();
     let ixs = equivocation_ixs(&b, &b.worker, &reporter, job, receipt(1, 1, T0 + 1), receipt(2, 1, T0 + 1));
-    assert_eq!(equivocation_err(&mut b, &reporter, &ixs), program_err(2, E::EquivocationSeqMismatch));
+    assert_eq!(equivocation_err(&mut b, &reporter, &ixs), program_err(1, E::EquivocationSeqMismatch));
 }
 
 #[test]
@@ -113,41 +126,45 @@ fn fail_slash_equivocation_signed_by_another_key() {
     let (first, second) = equivocating_pair(1, 1, T0 + 1);
     let other = SigningKey::from_bytes(&[9u8; 32]);
     let ixs = equivocation_ixs(&b, &other, &reporter, job, first, second);
-    assert_eq!(equivocation_err(&mut b, &reporter, &ixs), program_err(2, E::WrongReceiptSigner));
+    assert_eq!(equivocation_err(&mut b, &reporter, &ixs), program_err(1, E::WrongReceiptSigner));
     // One of the two by the worker is not enough either.
+    let (m1, m2) = (b.receipt_message(&job, &first), b.receipt_message(&job, &second));
     let ixs = vec![
-        ed25519_ix(&b.worker, &b.receipt_message(&job, &first)),
-        ed25519_ix(&other, &b.receipt_message(&job, &second)),
+        ed25519_entries_ix(&[(&b.worker, &m1), (&other, &m2)]),
         b.ix_slash_equivocation(&reporter.key.pubkey(), reporter.stake, job, first, second),
     ];
-    assert_eq!(equivocation_err(&mut b, &reporter, &ixs), program_err(2, E::WrongReceiptSigner));
+    assert_eq!(equivocation_err(&mut b, &reporter, &ixs), program_err(1, E::WrongReceiptSigner));
 }
 
 #[test]
 fn fail_slash_equivocation_signatures_over_other_receipts() {
     let (mut b, job, reporter) = equivocation_bench();
     let (first, second) = equivocating_pair(1, 1, T0 + 1);
-    let mut ixs = equivocation_ixs(&b, &b.worker, &reporter, job, first, second);
-    ixs.swap(0, 1); // each signature now sits where the other receipt is expected
-    assert_eq!(equivocation_err(&mut b, &reporter, &ixs), program_err(2, E::ReceiptMessageMismatch));
+    // Entries in the wrong order: each signature sits where the other receipt is expected.
+    let ixs = equivocation_ixs(&b, &b.worker, &reporter, job, second, first);
+    let ixs = vec![ixs[0].clone(), b.ix_slash_equivocation(&reporter.key.pubkey(), reporter.stake, job, first, second)];
+    assert_eq!(equivocation_err(&mut b, &reporter, &ixs), program_err(1, E::ReceiptMessageMismatch));
 }
 
 #[test]
-fn fail_slash_equivocation_with_one_ed25519_instruction() {
+fn fail_slash_equivocation_without_ed25519_instruction() {
     let (mut b, job, reporter) = equivocation_bench();
     let (first, second) = equivocating_pair(1, 1, T0 + 1);
     let ixs = equivocation_ixs(&b, &b.worker, &reporter, job, first, second);
-    assert_eq!(equivocation_err(&mut b, &reporter, &ixs[1..]), program_err(1, E::MissingEd25519Instruction));
+    assert_eq!(equivocation_err(&mut b, &reporter, &ixs[1..]), program_err(0, E::MissingEd25519Instruction));
 }
 
 #[test]
-fn fail_slash_equivocation_ed25519_instruction_with_two_signatures() {
+fn fail_slash_equivocation_ed25519_instruction_without_two_entries() {
     let (mut b, job, reporter) = equivocation_bench();
     let (first, second) = equivocating_pair(1, 1, T0 + 1);
-    let mut ixs = equivocation_ixs(&b, &b.worker, &reporter, job, first, second);
+    let (m1, m2) = (b.receipt_message(&job, &first), b.receipt_message(&job, &second));
     let worker = b.worker.clone();
-    ixs[1] = ed25519_multi_ix(&[&worker, &worker], &b.receipt_message(&job, &second));
-    assert_eq!(equivocation_err(&mut b, &reporter, &ixs), program_err(2, E::MalformedEd25519Instruction));
+    let slash = b.ix_slash_equivocation(&reporter.key.pubkey(), reporter.stake, job, first, second);
+    for entries in [vec![(&worker, &m1[..])], vec![(&worker, &m1[..]), (&worker, &m2[..]), (&worker, &m2[..])]] {
+        let ixs = vec![ed25519_entries_ix(&entries), slash.clone()];
+        assert_eq!(equivocation_err(&mut b, &reporter, &ixs), program_err(1, E::MalformedEd25519Instruction));
+    }
 }
 
 #[test]
@@ -157,7 +174,7 @@ fn fail_slash_equivocation_of_open_job() {
     let reporter = b.new_party(0, 0);
     let (first, second) = equivocating_pair(1, 1, T0 + 1);
     let ixs = equivocation_ixs(&b, &b.worker, &reporter, job, first, second);
-    assert_eq!(equivocation_err(&mut b, &reporter, &ixs), program_err(2, E::InvalidJobStatus));
+    assert_eq!(equivocation_err(&mut b, &reporter, &ixs), program_err(1, E::InvalidJobStatus));
 }
 
 #[test]
@@ -168,7 +185,7 @@ fn fail_slash_equivocation_receipt_ending_at_job_start() {
     let early = Receipt { proof_hash: [0xEE; 32], ..receipt(1, 1, T0) };
     for (first, second) in [(early, late), (late, early)] {
         let ixs = equivocation_ixs(&b, &b.worker, &reporter, job, first, second);
-        assert_eq!(equivocation_err(&mut b, &reporter, &ixs), program_err(2, E::ReceiptBeforeJobStart));
+        assert_eq!(equivocation_err(&mut b, &reporter, &ixs), program_err(1, E::ReceiptBeforeJobStart));
     }
 }
 
@@ -183,7 +200,7 @@ fn fail_slash_equivocation_twice_for_same_job_and_seq() {
     let third = Receipt { proof_hash: [0xAB; 32], ..first };
     let ixs = equivocation_ixs(&b, &b.worker, &reporter, job, first, third);
     // The system program refuses to allocate the record again: SystemError::AccountAlreadyInUse (0).
-    assert_eq!(b.send_err(&ixs, &[&reporter.key]), custom(2, 0));
+    assert_eq!(b.send_err(&ixs, &[&reporter.key]), custom(1, 0));
     assert_eq!(b.provider_state().stake, stake);
 }
 
@@ -192,17 +209,8 @@ fn fail_slash_equivocation_reward_to_account_of_another_mint() {
     let (mut b, job, reporter) = equivocation_bench();
     let (first, second) = equivocating_pair(1, 1, T0 + 1);
     let mut ixs = equivocation_ixs(&b, &b.worker, &reporter, job, first, second);
-    ixs[2] = swap_account(ixs[2].clone(), reporter.stake, reporter.payment);
-    assert_eq!(equivocation_err(&mut b, &reporter, &ixs), program_err(2, E::InvalidMint));
-}
-
-#[test]
-fn fail_slash_equivocation_refund_to_account_of_someone_else() {
-    let (mut b, job, reporter) = equivocation_bench();
-    let (first, second) = equivocating_pair(1, 1, T0 + 1);
-    let mut ixs = equivocation_ixs(&b, &b.worker, &reporter, job, first, second);
-    ixs[2] = swap_account(ixs[2].clone(), b.user.payment, reporter.payment);
-    assert_eq!(equivocation_err(&mut b, &reporter, &ixs), program_err(2, E::NotJobUser));
+    ixs[1] = swap_account(ixs[1].clone(), reporter.stake, reporter.payment);
+    assert_eq!(equivocation_err(&mut b, &reporter, &ixs), program_err(1, E::InvalidMint));
 }
 
 #[test]
@@ -211,10 +219,10 @@ fn fail_slash_equivocation_wrong_stake_mint_or_vault() {
     let (first, second) = equivocating_pair(1, 1, T0 + 1);
     let ixs = equivocation_ixs(&b, &b.worker, &reporter, job, first, second);
     let mut bad = ixs.clone();
-    bad[2] = swap_account(ixs[2].clone(), b.stake_mint, b.payment_mint);
-    assert_eq!(equivocation_err(&mut b, &reporter, &bad), program_err(2, E::InvalidMint));
-    bad[2] = swap_account(ixs[2].clone(), b.stake_vault, b.provider_owner.stake);
-    assert_eq!(equivocation_err(&mut b, &reporter, &bad), program_err(2, E::InvalidStakeVault));
+    bad[1] = swap_account(ixs[1].clone(), b.stake_mint, b.payment_mint);
+    assert_eq!(equivocation_err(&mut b, &reporter, &bad), program_err(1, E::InvalidMint));
+    bad[1] = swap_account(ixs[1].clone(), b.stake_vault, b.provider_owner.stake);
+    assert_eq!(equivocation_err(&mut b, &reporter, &bad), program_err(1, E::InvalidStakeVault));
 }
 
 // ---- slash_downtime --------------------------------------------------------------------------
@@ -255,10 +263,10 @@ fn success_slash_downtime_quorum_1() {
     assert_eq!((p.stake, p.status, p.gpus_in_use), (STAKED - 1_000, ProviderStatus::Active, 0));
     assert_eq!((p.reputation.windows_missed, p.reputation.jobs_failed, p.reputation.slashes), (10, 1, 1));
     let j = b.job_state(&job);
-    assert_eq!((j.status, j.refunded), (JobStatus::Failed, 10_000));
+    assert_eq!((j.status, j.refunded), (JobStatus::Failed, 0));
     assert_event(&logs, DowntimeSlashed {
         provider: b.provider, job, missed_windows: 10, validators: 1, slash_bps: 100, reporter_reward_bps: 1_000,
-        slashed: 1_000, reward: 100, burned: 900, refunded: 10_000,
+        slashed: 1_000, reward: 100, burned: 900,
     });
 }
 

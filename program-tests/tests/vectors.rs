@@ -141,8 +141,8 @@ to_j_struct!(ValidatorBondWithdrawn { validator, amount });
 to_j_struct!(JobToppedUp { job, amount, deposited });
 to_j_struct!(JobCancelled { job, refunded });
 to_j_struct!(JobExpired { job, by, last_window_end, missed_windows, refunded });
-to_j_struct!(EquivocationSlashed { provider, job, seq, first_proof_hash, second_proof_hash, reporter, slash_bps, reporter_reward_bps, slashed, reward, burned, refunded, jailed_until });
-to_j_struct!(DowntimeSlashed { provider, job, missed_windows, validators, slash_bps, reporter_reward_bps, slashed, reward, burned, refunded });
+to_j_struct!(EquivocationSlashed { provider, job, seq, first_proof_hash, second_proof_hash, reporter, slash_bps, reporter_reward_bps, slashed, reward, burned, jailed_until });
+to_j_struct!(DowntimeSlashed { provider, job, missed_windows, validators, slash_bps, reporter_reward_bps, slashed, reward, burned });
 
 impl ToJ for JobStatus {
     fn j(&self) -> J {
@@ -344,11 +344,11 @@ fn synthetic_events() -> Vec<J> {
         event_vector("EquivocationSlashed", &EquivocationSlashed {
             provider: key(55), job: key(60), seq: 5, first_proof_hash: bytes32(0x11), second_proof_hash: bytes32(0x22),
             reporter: key(64), slash_bps: 5_001, reporter_reward_bps: 1_001, slashed: 50_010, reward: 5_006, burned: 45_004,
-            refunded: 777, jailed_until: 1_751_209_603,
+            jailed_until: 1_751_209_603,
         }),
         event_vector("DowntimeSlashed", &DowntimeSlashed {
             provider: key(55), job: key(60), missed_windows: 12, validators: 3, slash_bps: 101, reporter_reward_bps: 1_001,
-            slashed: 1_010, reward: 101, burned: 909, refunded: 888,
+            slashed: 1_010, reward: 101, burned: 909,
         }),
     ]
 }

@@ -71,7 +71,7 @@ from .settle import (
     Attestation,
     SettleAccounts,
     SettleItem,
-    ed25519_instruction,
+    ed25519_entries_instruction,
     max_settle_items_per_tx,
     settle_instructions,
     transaction_size,
@@ -859,9 +859,6 @@ class GpuMarketClient:
             "targets.market": j.market,
             "targets.provider": j.provider,
             "targets.job": job,
-            "targets.escrow": pda.escrow_pda(job, self.program_id),
-            "targets.payment_mint": m.payment_mint,
-            "targets.user_payment_account": tokens.ata(j.user, m.payment_mint),
             "targets.stake_mint": m.stake_mint,
             "targets.stake_vault": m.stake_vault,
             "targets.reporter_stake_account": reporter_stake_account
@@ -880,8 +877,8 @@ class GpuMarketClient:
         second_signature: bytes,
         reporter_stake_account: Pubkey | None = None,
     ) -> list[Instruction]:
-        """``[Ed25519(first), Ed25519(second), slash_equivocation]`` (reads job, provider and
-        market). Each signature must verify, over its receipt message, under the provider's
+        """``[Ed25519(first, second), slash_equivocation]``: one Ed25519 instruction with both
+        signatures, each with its receipt message (reads job, provider and market). Each signature must verify, over its receipt message, under the provider's
         current or previous worker key (the key is found by verifying locally); ValueError
         otherwise, or when the receipts have different seqs or are identical, the job is Open,
         or a receipt ends at or before the job's ``started_at`` (an earlier job at this
@@ -901,7 +898,7 @@ class GpuMarketClient:
                     f"({j.started_at}): it belongs to an earlier job at this address"
                 )
         candidates = [k for k in (p.worker_key, p.previous_worker_key) if k != Pubkey.default()]
-        ixs = []
+        entries = []
         for label, r, sig in (("first", r1, first_signature), ("second", r2, second_signature)):
             msg = receipt_message(
                 bytes(self.program_id), bytes(j.market), bytes(job), r["seq"],
@@ -913,7 +910,8 @@ class GpuMarketClient:
                     f"{label}_signature is not a signature of that receipt by the provider's "
                     "current or previous worker key"
                 )
-            ixs.append(ed25519_instruction(bytes(signer), bytes(sig), msg))
+            entries.append((bytes(signer), bytes(sig), msg))
+        ixs = [ed25519_entries_instruction(entries)]
         accounts.update(
             {
                 "reporter": reporter,
@@ -940,9 +938,9 @@ class GpuMarketClient:
         ``first``/``second``: receipts (objects or mappings with ``seq``,
         ``cumulative_seconds``, ``window_end``, ``proof_hash``, e.g. a SettleItem) and their
         worker-key signatures. The reward goes to ``reporter_stake_account`` (default: the
-        reporter's stake-mint ATA, which must exist); the refund to ATA(job.user,
-        payment_mint). One transaction ``[Ed25519(first), Ed25519(second),
-        slash_equivocation]``; TransactionTooLarge (nothing sent) if it exceeds 1232 bytes.
+        reporter's stake-mint ATA, which must exist). The job fails; its user's ``close_job``
+        refunds the escrow. One transaction ``[Ed25519(first, second), slash_equivocation]``;
+        TransactionTooLarge (nothing sent) if it exceeds 1232 bytes.
         The record PDA is ``pda.equivocation_pda(job, job.started_at, seq)``; a repeat for the
         same (job incarnation, seq) fails with the System program's ``AccountAlreadyInUse``.
         """

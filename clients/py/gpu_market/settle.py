@@ -140,6 +140,34 @@ def ed25519_multi_instruction(
     return Instruction(ED25519_PROGRAM_ID, bytes(header + body) + msg, [])
 
 
+def ed25519_entries_instruction(
+    entries: Sequence[tuple[bytes | Pubkey, bytes, bytes]],
+) -> Instruction:
+    """Ed25519-program instruction verifying each ``(pubkey, signature, message)`` entry, each
+    message stored with its entry, every offset pointing into this same instruction (the layout
+    ``slash_equivocation`` expects for its two receipts). ValueError on bad lengths."""
+    items = [(bytes(pk), bytes(sig), bytes(msg)) for pk, sig, msg in entries]
+    n = len(items)
+    if not 1 <= n <= MAX_ED25519_SIGNATURES:
+        raise ValueError(f"an Ed25519 instruction here carries 1..{MAX_ED25519_SIGNATURES} "
+                         f"signatures, got {n}")  # fmt: skip
+    header = bytearray([n, 0])
+    body = bytearray()
+    base = _HEADER + _OFFSETS * n
+    for i, (pk, sig, msg) in enumerate(items):
+        if len(pk) != 32 or len(sig) != 64:
+            raise ValueError(f"entry {i}: pubkey must be 32 bytes and signature 64 bytes")
+        pk_off = base + len(body)
+        body += pk + sig + msg
+        if base + len(body) > 0xFFFF:
+            raise ValueError("Ed25519 instruction too long for u16 offsets")
+        header += struct.pack(
+            "<7H", pk_off + 32, THIS_INSTRUCTION, pk_off, THIS_INSTRUCTION, pk_off + _ENTRY,
+            len(msg), THIS_INSTRUCTION,
+        )  # fmt: skip
+    return Instruction(ED25519_PROGRAM_ID, bytes(header + body), [])
+
+
 def ed25519_instruction(pubkey: bytes, signature: bytes, message: bytes) -> Instruction:
     """Ed25519-program instruction verifying one ``signature`` of ``message`` by ``pubkey``
     (:func:`ed25519_multi_instruction` with one pair). ValueError on bad lengths."""

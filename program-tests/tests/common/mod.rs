@@ -508,6 +508,15 @@ impl Bench {
     }
 }
 
+/// The wire size of a legacy transaction of `ixs` signed by `signers` (a cluster accepts at
+/// most `PACKET_DATA_SIZE`; LiteSVM does not check it, so tests do).
+pub fn wire_size(ixs: &[Instruction], signers: &[&Keypair]) -> usize {
+    let tx = Transaction::new_signed_with_payer(ixs, Some(&signers[0].pubkey()), signers, Default::default());
+    bincode::serialize(&tx).expect("transaction serializes").len()
+}
+
+pub const PACKET_DATA_SIZE: usize = 1232;
+
 /// An Ed25519-program instruction with one signature, all data inside it (indexes u16::MAX).
 pub fn ed25519_ix(signer: &SigningKey, message: &[u8]) -> Instruction {
     let sig = signer.sign(message).to_bytes();
@@ -601,6 +610,30 @@ pub fn signing_key(k: &Keypair) -> SigningKey {
 
 /// One Ed25519-program instruction with one signature per signer over one shared copy of
 /// `message`. Layout: [count, pad, offsets x n] [pubkeys x n] [signatures x n] [message].
+/// One Ed25519 instruction carrying `(signer, message)` entries, each message stored once per
+/// entry, everything inside the instruction (the layout `slash_equivocation` expects).
+pub fn ed25519_entries_ix(entries: &[(&SigningKey, &[u8])]) -> Instruction {
+    let n = entries.len() as u16;
+    let mut body = Vec::new();
+    let mut offsets = Vec::new();
+    let header = 2 + 14 * n;
+    for (signer, message) in entries {
+        let pk_off = header + body.len() as u16;
+        body.extend_from_slice(&signer.verifying_key().to_bytes());
+        let sig_off = header + body.len() as u16;
+        body.extend_from_slice(&signer.sign(message).to_bytes());
+        let msg_off = header + body.len() as u16;
+        body.extend_from_slice(message);
+        for v in [sig_off, u16::MAX, pk_off, u16::MAX, msg_off, message.len() as u16, u16::MAX] {
+            offsets.extend_from_slice(&v.to_le_bytes());
+        }
+    }
+    let mut data = vec![n as u8, 0];
+    data.extend_from_slice(&offsets);
+    data.extend_from_slice(&body);
+    Instruction { program_id: ED25519_PROGRAM_ID, accounts: vec![], data }
+}
+
 pub fn ed25519_multi_ix(signers: &[&SigningKey], message: &[u8]) -> Instruction {
     let n = signers.len() as u16;
     let header = 2 + 14 * n;
@@ -857,14 +890,11 @@ impl Bench {
         Self::ix(gpu_market::instruction::ExpireJob {}, self.refund_accounts(signer, job, user_payment))
     }
 
-    fn slash_targets(&self, job: Pubkey, user_payment: Pubkey, reporter_stake: Pubkey) -> gpu_market::accounts::SlashTargets {
+    fn slash_targets(&self, job: Pubkey, reporter_stake: Pubkey) -> gpu_market::accounts::SlashTargets {
         gpu_market::accounts::SlashTargets {
             market: self.market,
             provider: self.provider,
             job,
-            escrow: pda(&[gpu_market::seeds::ESCROW, job.as_ref()]),
-            payment_mint: self.payment_mint,
-            user_payment_account: user_payment,
             stake_mint: self.stake_mint,
             stake_vault: self.stake_vault,
             reporter_stake_account: reporter_stake,
@@ -884,7 +914,7 @@ impl Bench {
             gpu_market::instruction::SlashEquivocation { first, second },
             gpu_market::accounts::SlashEquivocation {
                 reporter: *reporter,
-                targets: self.slash_targets(job, self.user.payment, reporter_stake),
+                targets: self.slash_targets(job, reporter_stake),
                 record: self.equivocation_record(&job, first.seq),
                 instructions: INSTRUCTIONS_SYSVAR,
                 system_program: SYSTEM_PROGRAM,
@@ -894,9 +924,9 @@ impl Bench {
 
     /// [Ed25519(first), Ed25519(second), slash_equivocation], both receipts signed by `signer`.
     pub fn equivocation_ixs(&self, signer: &SigningKey, reporter: &Pubkey, reporter_stake: Pubkey, job: Pubkey, first: Receipt, second: Receipt) -> Vec<Instruction> {
+        let (m1, m2) = (self.receipt_message(&job, &first), self.receipt_message(&job, &second));
         vec![
-            ed25519_ix(signer, &self.receipt_message(&job, &first)),
-            ed25519_ix(signer, &self.receipt_message(&job, &second)),
+            ed25519_entries_ix(&[(signer, &m1), (signer, &m2)]),
             self.ix_slash_equivocation(reporter, reporter_stake, job, first, second),
         ]
     }
@@ -909,7 +939,7 @@ impl Bench {
             gpu_market::accounts::SlashDowntime {
                 validator_authority: *validator_authority,
                 validator: self.validator_address(validator_authority),
-                targets: self.slash_targets(job, self.user.payment, reporter_stake),
+                targets: self.slash_targets(job, reporter_stake),
             },
         );
         for authority in others {

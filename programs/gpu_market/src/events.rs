@@ -220,7 +220,6 @@ pub struct EquivocationSlashed {
     pub slashed: u64,
     pub reward: u64,
     pub burned: u64,
-    pub refunded: u64,
     pub jailed_until: i64,
 }
 
@@ -235,5 +234,4 @@ pub struct DowntimeSlashed {
     pub slashed: u64,
     pub reward: u64,
     pub burned: u64,
-    pub refunded: u64,
 }

@@ -63,12 +63,17 @@ fn slice_in(data: &[u8], offset: u16, len: usize) -> Result<&[u8]> {
 /// The most signatures one Ed25519 instruction may carry here (worker + quorum - 1).
 pub const MAX_SIGNATURES: usize = 16;
 
-/// Checks that `ix`, found at absolute index `ix_index` of the transaction, is an Ed25519-program
-/// instruction whose every signature is over exactly `expected_message`, with signature, key
-/// and message all inside `ix` itself, and returns the signing keys in order. (The precompile
-/// has already verified each signature, or the transaction would not be running.) Several
-/// signatures share one copy of the message, which keeps a quorum settle within one packet.
-pub fn ed25519_signers(ix: &Instruction, ix_index: u16, expected_message: &[u8]) -> Result<Vec<Pubkey>> {
+/// One signature of an Ed25519-program instruction: its key and the exact signed bytes.
+pub struct SignedMessage {
+    pub signer: Pubkey,
+    pub message: Vec<u8>,
+}
+
+/// Reads every signature of `ix`, found at absolute index `ix_index` of the transaction, which
+/// must be an Ed25519-program instruction whose signature, key and message all lie inside `ix`
+/// itself (instruction index `u16::MAX` or `ix_index`). The precompile has already verified
+/// each signature, or the transaction would not be running; this only tells what was signed.
+pub fn ed25519_entries(ix: &Instruction, ix_index: u16) -> Result<Vec<SignedMessage>> {
     require_keys_eq!(
         ix.program_id,
         ED25519_PROGRAM_ID,
@@ -81,7 +86,7 @@ pub fn ed25519_signers(ix: &Instruction, ix_index: u16, expected_message: &[u8])
             && data.len() >= OFFSETS_LEN.saturating_mul(count).saturating_add(HEADER_LEN),
         GpuMarketError::MalformedEd25519Instruction
     );
-    let mut signers = Vec::with_capacity(count);
+    let mut entries = Vec::with_capacity(count);
     for i in 0..count {
         // Offsets record: seven u16 fields, in this order.
         let record = OFFSETS_LEN.saturating_mul(i).saturating_add(HEADER_LEN);
@@ -102,13 +107,27 @@ pub fn ed25519_signers(ix: &Instruction, ix_index: u16, expected_message: &[u8])
         slice_in(data, signature_offset, SIGNATURE_LEN)?;
         let signer = slice_in(data, pubkey_offset, PUBKEY_LEN)?;
         let message = slice_in(data, message_offset, usize::from(message_len))?;
-        require!(
-            message == expected_message,
-            GpuMarketError::ReceiptMessageMismatch
-        );
-        signers.push(
-            Pubkey::try_from(signer).map_err(|_| GpuMarketError::MalformedEd25519Instruction)?,
-        );
+        entries.push(SignedMessage {
+            signer: Pubkey::try_from(signer)
+                .map_err(|_| GpuMarketError::MalformedEd25519Instruction)?,
+            message: message.to_vec(),
+        });
     }
-    Ok(signers)
+    Ok(entries)
+}
+
+/// The signers of `ix` (see [`ed25519_entries`]), each of which must have signed exactly
+/// `expected_message`. Several signatures share one copy of the message, which keeps a quorum
+/// settle within one packet.
+pub fn ed25519_signers(ix: &Instruction, ix_index: u16, expected_message: &[u8]) -> Result<Vec<Pubkey>> {
+    ed25519_entries(ix, ix_index)?
+        .into_iter()
+        .map(|entry| {
+            require!(
+                entry.message == expected_message,
+                GpuMarketError::ReceiptMessageMismatch
+            );
+            Ok(entry.signer)
+        })
+        .collect()
 }

@@ -5,8 +5,8 @@ use solana_instructions_sysvar::{load_current_index_checked, load_instruction_at
 use crate::errors::GpuMarketError;
 use crate::events::{emit_event, DowntimeSlashed, EquivocationSlashed};
 use crate::math::SlashSplit;
-use crate::ops::{self, JobSigner, MarketSigner};
-use crate::receipt::{ed25519_signers, Receipt};
+use crate::ops::{self, MarketSigner};
+use crate::receipt::{ed25519_entries, Receipt};
 use crate::seeds;
 use crate::state::{
     EquivocationRecord, Job, JobStatus, Market, Provider, ProviderStatus, Validator,
@@ -14,7 +14,9 @@ use crate::state::{
 };
 
 /// The accounts every slash touches: the provider's stake in the vault (reward to the reporter,
-/// rest burned), and the job, which fails with the rest of its escrow refunded to the user.
+/// rest burned) and the job, which fails. The job's escrow is not moved here (it keeps the
+/// slash within one packet): `close_job` refunds all of it to the user at once, since a Failed
+/// job needs no grace.
 #[derive(Accounts)]
 pub struct SlashTargets<'info> {
     #[account(mut)]
@@ -27,16 +29,6 @@ pub struct SlashTargets<'info> {
         has_one = provider @ GpuMarketError::JobProviderMismatch,
     )]
     pub job: Box<Account<'info, Job>>,
-    #[account(mut, seeds = [seeds::ESCROW, job.key().as_ref()], bump = job.escrow_bump)]
-    pub escrow: Box<Account<'info, TokenAccount>>,
-    #[account(address = market.payment_mint @ GpuMarketError::InvalidMint)]
-    pub payment_mint: Box<Account<'info, Mint>>,
-    #[account(
-        mut,
-        constraint = user_payment_account.owner == job.user @ GpuMarketError::NotJobUser,
-        constraint = user_payment_account.mint == market.payment_mint @ GpuMarketError::InvalidMint,
-    )]
-    pub user_payment_account: Box<Account<'info, TokenAccount>>,
     #[account(mut, address = market.stake_mint @ GpuMarketError::InvalidMint)]
     pub stake_mint: Box<Account<'info, Mint>>,
     #[account(mut, address = market.stake_vault @ GpuMarketError::InvalidStakeVault)]
@@ -49,9 +41,8 @@ pub struct SlashTargets<'info> {
 
 impl SlashTargets<'_> {
     /// Slashes `slash_bps` of stake + unbonding, pays the reward, burns the rest, and fails the
-    /// job with a refund (unless it already ended as Cancelled or Failed). Returns the split and
-    /// the refund.
-    fn apply(&mut self, slash_bps: u16, now: i64) -> Result<(SlashSplit, u64)> {
+    /// job (freeing its GPUs) unless it already ended as Cancelled or Failed. Returns the split.
+    fn apply(&mut self, slash_bps: u16, now: i64) -> Result<SlashSplit> {
         let split = ops::book_slash(&mut self.provider, &mut self.market, slash_bps)?;
         let market_signer = MarketSigner::of(&self.market);
         ops::transfer_signed(
@@ -71,39 +62,26 @@ impl SlashTargets<'_> {
             &market_signer.seeds(),
             split.burned,
         )?;
-        let mut refunded = 0;
         if !matches!(self.job.status, JobStatus::Cancelled | JobStatus::Failed) {
-            refunded = self.escrow.amount;
-            let job_signer = JobSigner::of(&self.job);
-            ops::transfer_signed(
-                &self.token_program,
-                &self.escrow,
-                &self.payment_mint,
-                self.user_payment_account.to_account_info(),
-                self.job.to_account_info(),
-                &job_signer.seeds(),
-                refunded,
-            )?;
-            self.job.refunded = ops::add(self.job.refunded, refunded)?;
             ops::end_job(&mut self.job, &mut self.provider, JobStatus::Failed, now)?;
             let reputation = &mut self.provider.reputation;
             reputation.jobs_failed = ops::add(reputation.jobs_failed, 1)?;
         }
         self.stake_vault.reload()?;
         self.market.invariant(self.stake_vault.amount)?;
-        self.escrow.reload()?;
-        self.job.invariant(self.escrow.amount)?;
         self.provider.invariant()?;
-        Ok((split, refunded))
+        Ok(split)
     }
 }
 
 /// Permissionless: two different receipts for one job and seq, both signed by the provider's
-/// worker key (current or previous), prove equivocation. The two Ed25519 instructions right
-/// before this one carry them (`first` at -2, `second` at -1). Slashes
-/// `equivocation_slash_bps` of stake + unbonding (reporter reward `reporter_reward_bps` of it,
-/// the rest burned), jails the provider for `unbonding_seconds`, fails the job and refunds the
-/// user. Once per (job incarnation, seq): the record account makes a repeat fail.
+/// worker key (current or previous), prove equivocation. The Ed25519 instruction right before
+/// this one carries both signatures (entry 0 over `first`'s message, entry 1 over `second`'s,
+/// everything inside that instruction: one instruction and no escrow accounts keep the slash
+/// within one packet). Slashes `equivocation_slash_bps` of stake + unbonding (reporter reward
+/// `reporter_reward_bps` of it, the rest burned), jails the provider for `unbonding_seconds`
+/// and fails the job; the user's `close_job` then refunds the whole escrow at once. Once per
+/// (job incarnation, seq): the record account makes a repeat fail.
 ///
 /// Job ids are chosen by users and a closed job's address can be used again, so the receipt
 /// message alone does not say which incarnation of the address it belongs to. Only receipts that
@@ -149,19 +127,22 @@ pub fn slash_equivocation(ctx: Context<SlashEquivocation>, first: Receipt, secon
     let (market_key, job_key) = (t.market.key(), t.job.key());
     let sysvar = ctx.accounts.instructions.to_account_info();
     let current = load_current_index_checked(&sysvar)?;
-    for (distance, receipt) in [(2u16, &first), (1u16, &second)] {
-        let index = current
-            .checked_sub(distance)
-            .ok_or(GpuMarketError::MissingEd25519Instruction)?;
-        let ix = load_instruction_at_checked(usize::from(index), &sysvar)?;
-        let message = receipt.message(&program_id, &market_key, &job_key);
-        let signers = ed25519_signers(&ix, index, &message)?;
-        require!(signers.len() == 1, GpuMarketError::MalformedEd25519Instruction);
-        let key = signers[0];
+    let index = current
+        .checked_sub(1)
+        .ok_or(GpuMarketError::MissingEd25519Instruction)?;
+    let ix = load_instruction_at_checked(usize::from(index), &sysvar)?;
+    let entries = ed25519_entries(&ix, index)?;
+    require!(entries.len() == 2, GpuMarketError::MalformedEd25519Instruction);
+    for (entry, receipt) in entries.iter().zip([&first, &second]) {
+        require!(
+            entry.message == receipt.message(&program_id, &market_key, &job_key),
+            GpuMarketError::ReceiptMessageMismatch
+        );
         let provider = &t.provider;
         require!(
-            key == provider.worker_key
-                || (key == provider.previous_worker_key && key != Pubkey::default()),
+            entry.signer == provider.worker_key
+                || (entry.signer == provider.previous_worker_key
+                    && entry.signer != Pubkey::default()),
             GpuMarketError::WrongReceiptSigner
         );
     }
@@ -170,7 +151,7 @@ pub fn slash_equivocation(ctx: Context<SlashEquivocation>, first: Receipt, secon
         .checked_add(ctx.accounts.targets.market.params.unbonding_seconds)
         .ok_or(GpuMarketError::MathOverflow)?;
     let bps = ctx.accounts.targets.market.params.equivocation_slash_bps;
-    let (split, refunded) = ctx.accounts.targets.apply(bps, now)?;
+    let split = ctx.accounts.targets.apply(bps, now)?;
     ctx.accounts.targets.provider.status = ProviderStatus::Jailed { until: jail_until };
     ctx.accounts.record.set_inner(EquivocationRecord {
         job: job_key,
@@ -192,7 +173,6 @@ pub fn slash_equivocation(ctx: Context<SlashEquivocation>, first: Receipt, secon
         slashed: split.amount,
         reward: split.reward,
         burned: split.burned,
-        refunded,
         jailed_until: jail_until,
     });
     Ok(())
@@ -200,8 +180,9 @@ pub fn slash_equivocation(ctx: Context<SlashEquivocation>, first: Receipt, secon
 
 /// A quorum of `settle_quorum` distinct Active validators attests that a Running job's provider
 /// has proved nothing for at least `max_missed_windows` windows: slashes `downtime_slash_bps`
-/// (reward to the submitting validator's `reporter_stake_account`, rest burned), fails the job
-/// and refunds the user. The signer is one validator; the others are passed as remaining
+/// (reward to the submitting validator's `reporter_stake_account`, rest burned) and fails the
+/// job; the user's `close_job` refunds the escrow. The signer is one validator; the others are
+/// passed as remaining
 /// accounts in pairs (Validator account, its authority as a signer).
 #[derive(Accounts)]
 pub struct SlashDowntime<'info> {
@@ -249,7 +230,7 @@ pub fn slash_downtime<'info>(ctx: Context<'info, SlashDowntime<'info>>) -> Resul
     );
     let missed = u64::try_from(missed).map_err(|_| GpuMarketError::MathOverflow)?;
     let bps = params.downtime_slash_bps;
-    let (split, refunded) = ctx.accounts.targets.apply(bps, now)?;
+    let split = ctx.accounts.targets.apply(bps, now)?;
     let reputation = &mut ctx.accounts.targets.provider.reputation;
     reputation.windows_missed = ops::add(reputation.windows_missed, missed)?;
     emit_event(DowntimeSlashed {
@@ -262,7 +243,6 @@ pub fn slash_downtime<'info>(ctx: Context<'info, SlashDowntime<'info>>) -> Resul
         slashed: split.amount,
         reward: split.reward,
         burned: split.burned,
-        refunded,
     });
     Ok(())
 }
