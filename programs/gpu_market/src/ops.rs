@@ -45,6 +45,31 @@ impl MarketSigner {
     }
 }
 
+/// `transfer_checked` of `amount` into a program account, signed by `authority`, the owner of
+/// `from` who signs the transaction (a user's deposit, a provider's stake, a validator's bond).
+pub fn transfer_in<'info>(
+    token_program: &Program<'info, Token>,
+    from: &Account<'info, TokenAccount>,
+    mint: &Account<'info, Mint>,
+    to: AccountInfo<'info>,
+    authority: AccountInfo<'info>,
+    amount: u64,
+) -> Result<()> {
+    token::transfer_checked(
+        CpiContext::new(
+            token_program.key(),
+            TransferChecked {
+                from: from.to_account_info(),
+                mint: mint.to_account_info(),
+                to,
+                authority,
+            },
+        ),
+        amount,
+        mint.decimals,
+    )
+}
+
 /// `transfer_checked` of `amount` (nothing when zero), signed by the PDA `seeds`.
 #[allow(clippy::too_many_arguments)]
 pub fn transfer_signed<'info>(

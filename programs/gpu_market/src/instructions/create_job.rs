@@ -1,7 +1,8 @@
 use anchor_lang::prelude::*;
-use anchor_spl::token::{self, Mint, Token, TokenAccount, TransferChecked};
+use anchor_spl::token::{Mint, Token, TokenAccount};
 
 use crate::errors::GpuMarketError;
+use crate::ops;
 use crate::events::{emit_event, JobCreated};
 use crate::math;
 use crate::seeds;
@@ -73,18 +74,13 @@ pub fn handler(ctx: Context<CreateJob>, job_id: u64, gpu_count: u16, deposit: u6
         math::min_deposit(rate, params.window_seconds).map_err(|_| GpuMarketError::MathOverflow)?;
     require!(deposit >= min_deposit, GpuMarketError::DepositTooSmall);
 
-    token::transfer_checked(
-        CpiContext::new(
-            ctx.accounts.token_program.key(),
-            TransferChecked {
-                from: ctx.accounts.user_payment_account.to_account_info(),
-                mint: ctx.accounts.payment_mint.to_account_info(),
-                to: ctx.accounts.escrow.to_account_info(),
-                authority: ctx.accounts.user.to_account_info(),
-            },
-        ),
+    ops::transfer_in(
+        &ctx.accounts.token_program,
+        &ctx.accounts.user_payment_account,
+        &ctx.accounts.payment_mint,
+        ctx.accounts.escrow.to_account_info(),
+        ctx.accounts.user.to_account_info(),
         deposit,
-        ctx.accounts.payment_mint.decimals,
     )?;
 
     let provider = &mut ctx.accounts.provider;

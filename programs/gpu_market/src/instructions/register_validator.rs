@@ -1,7 +1,8 @@
 use anchor_lang::prelude::*;
-use anchor_spl::token::{self, Mint, Token, TokenAccount, TransferChecked};
+use anchor_spl::token::{Mint, Token, TokenAccount};
 
 use crate::errors::GpuMarketError;
+use crate::ops;
 use crate::events::{emit_event, ValidatorRegistered};
 use crate::seeds;
 use crate::state::{Market, Unbonding, Validator, ValidatorStatus};
@@ -38,18 +39,13 @@ pub fn handler(ctx: Context<RegisterValidator>, bond: u64) -> Result<()> {
         bond >= ctx.accounts.market.params.validator_min_bond,
         GpuMarketError::BondTooSmall
     );
-    token::transfer_checked(
-        CpiContext::new(
-            ctx.accounts.token_program.key(),
-            TransferChecked {
-                from: ctx.accounts.authority_stake_account.to_account_info(),
-                mint: ctx.accounts.stake_mint.to_account_info(),
-                to: ctx.accounts.stake_vault.to_account_info(),
-                authority: ctx.accounts.authority.to_account_info(),
-            },
-        ),
+    ops::transfer_in(
+        &ctx.accounts.token_program,
+        &ctx.accounts.authority_stake_account,
+        &ctx.accounts.stake_mint,
+        ctx.accounts.stake_vault.to_account_info(),
+        ctx.accounts.authority.to_account_info(),
         bond,
-        ctx.accounts.stake_mint.decimals,
     )?;
     ctx.accounts.validator.set_inner(Validator {
         market: ctx.accounts.market.key(),

@@ -1,7 +1,8 @@
 use anchor_lang::prelude::*;
-use anchor_spl::token::{self, Mint, Token, TokenAccount, TransferChecked};
+use anchor_spl::token::{Mint, Token, TokenAccount};
 
 use crate::errors::GpuMarketError;
+use crate::ops;
 use crate::events::{emit_event, Staked};
 use crate::state::{Market, Provider};
 
@@ -30,18 +31,13 @@ pub struct Stake<'info> {
 
 pub fn handler(ctx: Context<Stake>, amount: u64) -> Result<()> {
     require!(amount > 0, GpuMarketError::ZeroAmount);
-    token::transfer_checked(
-        CpiContext::new(
-            ctx.accounts.token_program.key(),
-            TransferChecked {
-                from: ctx.accounts.owner_stake_account.to_account_info(),
-                mint: ctx.accounts.stake_mint.to_account_info(),
-                to: ctx.accounts.stake_vault.to_account_info(),
-                authority: ctx.accounts.owner.to_account_info(),
-            },
-        ),
+    ops::transfer_in(
+        &ctx.accounts.token_program,
+        &ctx.accounts.owner_stake_account,
+        &ctx.accounts.stake_mint,
+        ctx.accounts.stake_vault.to_account_info(),
+        ctx.accounts.owner.to_account_info(),
         amount,
-        ctx.accounts.stake_mint.decimals,
     )?;
     let provider = &mut ctx.accounts.provider;
     provider.stake = provider

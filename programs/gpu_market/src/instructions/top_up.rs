@@ -1,5 +1,5 @@
 use anchor_lang::prelude::*;
-use anchor_spl::token::{self, Mint, Token, TokenAccount, TransferChecked};
+use anchor_spl::token::{Mint, Token, TokenAccount};
 
 use crate::errors::GpuMarketError;
 use crate::events::{emit_event, JobToppedUp};
@@ -34,18 +34,13 @@ pub fn handler(ctx: Context<TopUp>, amount: u64) -> Result<()> {
         matches!(ctx.accounts.job.status, JobStatus::Open | JobStatus::Running),
         GpuMarketError::InvalidJobStatus
     );
-    token::transfer_checked(
-        CpiContext::new(
-            ctx.accounts.token_program.key(),
-            TransferChecked {
-                from: ctx.accounts.user_payment_account.to_account_info(),
-                mint: ctx.accounts.payment_mint.to_account_info(),
-                to: ctx.accounts.escrow.to_account_info(),
-                authority: ctx.accounts.user.to_account_info(),
-            },
-        ),
+    ops::transfer_in(
+        &ctx.accounts.token_program,
+        &ctx.accounts.user_payment_account,
+        &ctx.accounts.payment_mint,
+        ctx.accounts.escrow.to_account_info(),
+        ctx.accounts.user.to_account_info(),
         amount,
-        ctx.accounts.payment_mint.decimals,
     )?;
     let job = &mut ctx.accounts.job;
     job.deposited = ops::add(job.deposited, amount)?;
