@@ -342,9 +342,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workdir", type=Path, default=None, help="keep state and logs here")
     args = ap.parse_args(argv)
 
-    def interrupted(signum, frame):  # SIGTERM behaves like Ctrl-C: clean up, then exit
+    def interrupted(signum, frame):  # clean up, then exit
         raise KeyboardInterrupt
 
+    # Explicit handlers: a process started in the background may inherit SIGINT as ignored.
+    signal.signal(signal.SIGINT, interrupted)
     signal.signal(signal.SIGTERM, interrupted)
     tmp = None
     if args.workdir is None:
