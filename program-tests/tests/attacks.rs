@@ -62,6 +62,56 @@ fn attack_missing_signer() {
     assert_unpaid(&b, &job);
 }
 
+/// Every instruction, with each of its signer accounts named but not signing (an outsider, who
+/// is none of them, pays the fee): rejected with `AccountNotSigner` before anything else runs.
+#[test]
+fn attack_missing_signer_on_every_instruction() {
+    let (mut b, job) = running();
+    let (admin, owner, user, va) = (b.admin.pubkey(), b.provider_owner.key.pubkey(), b.user.key.pubkey(), b.validator_authority.pubkey());
+    let stranger = b.new_party(10_000, 10_000);
+    let (first, second) = equivocating_pair(1, 60, T0 + 60);
+    let no_update = UpdateProviderArgs { price_per_gpu_second: Some(11), spec: None, accepting_jobs: None };
+    let cases: Vec<(&str, Vec<Instruction>)> = vec![
+        ("initialize_market", vec![b.ix_initialize_market(1, default_params())]),
+        ("register_provider", vec![b.ix_register_provider(&user, Pubkey::new_unique(), 1, 1)]),
+        ("stake", vec![b.ix_stake(&owner, b.provider_owner.stake, 1)]),
+        ("register_validator", vec![b.ix_register_validator(&user, b.user.stake, 10_000)]),
+        ("create_job", vec![b.ix_create_job(&b.user, 2, 1, 10_000)]),
+        ("accept_job", vec![b.ix_accept_job(&owner, job)]),
+        ("finish_job", vec![b.ix_finish_job(&user, job)]),
+        ("close_job", vec![b.ix_close_job(&user, b.user.payment, job)]),
+        ("settle", settle_ixs(&b, job)),
+        ("update_params", vec![b.ix_update_params(&admin, default_params())]),
+        ("set_paused", vec![b.ix_set_paused(&admin, true)]),
+        ("propose_authority", vec![b.ix_propose_authority(&admin, user)]),
+        ("accept_authority", vec![b.ix_accept_authority(&user)]),
+        ("update_provider", vec![b.ix_update_provider(&owner, no_update)]),
+        ("rotate_worker_key", vec![b.ix_rotate_worker_key(&owner, Pubkey::new_unique(), 0)]),
+        ("request_unstake", vec![b.ix_request_unstake(&owner, 1)]),
+        ("withdraw_unstaked", vec![b.ix_withdraw_unstaked(&owner, b.provider_owner.stake)]),
+        ("request_validator_exit", vec![b.ix_request_validator_exit(&va)]),
+        ("withdraw_validator_bond", vec![b.ix_withdraw_validator_bond(&va, b.validator_stake_account())]),
+        ("top_up", vec![b.ix_top_up(&user, b.user.payment, job, 1)]),
+        ("cancel_job", vec![b.ix_cancel_job(&user, job, b.user.payment)]),
+        ("expire_job", vec![b.ix_expire_job(&user, job, b.user.payment)]),
+        ("slash_equivocation", b.equivocation_ixs(&b.worker.clone(), &user, b.user.stake, job, first, second)),
+        ("slash_downtime", vec![b.ix_slash_downtime(&va, b.validator_stake_account(), job, &[])]),
+    ];
+    assert_eq!(cases.len(), 24, "every instruction of lib.rs");
+    for (name, ixs) in cases {
+        let last = ixs.len() - 1;
+        let signers: Vec<Pubkey> = ixs[last].accounts.iter().filter(|m| m.is_signer).map(|m| m.pubkey).collect();
+        assert!(!signers.is_empty(), "{name} has a signer");
+        for key in signers {
+            let mut tampered = ixs.clone();
+            tampered[last] = unsign(tampered[last].clone(), key);
+            let err = b.send_err(&tampered, &[&stranger.key]);
+            assert_eq!(err, anchor_err(last as u8, AE::AccountNotSigner), "{name}: {key} not signing");
+        }
+    }
+    assert_unpaid(&b, &job);
+}
+
 // ---- missing owner check ---------------------------------------------------------------------
 
 #[test]
