@@ -33,7 +33,7 @@ fn success_register_provider_stores_spec_and_emits_event() {
     let address = b.provider_address(&p.key.pubkey());
     let s: Provider = b.account(&address).unwrap();
     assert_eq!((s.market, s.owner, s.worker_key, s.worker_key_expires_at), (b.market, p.key.pubkey(), worker_pubkey(&worker), T0 + 1_000));
-    assert_eq!((s.previous_worker_key, s.previous_key_grace_until), (Default::default(), 0));
+    assert_eq!((s.previous_worker_key, s.previous_key_retired_at), (Default::default(), 0));
     assert_eq!((s.spec, s.price_per_gpu_second, s.status, s.stake, s.gpus_in_use), (gpu_spec(256), 42, ProviderStatus::Active, 0, 0));
     assert_eq!((s.unbonding, s.reputation), (Unbonding::default(), Reputation::default()));
     assert_event(&logs, ProviderRegistered {
@@ -197,7 +197,7 @@ fn success_rotate_worker_key_keeps_previous_for_grace() {
     let p = b.provider_state();
     let grace = b.now + 60 * 10;
     assert_eq!((p.worker_key, p.worker_key_expires_at), (worker_pubkey(&new_worker()), 0));
-    assert_eq!((p.previous_worker_key, p.previous_key_grace_until), (worker_pubkey(&b.worker), grace));
+    assert_eq!((p.previous_worker_key, p.previous_key_retired_at), (worker_pubkey(&b.worker), b.now));
     assert_event(&logs, WorkerKeyRotated {
         provider: b.provider, previous: worker_pubkey(&b.worker), current: worker_pubkey(&new_worker()),
         expires_at: 0, previous_valid_until: grace,
@@ -247,31 +247,42 @@ fn fail_rotate_worker_key_with_another_market() {
     assert_eq!(b.owner_err(&[ix]), program_err(0, E::ProviderMarketMismatch));
 }
 
-/// A running job, then a rotation at `T0`: the previous key's grace ends at `T0 + 600`.
+/// A job running from `T0`, then a rotation at `T0 + 100`: the previous key signs only windows
+/// that ended by `T0 + 100`, settled by `T0 + 700` (grace: 10 windows of 60 s).
 fn rotated_with_job() -> (Bench, anchor_lang::prelude::Pubkey) {
     let mut b = Bench::new();
     let (job, _) = b.running_job(1, 1, 100_000);
+    b.advance(100);
     rotate(&mut b, worker_pubkey(&new_worker()), 0);
     (b, job)
 }
 
 #[test]
-fn success_previous_worker_key_receipt_settles_at_grace_end() {
+fn success_previous_worker_key_receipt_before_rotation_settles_at_grace_end() {
     let (mut b, job) = rotated_with_job();
-    b.advance(600);
-    let ixs = b.settle_ixs(&b.worker.clone(), job, receipt(1, 600, T0 + 600));
+    b.set_time(T0 + 700);
+    let ixs = b.settle_ixs(&b.worker.clone(), job, receipt(1, 100, T0 + 100));
     b.as_va(&ixs);
-    assert_eq!(b.job_state(&job).settled_seconds, 600);
+    assert_eq!(b.job_state(&job).settled_seconds, 100);
 }
 
 #[test]
-fn fail_previous_worker_key_receipt_after_grace() {
+fn fail_previous_worker_key_receipt_settled_after_grace() {
     let (mut b, job) = rotated_with_job();
-    b.advance(601);
-    let ixs = b.settle_ixs(&b.worker.clone(), job, receipt(1, 601, T0 + 601));
+    b.set_time(T0 + 701);
+    let ixs = b.settle_ixs(&b.worker.clone(), job, receipt(1, 100, T0 + 100));
     assert_eq!(b.va_err(&ixs), program_err(1, E::WrongReceiptSigner));
-    // The new key settles the same receipt.
-    let ixs = b.settle_ixs(&new_worker(), job, receipt(1, 601, T0 + 601));
+}
+
+#[test]
+fn fail_previous_worker_key_receipt_for_window_after_rotation() {
+    let (mut b, job) = rotated_with_job();
+    b.advance(1);
+    // A window ending one second after the rotation: the retired key cannot sign it ...
+    let ixs = b.settle_ixs(&b.worker.clone(), job, receipt(1, 101, T0 + 101));
+    assert_eq!(b.va_err(&ixs), program_err(1, E::WrongReceiptSigner));
+    // ... the new key can.
+    let ixs = b.settle_ixs(&new_worker(), job, receipt(1, 101, T0 + 101));
     b.as_va(&ixs);
 }
 

@@ -284,7 +284,7 @@ impl World {
             _ => self.stranger(&prov.owner, &prov.owner),
         };
         let key = signer.pubkey();
-        let expect = if key != prov.owner && !prov.worker_key_valid_at(&key, self.b.now) {
+        let expect = if key != prov.owner && !prov.current_key_valid_at(&key, self.b.now) {
             Expect::Err(0, E::NotProviderSigner)
         } else if prov.status != ProviderStatus::Active {
             Expect::Err(0, E::ProviderNotActive)
@@ -798,7 +798,7 @@ fn expect_settle(j: &Job, prov: &Provider, m: &MarketParams, r: &Receipt, signer
         err(E::BilledSecondsExceedWallTime)
     } else if r.window_end > now + skew {
         err(E::WindowEndInFuture)
-    } else if !prov.worker_key_valid_at(signer, r.window_end) {
+    } else if !prov.receipt_key_valid(signer, r.window_end, now, params().key_rotation_grace_seconds()) {
         err(E::WrongReceiptSigner)
     } else {
         Expect::Ok

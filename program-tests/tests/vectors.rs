@@ -114,7 +114,7 @@ to_j_struct!(Market { authority, creator, pending_authority, id, stake_mint, pay
 to_j_struct!(GpuSpec { gpu_model, gpu_count, vram_mib, region });
 to_j_struct!(Unbonding { amount, release_at });
 to_j_struct!(Reputation { verified_seconds, windows_missed, jobs_completed, jobs_failed, slashes });
-to_j_struct!(Provider { market, owner, worker_key, worker_key_expires_at, previous_worker_key, previous_key_grace_until, spec, price_per_gpu_second, status, stake, unbonding, gpus_in_use, reputation, bump });
+to_j_struct!(Provider { market, owner, worker_key, worker_key_expires_at, previous_worker_key, previous_key_retired_at, spec, price_per_gpu_second, status, stake, unbonding, gpus_in_use, reputation, bump });
 to_j_struct!(Validator { market, authority, bond, unbonding, status, settlements, bump });
 to_j_struct!(Job { market, user, provider, job_id, gpu_count, rate_per_second, deposited, settled_seconds, paid_provider, paid_treasury, burned, refunded, status, created_at, started_at, ended_at, last_seq, last_receipt_hash, last_window_end, bump, escrow_bump });
 to_j_struct!(EquivocationRecord { job, seq, provider, reporter, slashed, bump });
@@ -223,7 +223,7 @@ fn provider(status: ProviderStatus) -> Provider {
         worker_key: key(12),
         worker_key_expires_at: 1_800_000_001,
         previous_worker_key: key(13),
-        previous_key_grace_until: 1_750_000_600,
+        previous_key_retired_at: 1_750_000_600,
         spec: GpuSpec { gpu_model, gpu_count: 257, vram_mib: 81_921, region },
         price_per_gpu_second: u64::MAX - 1,
         status,

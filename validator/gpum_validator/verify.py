@@ -6,7 +6,8 @@ The intake (``service.Intake``) calls them in this order, and every failure rais
 1. ``authenticate``: the bytes are a canonical proof for this program and market, signed
    (proof and receipt) by the key the request names;
 2. ``check_worker_key``: that key is the provider's current key (unexpired at window_end)
-   or its previous key within the grace, as the chain's ``worker_key_valid_at`` rule;
+   or its previous key for windows that ended by its rotation, as the chain's
+   ``receipt_key_valid`` rule;
 3. (the intake resolves duplicates and equivocation against the store here;)
 4. ``check_window``: job status and assignment, sequence and hash chain, window timing,
    GPU set, and the billable claim against ``health_bound`` and the cumulative total.
@@ -117,15 +118,18 @@ def authenticate(signed: SignedProof, cfg: VerifyConfig) -> Authenticated:
 
 
 def worker_key_status(provider: Any, key: bytes, at: int) -> str:
-    """'ok', 'expired' or 'unknown' for ``key`` at time ``at`` (the program's rule)."""
+    """'ok', 'expired' or 'unknown' for ``key`` signing a window that ends at ``at``, by the
+    program's rule: the current key unexpired at ``at``, or the previous key for a window that
+    ended by its rotation (``previous_key_retired_at``; the chain also bounds when such a
+    receipt may still settle, which settlement handles)."""
     current = _pk(field_of(provider, "worker_key"))
     expires = int(field_of(provider, "worker_key_expires_at"))
     previous = _pk(field_of(provider, "previous_worker_key"))
-    grace = int(field_of(provider, "previous_key_grace_until"))
+    retired_at = int(field_of(provider, "previous_key_retired_at"))
     if key == current:
         return "ok" if expires == 0 or at <= expires else "expired"
     if previous != ZERO_HASH and key == previous:
-        return "ok" if at <= grace else "expired"
+        return "ok" if at <= retired_at else "expired"
     return "unknown"
 
 
@@ -143,8 +147,8 @@ def check_worker_key(auth: Authenticated, provider: Any | None, cfg: VerifyConfi
                         "worker_key is neither the provider's current nor previous key on chain")
     if status == "expired":
         raise Rejection("worker_key_expired",
-                        "worker_key expired (or its rotation grace ended) before window_end; "
-                        "rotate the worker key")
+                        "worker_key expired (or was rotated out) before window_end; "
+                        "sign with the provider's current worker key")
 
 
 def health_bound(proof: WindowProof, th: HealthThresholds) -> int:

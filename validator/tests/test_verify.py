@@ -136,18 +136,18 @@ def test_current_key_expired_before_window_end():
     assert reason(check_worker_key, auth_of(p), bad, cfg()) == "worker_key_expired"
 
 
-def test_previous_key_within_grace_only():
+def test_previous_key_only_for_windows_ended_by_its_rotation():
     p = make_proof()
     rotated = {"worker_key": pk(OTHER_PUB), "previous_worker_key": pk(WORKER_PUB)}
-    check_worker_key(auth_of(p), provider_view(previous_key_grace_until=p.window_end, **rotated),
+    check_worker_key(auth_of(p), provider_view(previous_key_retired_at=p.window_end, **rotated),
                      cfg())
-    late = provider_view(previous_key_grace_until=p.window_end - 1, **rotated)
+    late = provider_view(previous_key_retired_at=p.window_end - 1, **rotated)
     assert reason(check_worker_key, auth_of(p), late, cfg()) == "worker_key_expired"
 
 
 def test_default_previous_key_never_matches():
     pv = provider_view(worker_key=pk(OTHER_PUB), previous_worker_key=Pubkey.default(),
-                       previous_key_grace_until=2**62)
+                       previous_key_retired_at=2**62)
     assert worker_key_status(pv, bytes(32), T0) == "unknown"
 
 

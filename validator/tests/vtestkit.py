@@ -124,7 +124,7 @@ def job_view(**kw: Any) -> JobView:
 def provider_view(**kw: Any) -> ProviderView:
     base = ProviderView(market=pk(MARKET), owner=pk(bytes([5] * 32)), worker_key=pk(WORKER_PUB),
                 worker_key_expires_at=0, previous_worker_key=Pubkey.default(),
-                previous_key_grace_until=0,
+                previous_key_retired_at=0,
                 spec=GpuSpec("H100", 8, 81920, "eu"), price_per_gpu_second=5, status="active",
                 stake=10**9, unbonding=Unbonding(0, 0), gpus_in_use=2,
                 reputation=Reputation(0, 0, 0, 0, 0), bump=255, address=pk(PROVIDER))

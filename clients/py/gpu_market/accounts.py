@@ -137,7 +137,7 @@ class ProviderView:
     worker_key: Pubkey
     worker_key_expires_at: int
     previous_worker_key: Pubkey
-    previous_key_grace_until: int
+    previous_key_retired_at: int
     spec: GpuSpec
     price_per_gpu_second: int
     status: str
@@ -231,7 +231,7 @@ def _provider(d: Any, address: Pubkey | None) -> ProviderView:
         worker_key=d.worker_key,
         worker_key_expires_at=d.worker_key_expires_at,
         previous_worker_key=d.previous_worker_key,
-        previous_key_grace_until=d.previous_key_grace_until,
+        previous_key_retired_at=d.previous_key_retired_at,
         spec=GpuSpec(
             gpu_model=decode_fixed_str(bytes(d.spec.gpu_model)),
             gpu_count=d.spec.gpu_count,

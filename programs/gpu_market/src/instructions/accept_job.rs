@@ -11,7 +11,7 @@ pub struct AcceptJob<'info> {
     pub signer: Signer<'info>,
     #[account(
         constraint = signer.key() == provider.owner
-            || provider.worker_key_valid_at(&signer.key(), Clock::get()?.unix_timestamp)
+            || provider.current_key_valid_at(&signer.key(), Clock::get()?.unix_timestamp)
             @ GpuMarketError::NotProviderSigner,
     )]
     pub provider: Box<Account<'info, Provider>>,

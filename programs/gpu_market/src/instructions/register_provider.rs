@@ -52,7 +52,7 @@ pub fn handler(ctx: Context<RegisterProvider>, args: RegisterProviderArgs) -> Re
         worker_key: args.worker_key,
         worker_key_expires_at: args.worker_key_expires_at,
         previous_worker_key: Pubkey::default(),
-        previous_key_grace_until: 0,
+        previous_key_retired_at: 0,
         spec: args.spec,
         price_per_gpu_second: args.price_per_gpu_second,
         status: ProviderStatus::Active,

@@ -4,9 +4,9 @@ use crate::errors::GpuMarketError;
 use crate::events::{emit_event, WorkerKeyRotated};
 use crate::state::{Market, Provider};
 
-/// Replaces the worker key. The previous key keeps signing settleable receipts for
-/// `window_seconds * max_missed_windows` (receipts signed before the rotation may still be in a
-/// validator's queue). Can only be signed by the provider's owner.
+/// Replaces the worker key now. Receipts the previous key signed for windows that ended by now
+/// stay settleable for `window_seconds * max_missed_windows` (they may still be in a
+/// validator's queue); it signs nothing after now. Can only be signed by the provider's owner.
 #[derive(Accounts)]
 pub struct RotateWorkerKey<'info> {
     pub owner: Signer<'info>,
@@ -28,12 +28,11 @@ pub fn handler(ctx: Context<RotateWorkerKey>, new_worker_key: Pubkey, expires_at
         GpuMarketError::InvalidWorkerKey
     );
     require!(expires_at == 0 || expires_at > now, GpuMarketError::InvalidWorkerKey);
-    let grace = i64::from(params.window_seconds)
-        .checked_mul(i64::from(params.max_missed_windows))
-        .and_then(|g| g.checked_add(now))
+    let grace = now
+        .checked_add(params.key_rotation_grace_seconds())
         .ok_or(GpuMarketError::MathOverflow)?;
     provider.previous_worker_key = provider.worker_key;
-    provider.previous_key_grace_until = grace;
+    provider.previous_key_retired_at = now;
     provider.worker_key = new_worker_key;
     provider.worker_key_expires_at = expires_at;
     emit_event(WorkerKeyRotated {

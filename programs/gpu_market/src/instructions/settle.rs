@@ -16,7 +16,8 @@ use crate::state::{Job, JobStatus, Market, Provider, Validator, ValidatorStatus}
 /// - the transaction signer is an Active validator of this market (`validator`);
 /// - the instruction right before this one is an Ed25519-program instruction over exactly
 ///   `Receipt::message` whose first signature is the provider's worker key (current, unexpired
-///   at `window_end`, or previous within its grace); with `settle_quorum = q > 1` it carries
+///   at `window_end`; or the previous key for a window that ended by its rotation, within
+///   `window_seconds * max_missed_windows` of it); with `settle_quorum = q > 1` it carries
 ///   `q - 1` more signatures over the same message bytes, by the `q - 1` distinct Active
 ///   validators passed as remaining accounts, in the same order (one copy of the message for
 ///   all signatures keeps a quorum settle within one packet);
@@ -124,7 +125,7 @@ pub fn handler<'info>(
         GpuMarketError::WindowEndInFuture
     );
 
-    check_signatures(&ctx, &receipt)?;
+    check_signatures(&ctx, &receipt, now)?;
 
     // Money: escrow -> provider owner, treasury, burn.
     let p = math::payout(
@@ -219,7 +220,11 @@ pub fn handler<'info>(
 
 /// The Ed25519 instruction right before `settle`: the worker's signature, then one attestation
 /// per extra validator (remaining accounts, same order), all over the same receipt message.
-fn check_signatures<'info>(ctx: &Context<'info, Settle<'info>>, receipt: &Receipt) -> Result<()> {
+fn check_signatures<'info>(
+    ctx: &Context<'info, Settle<'info>>,
+    receipt: &Receipt,
+    now: i64,
+) -> Result<()> {
     let accounts = &ctx.accounts;
     let sysvar = accounts.instructions.to_account_info();
     let message = receipt.message(ctx.program_id, &accounts.market.key(), &accounts.job.key());
@@ -230,7 +235,12 @@ fn check_signatures<'info>(ctx: &Context<'info, Settle<'info>>, receipt: &Receip
     let ix = load_instruction_at_checked(usize::from(index), &sysvar)?;
     let signers = ed25519_signers(&ix, index, &message)?;
     require!(
-        accounts.provider.worker_key_valid_at(&signers[0], receipt.window_end),
+        accounts.provider.receipt_key_valid(
+            &signers[0],
+            receipt.window_end,
+            now,
+            accounts.market.params.key_rotation_grace_seconds(),
+        ),
         GpuMarketError::WrongReceiptSigner
     );
 

@@ -58,6 +58,13 @@ impl MarketParams {
         Ok(())
     }
 
+    /// After a rotation, receipts signed by the previous key (for windows that ended before it)
+    /// may still settle for this long: `max_missed_windows` windows, as long as a validator may
+    /// hold receipts before settling.
+    pub fn key_rotation_grace_seconds(&self) -> i64 {
+        i64::from(self.window_seconds).saturating_mul(i64::from(self.max_missed_windows))
+    }
+
     /// After a job ends, a final receipt may still settle for this long (2 windows).
     pub fn grace_seconds(&self) -> i64 {
         i64::from(self.window_seconds).saturating_mul(2)

@@ -45,8 +45,10 @@ pub struct Provider {
     pub worker_key: Pubkey,
     /// Unix time after which the worker key no longer signs; 0 = never expires.
     pub worker_key_expires_at: i64,
+    /// The key replaced by the last rotation (`Pubkey::default()` if none).
     pub previous_worker_key: Pubkey,
-    pub previous_key_grace_until: i64,
+    /// When `previous_worker_key` was replaced: it signs only windows that ended by then.
+    pub previous_key_retired_at: i64,
     pub spec: GpuSpec,
     pub price_per_gpu_second: u64,
     pub status: ProviderStatus,
@@ -69,14 +71,23 @@ impl Provider {
             .ok_or_else(|| GpuMarketError::MathOverflow.into())
     }
 
-    /// Whether `key` may sign receipts at unix time `at`.
-    pub fn worker_key_valid_at(&self, key: &Pubkey, at: i64) -> bool {
-        let current = *key == self.worker_key
-            && (self.worker_key_expires_at == 0 || at <= self.worker_key_expires_at);
+    /// Whether `key` is the current worker key, unexpired at unix time `at` (accepting jobs,
+    /// signing windows that end at `at`).
+    pub fn current_key_valid_at(&self, key: &Pubkey, at: i64) -> bool {
+        *key == self.worker_key
+            && (self.worker_key_expires_at == 0 || at <= self.worker_key_expires_at)
+    }
+
+    /// Whether a receipt for a window ending at `window_end`, signed by `key`, may settle at
+    /// `now`: the current key unexpired at `window_end`, or the previous key for a window that
+    /// ended by its retirement, settled within `grace` seconds of the retirement. A retired key
+    /// (lost or leaked, say) cannot sign for any time after the rotation.
+    pub fn receipt_key_valid(&self, key: &Pubkey, window_end: i64, now: i64, grace: i64) -> bool {
         let previous = *key == self.previous_worker_key
             && self.previous_worker_key != Pubkey::default()
-            && at <= self.previous_key_grace_until;
-        current || previous
+            && window_end <= self.previous_key_retired_at
+            && now <= self.previous_key_retired_at.saturating_add(grace);
+        self.current_key_valid_at(key, window_end) || previous
     }
 
     pub fn invariant(&self) -> Result<()> {
