@@ -7,6 +7,11 @@ This is the demo's flow (gpu_market.demo): every figure it returns is read back 
 from __future__ import annotations
 
 import os
+import signal
+import socket
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -31,3 +36,43 @@ def test_one_job_paid_end_to_end(tmp_path: Path) -> None:
     # Every process was stopped: their logs exist and the demo returned.
     for name in ("localnet", "validator", "worker"):
         assert (tmp_path / f"{name}.log").exists()
+
+
+def _processes_mentioning(text: str) -> list[int]:
+    """PIDs whose command line mentions ``text`` (Linux /proc)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if text in cmdline:
+                pids.append(int(entry.name))
+    return pids
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_demo_interrupted_stops_every_process(tmp_path: Path, sig: signal.Signals) -> None:
+    demo = subprocess.Popen(
+        [sys.executable, "-m", "gpu_market.demo", "--workdir", str(tmp_path)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    deadline = time.monotonic() + 90
+    # The worker is the last process the demo starts; its command line names the workdir.
+    while not (tmp_path / "worker.log").exists():
+        assert demo.poll() is None, demo.communicate()
+        assert time.monotonic() < deadline, "the demo did not start its worker in 90 s"
+        time.sleep(0.2)
+    assert len(_processes_mentioning(str(tmp_path))) >= 2  # validator and worker at least
+    demo.send_signal(sig)
+    _, err = demo.communicate(timeout=30)
+    assert demo.returncode == 130, err
+    assert "every process it started was stopped" in err
+    assert _processes_mentioning(str(tmp_path)) == []
+    # The local chain (started with --port only) no longer listens.
+    ready = next(line for line in (tmp_path / "localnet.log").read_text().splitlines()
+                 if "ready on" in line)
+    port = int(ready.split("127.0.0.1:")[1].split()[0])
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()
