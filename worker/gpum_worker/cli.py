@@ -61,7 +61,8 @@ def keygen(out: Path, force: bool) -> None:
         _fail(str(e))
     click.echo(key.pubkey_b58)
     click.echo(f"wrote {out} (mode 0600); register this public key as the provider's worker "
-               "key (gpum provider rotate-worker-key / register).", err=True)
+               "key (`gpum provider register --worker-key KEY`, or `gpum provider rotate-key` "
+               "to replace one)", err=True)
 
 
 @cli.command()

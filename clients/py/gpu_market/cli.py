@@ -612,7 +612,8 @@ def provider_update(env: Env, market: Pubkey, price: str | None, gpu_model: str 
 @click.argument("new_worker_key", metavar="NEW_WORKER_KEY", type=PUBKEY)
 @click.option("--expires-at", type=click.IntRange(0), default=0, help="Unix time; 0 = never.")
 def provider_rotate_key(env: Env, market: Pubkey, new_worker_key: Pubkey, expires_at: int) -> None:
-    """Replace your worker key; the old one stays valid for max_missed_windows windows."""
+    """Replace your worker key now; receipts the old key signed for earlier windows still
+    settle for max_missed_windows windows."""
     sig = env.client.rotate_worker_key(env.keypair, market, new_worker_key, expires_at)
     env.emit({"worker_key": str(new_worker_key), "signature": str(sig)})
 
