@@ -110,16 +110,6 @@ pub struct Market {
 }
 
 impl Market {
-    /// Signer seeds of the market PDA (authority of the stake vault).
-    pub fn signer_seeds(&self) -> [Vec<u8>; 4] {
-        [
-            crate::seeds::MARKET.to_vec(),
-            self.creator.to_bytes().to_vec(),
-            self.id.to_le_bytes().to_vec(),
-            vec![self.bump],
-        ]
-    }
-
     /// The stake vault holds exactly the stake and bonds recorded here.
     pub fn invariant(&self, stake_vault_balance: u64) -> Result<()> {
         self.params.validate()?;
