@@ -55,19 +55,7 @@ pub fn transfer_in<'info>(
     authority: AccountInfo<'info>,
     amount: u64,
 ) -> Result<()> {
-    token::transfer_checked(
-        CpiContext::new(
-            token_program.key(),
-            TransferChecked {
-                from: from.to_account_info(),
-                mint: mint.to_account_info(),
-                to,
-                authority,
-            },
-        ),
-        amount,
-        mint.decimals,
-    )
+    transfer(token_program, from, mint, to, authority, &[], amount)
 }
 
 /// `transfer_checked` of `amount` (nothing when zero), signed by the PDA `seeds`.
@@ -79,6 +67,21 @@ pub fn transfer_signed<'info>(
     to: AccountInfo<'info>,
     authority: AccountInfo<'info>,
     seeds: &[&[u8]],
+    amount: u64,
+) -> Result<()> {
+    transfer(token_program, from, mint, to, authority, &[seeds], amount)
+}
+
+/// `transfer_checked` of `amount` (nothing when zero); `signer_seeds` are the PDA signers, if
+/// `authority` is one.
+#[allow(clippy::too_many_arguments)]
+fn transfer<'info>(
+    token_program: &Program<'info, Token>,
+    from: &Account<'info, TokenAccount>,
+    mint: &Account<'info, Mint>,
+    to: AccountInfo<'info>,
+    authority: AccountInfo<'info>,
+    signer_seeds: &[&[&[u8]]],
     amount: u64,
 ) -> Result<()> {
     if amount == 0 {
@@ -93,7 +96,7 @@ pub fn transfer_signed<'info>(
                 to,
                 authority,
             },
-            &[seeds],
+            signer_seeds,
         ),
         amount,
         mint.decimals,
