@@ -41,10 +41,10 @@ fn success_full_job_lifecycle_pays_provider_treasury_burn_and_refunds_user() {
     b.send(&[b.ix_finish_job(&user.pubkey(), job)], &[&user]).unwrap();
     assert_eq!(b.job_state(&job).status, gpu_market::state::JobStatus::Finishing);
 
-    // Closing inside the grace (2 windows) fails; after it succeeds.
+    // Closing inside the grace ((max_missed_windows + 2) windows) fails; after it succeeds.
     let close = b.ix_close_job(&user.pubkey(), b.user.payment, job);
     assert_eq!(b.send_err(&[close.clone()], &[&user]), custom(0, err_code(E::GracePeriodActive)));
-    b.advance(121);
+    b.advance(12 * 60 + 1);
     b.send(&[close], &[&user]).unwrap();
     assert!(b.svm.get_account(&job).map_or(true, |a| a.lamports == 0));
     assert!(b.svm.get_account(&escrow).map_or(true, |a| a.lamports == 0));

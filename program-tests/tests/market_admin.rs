@@ -65,17 +65,30 @@ fn fail_initialize_market_stake_mint_not_a_mint() {
 // ---- update_params ---------------------------------------------------------------------------
 
 #[test]
-fn success_update_params_replaces_params_and_emits_old_and_new() {
+fn success_update_params_announces_and_applies_after_unbonding_seconds() {
     let mut b = Bench::new();
     let new = MarketParams { fee_bps: 2_500, burn_bps: 10_000, window_seconds: 3_600, max_skew_seconds: 300,
-        unbonding_seconds: MAX_UNBONDING_SECONDS, settle_quorum: 3, max_missed_windows: 1, ..default_params() };
+        unbonding_seconds: MAX_UNBONDING_SECONDS, settle_quorum: 5, max_missed_windows: 1_440,
+        reporter_reward_bps: 5_000, temp_critical_c: 150, ecc_uncorrected_max: 1_000_000, ..default_params() };
     let logs = b.as_admin(&[b.ix_update_params(&b.admin.pubkey(), new)]);
-    assert_eq!(b.market_state().params, new);
-    assert_event(&logs, ParamsUpdated { market: b.market, old: default_params(), new });
-    // The other edges of the bounds are accepted too.
-    let low = MarketParams { fee_bps: 0, burn_bps: 0, window_seconds: 1, max_skew_seconds: 0, unbonding_seconds: 0, ..new };
+    let effective_at = T0 + default_params().unbonding_seconds;
+    let m = b.market_state();
+    assert_eq!((m.params, m.pending_params, m.params_effective_at), (default_params(), new, effective_at));
+    assert_eq!((m.params_at(effective_at - 1), m.params_at(effective_at)), (default_params(), new));
+    assert_event(&logs, ParamsAnnounced { market: b.market, current: default_params(), pending: new, effective_at });
+    // The other edges of the bounds are accepted too; the delay is the unbonding time in force
+    // when announced (the new one here: a year).
+    b.set_time(effective_at);
+    let low = MarketParams { fee_bps: 0, burn_bps: 0, window_seconds: 1, max_skew_seconds: 0, unbonding_seconds: 0,
+        settle_quorum: 1, max_missed_windows: 1, temp_critical_c: 50, ecc_uncorrected_max: 0, reporter_reward_bps: 0, ..new };
     b.as_admin(&[b.ix_update_params(&b.admin.pubkey(), low)]);
-    assert_eq!(b.market_state().params, low);
+    let m = b.market_state();
+    assert_eq!((m.params, m.pending_params, m.params_effective_at), (new, low, effective_at + MAX_UNBONDING_SECONDS));
+    // With unbonding_seconds == 0 in force, a change applies at once.
+    b.set_time(effective_at + MAX_UNBONDING_SECONDS);
+    b.as_admin(&[b.ix_update_params(&b.admin.pubkey(), default_params())]);
+    let m = b.market_state();
+    assert_eq!((m.params, m.params_effective_at), (default_params(), 0));
 }
 
 #[test]
@@ -106,7 +119,13 @@ fn fail_update_params_downtime_slash_bps_10001() { assert_params_rejected(|p| p.
 #[test]
 fn fail_update_params_equivocation_slash_bps_10001() { assert_params_rejected(|p| p.equivocation_slash_bps = 10_001, E::BpsOutOfRange) }
 #[test]
-fn fail_update_params_reporter_reward_bps_10001() { assert_params_rejected(|p| p.reporter_reward_bps = 10_001, E::BpsOutOfRange) }
+fn fail_update_params_reporter_reward_bps_5001() { assert_params_rejected(|p| p.reporter_reward_bps = 5_001, E::ReporterRewardTooHigh) }
+#[test]
+fn fail_update_params_quorum_6() { assert_params_rejected(|p| p.settle_quorum = 6, E::InvalidQuorum) }
+#[test]
+fn fail_update_params_max_missed_windows_1441() { assert_params_rejected(|p| p.max_missed_windows = 1_441, E::InvalidMaxMissedWindows) }
+#[test]
+fn fail_update_params_temp_critical_151() { assert_params_rejected(|p| p.temp_critical_c = 151, E::InvalidHealthThresholds) }
 #[test]
 fn fail_update_params_window_0() { assert_params_rejected(|p| p.window_seconds = 0, E::InvalidWindowSeconds) }
 #[test]
@@ -123,14 +142,19 @@ fn fail_update_params_skew_301() { assert_params_rejected(|p| p.max_skew_seconds
 fn fail_update_params_max_missed_windows_0() { assert_params_rejected(|p| p.max_missed_windows = 0, E::InvalidMaxMissedWindows) }
 
 #[test]
-fn success_update_params_fee_change_applies_to_next_settlement() {
+fn success_update_params_fee_change_applies_to_jobs_created_once_in_force() {
     let mut b = Bench::new();
     let (job, _) = b.running_job(1, 1, 10_000);
-    let started = b.started(&job);
     b.as_admin(&[b.ix_update_params(&b.admin.pubkey(), MarketParams { fee_bps: 2_000, burn_bps: 0, ..default_params() })]);
     b.advance(60);
-    b.settle(job, receipt(1, 60, started + 60)).unwrap();
+    b.settle(job, receipt(1, 60, T0 + 60)).unwrap();
     let j = b.job_state(&job);
+    assert_eq!((j.paid_provider, j.paid_treasury, j.burned), (540, 30, 30), "the running job keeps its fee");
+    b.set_time(T0 + default_params().unbonding_seconds);
+    let (later, _) = b.running_job(2, 1, 10_000);
+    b.advance(60);
+    b.settle(later, receipt(1, 60, b.now)).unwrap();
+    let j = b.job_state(&later);
     assert_eq!((j.paid_provider, j.paid_treasury, j.burned), (480, 120, 0));
 }
 
@@ -208,7 +232,7 @@ fn success_pause_does_not_block_existing_business() {
     b.send(&[b.ix_request_validator_exit(&v2.key.pubkey())], &[&v2.key]).unwrap();
 
     b.advance(default_params().unbonding_seconds);
-    b.as_user(&[b.ix_expire_job(&user.pubkey(), expired, b.user.payment)]);
+    b.as_user(&[b.ix_expire_job(&user.pubkey(), expired)]);
     b.as_user(&[b.ix_close_job(&user.pubkey(), b.user.payment, settled)]);
     b.as_owner(&[b.ix_withdraw_unstaked(&owner.pubkey(), b.provider_owner.stake)]);
     b.send(&[b.ix_withdraw_validator_bond(&v2.key.pubkey(), v2.stake)], &[&v2.key]).unwrap();

@@ -33,7 +33,7 @@ fn success_register_provider_stores_spec_and_emits_event() {
     let address = b.provider_address(&p.key.pubkey());
     let s: Provider = b.account(&address).unwrap();
     assert_eq!((s.market, s.owner, s.worker_key, s.worker_key_expires_at), (b.market, p.key.pubkey(), worker_pubkey(&worker), T0 + 1_000));
-    assert_eq!((s.previous_worker_key, s.previous_key_retired_at), (Default::default(), 0));
+    assert_eq!((s.retired_keys, s.last_equivocation_slash_at), (Default::default(), 0));
     assert_eq!((s.spec, s.price_per_gpu_second, s.status, s.stake, s.gpus_in_use), (gpu_spec(256), 42, ProviderStatus::Active, 0, 0));
     assert_eq!((s.unbonding, s.reputation), (Unbonding::default(), Reputation::default()));
     assert_event(&logs, ProviderRegistered {
@@ -107,7 +107,7 @@ fn success_price_change_does_not_touch_running_job_rate() {
     let mut b = Bench::new();
     let (job, _) = b.running_job(1, 2, 100_000);
     update(&mut b, UpdateProviderArgs { price_per_gpu_second: Some(50), ..no_update() });
-    assert_eq!(b.job_state(&job).rate_per_second, 20);
+    assert_eq!(b.job_state(&job).terms.rate_per_second, 20);
     let started = b.started(&job);
     b.advance(60);
     b.settle(job, receipt(1, 60, started + 60)).unwrap();
@@ -115,7 +115,7 @@ fn success_price_change_does_not_touch_running_job_rate() {
     assert_eq!(j.paid_provider + j.paid_treasury + j.burned, 60 * 20);
     // A job created after the change gets the new price.
     let (job2, _) = b.open_job(2, 2, 100_000);
-    assert_eq!(b.job_state(&job2).rate_per_second, 100);
+    assert_eq!(b.job_state(&job2).terms.rate_per_second, 100);
 }
 
 #[test]
@@ -190,17 +190,17 @@ fn rotate_err(b: &mut Bench, key: anchor_lang::prelude::Pubkey, expires_at: i64)
 }
 
 #[test]
-fn success_rotate_worker_key_keeps_previous_for_grace() {
+fn success_rotate_worker_key_retires_the_previous_one() {
     let mut b = Bench::new();
     b.advance(100);
     let logs = rotate(&mut b, worker_pubkey(&new_worker()), 0);
     let p = b.provider_state();
-    let grace = b.now + 60 * 10;
     assert_eq!((p.worker_key, p.worker_key_expires_at), (worker_pubkey(&new_worker()), 0));
-    assert_eq!((p.previous_worker_key, p.previous_key_retired_at), (worker_pubkey(&b.worker), b.now));
+    assert_eq!(p.retired_keys[0], gpu_market::state::RetiredWorkerKey { key: worker_pubkey(&b.worker), retired_at: b.now });
+    assert_eq!(p.retired_keys[1..], [Default::default(); 3]);
     assert_event(&logs, WorkerKeyRotated {
         provider: b.provider, previous: worker_pubkey(&b.worker), current: worker_pubkey(&new_worker()),
-        expires_at: 0, previous_valid_until: grace,
+        expires_at: 0, retired_at: b.now,
     });
 }
 
@@ -296,11 +296,11 @@ fn fail_expired_worker_key_receipt_and_accept() {
     let ixs = b.settle_ixs(&new_worker(), job, receipt(1, 100, T0 + 100));
     b.as_va(&ixs);
     let ixs = b.settle_ixs(&new_worker(), job, receipt(2, 101, T0 + 101));
-    assert_eq!(b.va_err(&ixs), program_err(1, E::WrongReceiptSigner));
+    assert_eq!(b.va_err(&ixs), program_err(1, E::WorkerKeyExpired));
     // An expired key cannot accept jobs either.
     let (job2, _) = b.open_job(2, 1, 100_000);
     let worker = gpum_localnet::solana_keypair::Keypair::new_from_array(new_worker().to_bytes());
     let owner = b.owner_kp();
     let err = b.send_err(&[b.ix_accept_job(&worker.pubkey(), job2)], &[&owner, &worker]);
-    assert_eq!(err, program_err(0, E::NotProviderSigner));
+    assert_eq!(err, program_err(0, E::WorkerKeyExpired));
 }

@@ -12,6 +12,12 @@
 //!   their jobs' `paid_provider`, the treasury `paid_treasury`, the burn `burned`, users their
 //!   `refunded` minus what they `deposited`.
 //!
+//! Hostile moves (issue 7) are part of every run: donations straight into escrows and the
+//! stake vault (balances may exceed the books, never fall short), parameter announcements that
+//! come into force mid-run (running jobs keep their terms), runs of short receipts claiming the
+//! most the wall-time bound allows, key rotations (rate-limited), finishes that nobody closes
+//! (`complete_job` by anyone), declines, vault sweeps.
+//!
 //! Failures print the seed and step; rerun one with `GPUM_RANDOM_SEED=<seed>`
 //! (`GPUM_RANDOM_STEPS=<n>` changes the number of steps; `GPUM_RANDOM_DEBUG=1` prints each
 //! step kind with its expected outcome).
@@ -27,7 +33,7 @@ use gpu_market::{
     errors::GpuMarketError as E,
     instructions::UpdateProviderArgs,
     receipt::Receipt,
-    state::{Job, JobStatus, MarketParams, Provider, ProviderStatus},
+    state::{Job, JobStatus, MarketParams, Provider, ProviderStatus, RETIRED_KEYS},
 };
 use gpum_localnet::{
     solana_account::ReadableAccount, solana_instruction::Instruction, solana_keypair::Keypair,
@@ -36,7 +42,8 @@ use gpum_localnet::{
 use rand::{rngs::StdRng, Rng, SeedableRng};
 
 const SEEDS: [u64; 8] = [1, 2, 3, 4, 5, 6, 7, 8];
-const STEPS: usize = 400;
+/// 8 seeds x 1,250 steps = 10,000 steps in CI.
+const STEPS: usize = 1_250;
 
 /// Short unbonding (= jail time) so withdrawals and un-jailing happen within a run.
 fn params() -> MarketParams {
@@ -95,6 +102,8 @@ struct World {
     /// (settled_seconds, last_seq) of every live job after the previous step.
     progress: HashMap<Pubkey, (u64, u64)>,
     minted_payment: u64,
+    /// The treasury owner's stake-mint account: where `sweep_vault` sends the vault's surplus.
+    sweep_to: Pubkey,
     stats: BTreeMap<&'static str, [u32; 2]>,
 }
 
@@ -154,7 +163,10 @@ impl World {
         let k = keypair(&mut rng);
         let outsider = b.fund_party(k, 0, 0);
         let minted_payment = b.mint_supply(&b.payment_mint);
+        let admin = b.admin.pubkey();
+        let sweep_to = b.create_token_account(b.stake_mint, &admin);
         World {
+            sweep_to,
             b,
             rng,
             users,
@@ -237,7 +249,7 @@ impl World {
         let u = self.rng.gen_range(0..self.users.len());
         let p = self.rng.gen_range(0..self.provs.len());
         let prov = self.provider(p);
-        let m = self.b.market_state().params;
+        let m = self.b.market_state().params_at(self.b.now);
         let paused = self.b.market_state().paused;
         let free = prov.free_gpus();
         let variant = self.rng.gen_range(0..10);
@@ -273,9 +285,9 @@ impl World {
         let signer = match self.rng.gen_range(0..6) {
             0 | 1 => self.provs[p].owner.key.insecure_clone(),
             2..=4 => {
-                // The current worker key, or (if it has one) the previous one.
-                let key = if self.rng.gen_bool(0.3) && prov.previous_worker_key != Pubkey::default() {
-                    prov.previous_worker_key
+                // The current worker key, or (if it has one) a retired one.
+                let key = if self.rng.gen_bool(0.3) && prov.retired_keys[0].key != Pubkey::default() {
+                    prov.retired_keys[0].key
                 } else {
                     prov.worker_key
                 };
@@ -284,8 +296,10 @@ impl World {
             _ => self.stranger(&prov.owner, &prov.owner),
         };
         let key = signer.pubkey();
-        let expect = if key != prov.owner && !prov.current_key_valid_at(&key, self.b.now) {
+        let expect = if key != prov.owner && key != prov.worker_key {
             Expect::Err(0, E::NotProviderSigner)
+        } else if key != prov.owner && prov.current_key_expired_at(self.b.now) {
+            Expect::Err(0, E::WorkerKeyExpired)
         } else if prov.status != ProviderStatus::Active {
             Expect::Err(0, E::ProviderNotActive)
         } else if j.status != JobStatus::Open {
@@ -302,19 +316,28 @@ impl World {
         let (job, j) = self.pick_job(|j| matches!(j.status, JobStatus::Running | JobStatus::Finishing))?;
         let p = self.prov_index(&j.provider);
         let prov = self.provider(p);
-        let m = self.b.market_state().params;
         let now = self.b.now;
-        let skew = i64::from(m.max_skew_seconds);
+        let skew = i64::from(j.terms.max_skew_seconds);
         let lwe = j.last_window_end;
         let mut upper = now + skew;
         if j.status == JobStatus::Finishing {
             upper = upper.min(j.ended_at);
         }
-        let window_end = if upper > lwe { self.rng.gen_range(lwe + 1..=upper) } else { lwe + 1 };
-        let allowance = (window_end - lwe + skew) as u64;
+        // Often a short receipt (1-3 s after the last one) claiming all the bound allows: runs
+        // of them are the review's 6x over-billing attack.
+        let short = self.rng.gen_bool(0.3) && upper > lwe;
+        let window_end = if short {
+            (lwe + self.rng.gen_range(1..=3)).min(upper)
+        } else if upper > lwe {
+            self.rng.gen_range(lwe + 1..=upper)
+        } else {
+            lwe + 1
+        };
+        let bound = wall_bound(&j, window_end).max(j.settled_seconds as i64) as u64;
+        let cumulative = if short { bound } else { self.rng.gen_range(j.settled_seconds..=bound) };
         let mut r = Receipt {
             seq: j.last_seq + self.rng.gen_range(1..=2),
-            cumulative_seconds: j.settled_seconds + self.rng.gen_range(0..=allowance),
+            cumulative_seconds: cumulative,
             window_end,
             proof_hash: self.rng.gen(),
         };
@@ -329,19 +352,23 @@ impl World {
                     (r, key) = (*old, k.clone());
                 }
             }
-            1 => r.cumulative_seconds = j.settled_seconds + allowance + self.rng.gen_range(1..=30),
+            1 => r.cumulative_seconds = bound + self.rng.gen_range(1..=30),
             2 => {
                 key = SigningKey::from_bytes(&self.rng.gen());
                 worker_signed = false;
             }
             3 => r.window_end = now + skew + self.rng.gen_range(1..=100),
-            4 if prov.previous_worker_key != Pubkey::default() => {
-                key = self.provs[p].keys[&prov.previous_worker_key].clone();
+            4 if prov.retired_keys[0].key != Pubkey::default() => {
+                let slot = self.rng.gen_range(0..RETIRED_KEYS);
+                let retired = prov.retired_keys[slot].key;
+                if retired != Pubkey::default() {
+                    key = self.provs[p].keys[&retired].clone();
+                }
             }
             _ => {}
         }
         let signer = worker_pubkey(&key);
-        let expect = expect_settle(&j, &prov, &m, &r, &signer, now);
+        let expect = expect_settle(&j, &prov, &r, &signer, now);
         if worker_signed {
             self.signed.entry(job).or_default().push((r, key.clone()));
         }
@@ -388,12 +415,11 @@ impl World {
     fn gen_close_job(&mut self) -> Option<Tx> {
         let (job, j) = self.pick_job(|j| !j.status.holds_gpus() || j.status == JobStatus::Finishing)?;
         let (signer, payment) = self.job_user_or_stranger(&j);
-        let grace = self.b.market_state().params.grace_seconds();
         let expect = if signer.pubkey() != j.user {
             Expect::Err(0, E::NotJobUser)
         } else {
             match j.status {
-                JobStatus::Finishing | JobStatus::Completed if self.b.now <= j.ended_at + grace => {
+                JobStatus::Finishing if self.b.now <= j.ended_at + j.terms.grace_seconds => {
                     Expect::Err(0, E::GracePeriodActive)
                 }
                 JobStatus::Open | JobStatus::Running => Expect::Err(0, E::InvalidJobStatus),
@@ -438,8 +464,8 @@ impl World {
     fn gen_expire_job(&mut self) -> Option<Tx> {
         let (job, j) = self.pick_job(|j| j.status == JobStatus::Running)?;
         let signer = self.stranger(&Pubkey::default(), &Pubkey::default());
-        let m = self.b.market_state().params;
-        let deadline = j.last_window_end + i64::from(m.window_seconds) * i64::from(m.max_missed_windows) + m.grace_seconds();
+        let t = j.terms;
+        let deadline = j.last_window_end + i64::from(t.window_seconds) * i64::from(t.max_missed_windows) + t.grace_seconds;
         let expect = if j.status != JobStatus::Running {
             Expect::Err(0, E::InvalidJobStatus)
         } else if self.b.now <= deadline {
@@ -447,7 +473,7 @@ impl World {
         } else {
             Expect::Ok
         };
-        let ix = self.for_job(self.b.ix_expire_job(&signer.pubkey(), job, self.b.user.payment), &j);
+        let ix = self.for_job(self.b.ix_expire_job(&signer.pubkey(), job), &j);
         Some(Self::tx("expire_job", vec![ix], vec![signer], expect))
     }
 
@@ -463,7 +489,7 @@ impl World {
     fn gen_request_unstake(&mut self) -> Tx {
         let p = self.rng.gen_range(0..self.provs.len());
         let prov = self.provider(p);
-        let required = self.b.market_state().params.min_stake_per_gpu * u64::from(prov.gpus_in_use);
+        let required = self.b.market_state().params_at(self.b.now).min_stake_per_gpu * u64::from(prov.gpus_in_use);
         let amount = match self.rng.gen_range(0..6) {
             0 => 0,
             1 => prov.stake + self.rng.gen_range(1..=1_000),
@@ -541,8 +567,12 @@ impl World {
             2 => (worker_pubkey(&fresh), now + self.rng.gen_range(200..3_000)),
             _ => (worker_pubkey(&fresh), 0),
         };
+        let oldest = prov.retired_keys[RETIRED_KEYS - 1];
+        let retention = self.b.market_state().params_at(now).unbonding_seconds;
         let expect = if new_key == prov.worker_key || (expires_at != 0 && expires_at <= now) {
             Expect::Err(0, E::InvalidWorkerKey)
+        } else if oldest.key != Pubkey::default() && now < oldest.retired_at + retention {
+            Expect::Err(0, E::RotationTooSoon)
         } else {
             Expect::Ok
         };
@@ -569,7 +599,9 @@ impl World {
         }
         let prov = self.provider(self.prov_index(&j.provider));
         let signer = worker_pubkey(&key);
-        let is_worker = signer == prov.worker_key || (signer == prov.previous_worker_key && signer != Pubkey::default());
+        let signs = prov.key_signs_window(&signer, first.window_end) && prov.key_signs_window(&signer, second.window_end);
+        let incident_over = prov.last_equivocation_slash_at + i64::from(gpu_market::state::MAX_SKEW_SECONDS);
+        let latest = self.b.now + i64::from(j.terms.max_skew_seconds);
         let expect = if self.records.contains(&(job, j.started_at, first.seq)) {
             Expect::AnyErr // the record's `init` fails: already slashed for (job, seq)
         } else if first.seq != second.seq {
@@ -580,7 +612,11 @@ impl World {
             Expect::Err(1, E::InvalidJobStatus)
         } else if first.window_end <= j.started_at || second.window_end <= j.started_at {
             Expect::Err(1, E::ReceiptBeforeJobStart)
-        } else if !is_worker {
+        } else if prov.last_equivocation_slash_at != 0 && (first.window_end <= incident_over || second.window_end <= incident_over) {
+            Expect::Err(1, E::EquivocationAlreadyPunished)
+        } else if first.window_end > latest || second.window_end > latest {
+            Expect::Err(1, E::EvidenceFromTheFuture)
+        } else if !signs {
             Expect::Err(1, E::WrongReceiptSigner)
         } else {
             Expect::Ok
@@ -595,7 +631,7 @@ impl World {
 
     fn gen_slash_downtime(&mut self) -> Option<Tx> {
         let (job, j) = self.pick_job(|j| j.status == JobStatus::Running)?;
-        let m = self.b.market_state().params;
+        let m = j.terms;
         let v = self.rng.gen_range(0..self.vals.len());
         let (signer, stake) = (self.vals[v].auth.insecure_clone(), self.vals[v].stake);
         let impostor = self.rng.gen_bool(0.15);
@@ -615,6 +651,100 @@ impl World {
             ix = swap_account(ix, pda(&[gpu_market::seeds::VALIDATOR, self.b.market.as_ref(), signer.pubkey().as_ref()]), real);
         }
         Some(Self::tx("slash_downtime", vec![ix], vec![signer], expect))
+    }
+
+    fn gen_decline_job(&mut self) -> Option<Tx> {
+        let (job, j) = self.pick_job(|j| j.status == JobStatus::Open)?;
+        let p = self.prov_index(&j.provider);
+        let prov = self.provider(p);
+        let signer = match self.rng.gen_range(0..4) {
+            0 => self.provs[p].owner.key.insecure_clone(),
+            1 | 2 => Keypair::new_from_array(self.provs[p].keys[&prov.worker_key].to_bytes()),
+            _ => self.stranger(&prov.owner, &prov.owner),
+        };
+        let key = signer.pubkey();
+        let expect = if key != prov.owner && !prov.current_key_valid_at(&key, self.b.now) {
+            Expect::Err(0, E::NotProviderSigner)
+        } else if j.status != JobStatus::Open {
+            Expect::Err(0, E::InvalidJobStatus)
+        } else {
+            Expect::Ok
+        };
+        let ix = self.for_provider(self.b.ix_decline_job(&key, job), p);
+        Some(Self::tx("decline_job", vec![ix], vec![self.b.admin.insecure_clone(), signer], expect))
+    }
+
+    /// Anyone completes a finished job nobody closed.
+    fn gen_complete_job(&mut self) -> Option<Tx> {
+        let (job, j) = self.pick_job(|j| j.status == JobStatus::Finishing)?;
+        let signer = self.stranger(&Pubkey::default(), &Pubkey::default());
+        let expect = if j.status != JobStatus::Finishing {
+            Expect::Err(0, E::InvalidJobStatus)
+        } else if self.b.now <= j.ended_at + j.terms.grace_seconds {
+            Expect::Err(0, E::GracePeriodActive)
+        } else {
+            Expect::Ok
+        };
+        let ix = self.for_provider(self.b.ix_complete_job(&signer.pubkey(), job), self.prov_index(&j.provider));
+        Some(Self::tx("complete_job", vec![ix], vec![signer], expect))
+    }
+
+    /// The authority announces new parameters (in force `unbonding_seconds` later): running
+    /// jobs keep their terms. Sometimes out of bounds, sometimes by an outsider.
+    fn gen_update_params(&mut self) -> Tx {
+        let r = &mut self.rng;
+        let mut new = MarketParams {
+            fee_bps: r.gen_range(0..=2_500),
+            burn_bps: r.gen_range(0..=10_000),
+            min_stake_per_gpu: r.gen_range(500..=1_500),
+            unbonding_seconds: r.gen_range(300..=1_200),
+            window_seconds: r.gen_range(30..=120),
+            max_missed_windows: r.gen_range(1..=12),
+            downtime_slash_bps: r.gen_range(0..=500),
+            equivocation_slash_bps: r.gen_range(0..=10_000),
+            reporter_reward_bps: r.gen_range(0..=5_000),
+            max_skew_seconds: r.gen_range(0..=10),
+            ..params()
+        };
+        let mut expect = Expect::Ok;
+        match r.gen_range(0..8) {
+            0 => (new.settle_quorum, expect) = (6, Expect::Err(0, E::InvalidQuorum)),
+            1 => (new.reporter_reward_bps, expect) = (5_001, Expect::Err(0, E::ReporterRewardTooHigh)),
+            _ => {}
+        }
+        let signer = if self.rng.gen_bool(0.15) {
+            expect = Expect::Err(0, E::NotMarketAuthority);
+            self.outsider.key.insecure_clone()
+        } else {
+            self.b.admin.insecure_clone()
+        };
+        let ix = self.b.ix_update_params(&signer.pubkey(), new);
+        Self::tx("update_params", vec![ix], vec![signer], expect)
+    }
+
+    fn gen_sweep_vault(&mut self) -> Tx {
+        let m = self.b.market_state();
+        let surplus = self.b.token_balance(&m.stake_vault) - m.totals.staked - m.totals.bonded;
+        let expect = if surplus == 0 { Expect::Err(0, E::NothingToSweep) } else { Expect::Ok };
+        let signer = self.outsider.key.insecure_clone();
+        Self::tx("sweep_vault", vec![self.b.ix_sweep_vault(self.sweep_to)], vec![signer], expect)
+    }
+
+    /// A stranger sends tokens straight into a live job's escrow or the stake vault.
+    fn donate(&mut self) {
+        let amount = self.rng.gen_range(1..=5_000);
+        let live = self.live_jobs();
+        if self.rng.gen_bool(0.5) && !live.is_empty() {
+            let (job, _) = &live[self.rng.gen_range(0..live.len())];
+            let escrow = pda(&[gpu_market::seeds::ESCROW, job.as_ref()]);
+            let mint = self.b.payment_mint;
+            self.b.donate(mint, escrow, amount);
+            self.minted_payment += amount;
+        } else {
+            let (mint, vault) = (self.b.stake_mint, self.b.stake_vault);
+            self.b.donate(mint, vault, amount);
+        }
+        self.stats.entry("donate").or_default()[0] += 1;
     }
 
     fn gen_set_paused(&mut self) -> Tx {
@@ -701,10 +831,15 @@ impl World {
                 a - b
             };
             let job = &books_after.get(k).or(books_before.get(k)).unwrap().0;
+            // Tokens above the books (donations) that left the escrow went to the user too.
+            let surplus = |(j, balance): &(Job, u64)| *balance as i128 - j.booked_escrow().unwrap() as i128;
             let (pp, pt, burned, refunded, deposited) = match books_after.get(k) {
                 // Closed this step: everything left in escrow went back to the user.
                 None => (0, 0, 0, books_before[k].1 as i128, 0),
-                Some(_) => (d(|j| j.paid_provider), d(|j| j.paid_treasury), d(|j| j.burned), d(|j| j.refunded), d(|j| j.deposited)),
+                Some(after) => {
+                    let returned = books_before.get(k).map_or(0, surplus) - surplus(after);
+                    (d(|j| j.paid_provider), d(|j| j.paid_treasury), d(|j| j.burned), d(|j| j.refunded) + returned, d(|j| j.deposited))
+                }
             };
             *expected.entry(self.provs[self.prov_index(&job.provider)].owner.payment).or_default() += pp;
             *expected.entry(self.b.treasury).or_default() += pt;
@@ -755,6 +890,14 @@ impl World {
             76 => self.gen_slash_equivocation(),
             77..=79 => self.gen_slash_downtime(),
             80..=81 => Some(self.gen_set_paused()),
+            84..=85 => self.gen_decline_job(),
+            86..=87 => self.gen_complete_job(),
+            88 => Some(self.gen_update_params()),
+            89 => Some(self.gen_sweep_vault()),
+            90..=91 => {
+                self.donate();
+                None
+            }
             82..=83 => {
                 // Rare long silence: lets jobs expire and downtime be slashed.
                 let t = self.rng.gen_range(600..=1_000);
@@ -776,29 +919,39 @@ impl World {
     }
 }
 
-/// The settle rules of DESIGN section 4 / `settle.rs`, in the program's order (instruction 1;
-/// instruction 0 is the Ed25519 signature). The validator is always an Active one here.
-fn expect_settle(j: &Job, prov: &Provider, m: &MarketParams, r: &Receipt, signer: &Pubkey, now: i64) -> Expect {
+/// The absolute wall-time bound of a receipt ending at `window_end` (DESIGN section 5): seconds
+/// ever paid <= `window_end - started_at + skew`, and <= `ended_at - started_at` once finished.
+fn wall_bound(j: &Job, window_end: i64) -> i64 {
+    let bound = window_end - j.started_at + i64::from(j.terms.max_skew_seconds);
+    if j.status == JobStatus::Finishing { bound.min(j.ended_at - j.started_at) } else { bound }
+}
+
+/// The settle rules of DESIGN section 5 / `settle.rs`, in the program's order (instruction 1;
+/// instruction 0 is the Ed25519 signature), with the job's own terms. The validator is always
+/// an Active one here.
+fn expect_settle(j: &Job, prov: &Provider, r: &Receipt, signer: &Pubkey, now: i64) -> Expect {
     let err = |e| Expect::Err(1, e);
     match j.status {
         JobStatus::Running => {}
         JobStatus::Finishing if r.window_end > j.ended_at => return err(E::WindowAfterJobEnd),
-        JobStatus::Finishing if now > j.ended_at + m.grace_seconds() => return err(E::SettlementGraceOver),
+        JobStatus::Finishing if now > j.ended_at + j.terms.grace_seconds => return err(E::SettlementGraceOver),
         JobStatus::Finishing => {}
         _ => return err(E::InvalidJobStatus),
     }
-    let skew = i64::from(m.max_skew_seconds);
+    let skew = i64::from(j.terms.max_skew_seconds);
     if r.seq <= j.last_seq {
         err(E::StaleSequence)
     } else if r.cumulative_seconds < j.settled_seconds {
         err(E::CumulativeDecreased)
     } else if r.window_end <= j.last_window_end {
         err(E::WindowNotAfterLast)
-    } else if r.cumulative_seconds - j.settled_seconds > (r.window_end - j.last_window_end + skew) as u64 {
+    } else if r.cumulative_seconds as i64 > wall_bound(j, r.window_end) {
         err(E::BilledSecondsExceedWallTime)
     } else if r.window_end > now + skew {
         err(E::WindowEndInFuture)
-    } else if !prov.receipt_key_valid(signer, r.window_end, now, params().key_rotation_grace_seconds()) {
+    } else if *signer == prov.worker_key && prov.current_key_expired_at(r.window_end) {
+        err(E::WorkerKeyExpired)
+    } else if !prov.receipt_key_valid(signer, r.window_end, now, j.terms.key_rotation_grace_seconds()) {
         err(E::WrongReceiptSigner)
     } else {
         Expect::Ok
@@ -845,10 +998,11 @@ fn random_valid_and_invalid_sequences_keep_every_invariant() {
         println!("{kind:<20} {ok:>8} {failed:>8}");
     }
     println!("{} steps per seed in {:.1?}", steps, started.elapsed());
-    const TX_KINDS: [&str; 16] = [
+    const TX_KINDS: [&str; 20] = [
         "create_job", "accept_job", "settle", "finish_job", "close_job", "top_up", "cancel_job",
         "expire_job", "stake", "request_unstake", "withdraw_unstaked", "update_provider",
         "rotate_worker_key", "slash_equivocation", "slash_downtime", "set_paused",
+        "decline_job", "complete_job", "update_params", "sweep_vault",
     ];
     for kind in TX_KINDS {
         let [ok, failed] = total.get(kind).copied().unwrap_or_default();
@@ -856,6 +1010,7 @@ fn random_valid_and_invalid_sequences_keep_every_invariant() {
         assert!(failed > 0, "{kind} never failed: the run does not exercise its error paths");
     }
     assert!(total.get("advance_time").is_some_and(|s| s[0] > 0));
+    assert!(total.get("donate").is_some_and(|s| s[0] > 0), "no donation was made");
 }
 
 /// Program bug (kept as a failing case, see the report): a job PDA is `["job", market, user,
@@ -872,7 +1027,7 @@ fn honest_receipts_of_two_incarnations_of_one_job_address_are_not_equivocation()
     let first = Receipt { seq: 1, cumulative_seconds: 60, window_end: b.now, proof_hash: [1; 32] };
     b.settle(job, first).unwrap();
     b.send(&[b.ix_finish_job(&user.pubkey(), job)], &[&user]).unwrap();
-    b.advance(200);
+    b.advance(12 * 60 + 1);
     b.send(&[b.ix_close_job(&user.pubkey(), b.user.payment, job)], &[&user]).unwrap();
     // Same job_id again: same address; the worker honestly starts again at seq 1.
     let (again, _) = b.running_job(1, 1, 10_000);

@@ -117,8 +117,8 @@ fn fail_settle_stale_sequence_after_gap() {
 #[test]
 fn success_finishing_job_final_receipt_at_grace_end() {
     let (mut b, job) = running();
-    b.finish(job); // ended_at = T0 + 60
-    b.set_time(T0 + 60 + 120);
+    b.finish(job); // ended_at = T0 + 60; grace (10 + 2) windows
+    b.set_time(T0 + 60 + 12 * 60);
     b.settle(job, receipt(1, 60, T0 + 60)).unwrap();
     assert_eq!(b.job_state(&job).settled_seconds, 60);
 }
@@ -127,7 +127,7 @@ fn success_finishing_job_final_receipt_at_grace_end() {
 fn fail_finishing_job_receipt_one_second_after_grace() {
     let (mut b, job) = running();
     b.finish(job);
-    b.set_time(T0 + 60 + 121);
+    b.set_time(T0 + 60 + 12 * 60 + 1);
     assert_eq!(settle_err(&mut b, job, receipt(1, 60, T0 + 60)), program_err(1, E::SettlementGraceOver));
 }
 

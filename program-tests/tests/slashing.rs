@@ -89,6 +89,7 @@ fn success_slash_equivocation_reaches_unbonding_stake() {
 fn success_slash_equivocation_by_previous_worker_key() {
     let (mut b, job, reporter) = equivocation_bench();
     let new = SigningKey::from_bytes(&[11u8; 32]);
+    b.advance(1); // the evidence's window (ending at T0 + 1) ended by the rotation
     b.as_owner(&[b.ix_rotate_worker_key(&b.provider_owner.key.pubkey(), worker_pubkey(&new), 0)]);
     let (first, second) = equivocating_pair(1, 1, T0 + 1);
     let ixs = equivocation_ixs(&b, &b.worker, &reporter, job, first, second);

@@ -19,8 +19,8 @@ use gpu_market::{
     events::*,
     receipt::Receipt,
     state::{
-        EquivocationRecord, GpuSpec, Job, JobStatus, Market, MarketParams, MarketTotals, Provider,
-        ProviderStatus, Reputation, Unbonding, Validator, ValidatorStatus,
+        EquivocationRecord, GpuSpec, Job, JobStatus, JobTerms, Market, MarketParams, MarketTotals,
+        Provider, ProviderStatus, Reputation, RetiredWorkerKey, Unbonding, Validator, ValidatorStatus,
     },
 };
 use gpum_localnet::{solana_keypair::Keypair, solana_signer::Signer};
@@ -108,15 +108,17 @@ macro_rules! to_j_struct {
     };
 }
 
-to_j_struct!(MarketParams { fee_bps, burn_bps, min_stake_per_gpu, unbonding_seconds, window_seconds, settle_quorum, max_missed_windows, downtime_slash_bps, equivocation_slash_bps, reporter_reward_bps, validator_min_bond, max_skew_seconds });
+to_j_struct!(MarketParams { fee_bps, burn_bps, min_stake_per_gpu, unbonding_seconds, window_seconds, settle_quorum, max_missed_windows, downtime_slash_bps, equivocation_slash_bps, reporter_reward_bps, validator_min_bond, max_skew_seconds, temp_critical_c, ecc_uncorrected_max });
 to_j_struct!(MarketTotals { staked, bonded, burned, fees, slashed, jobs });
-to_j_struct!(Market { authority, creator, pending_authority, id, stake_mint, payment_mint, stake_vault, treasury, params, paused, totals, bump, stake_vault_bump });
+to_j_struct!(Market { authority, creator, pending_authority, id, stake_mint, payment_mint, stake_vault, treasury, params, pending_params, params_effective_at, paused, totals, bump, stake_vault_bump });
 to_j_struct!(GpuSpec { gpu_model, gpu_count, vram_mib, region });
 to_j_struct!(Unbonding { amount, release_at });
 to_j_struct!(Reputation { verified_seconds, windows_missed, jobs_completed, jobs_failed, slashes });
-to_j_struct!(Provider { market, owner, worker_key, worker_key_expires_at, previous_worker_key, previous_key_retired_at, spec, price_per_gpu_second, status, stake, unbonding, gpus_in_use, reputation, bump });
+to_j_struct!(Provider { market, owner, worker_key, worker_key_expires_at, retired_keys, last_equivocation_slash_at, spec, price_per_gpu_second, status, stake, unbonding, gpus_in_use, reputation, bump });
+to_j_struct!(RetiredWorkerKey { key, retired_at });
+to_j_struct!(JobTerms { rate_per_second, fee_bps, burn_bps, window_seconds, max_missed_windows, grace_seconds, max_skew_seconds, settle_quorum, downtime_slash_bps, equivocation_slash_bps, reporter_reward_bps, temp_critical_c, ecc_uncorrected_max });
 to_j_struct!(Validator { market, authority, bond, unbonding, status, settlements, bump });
-to_j_struct!(Job { market, user, provider, job_id, gpu_count, rate_per_second, deposited, settled_seconds, paid_provider, paid_treasury, burned, refunded, status, created_at, started_at, ended_at, last_seq, last_receipt_hash, last_window_end, bump, escrow_bump });
+to_j_struct!(Job { market, user, provider, job_id, gpu_count, terms, deposited, settled_seconds, paid_provider, paid_treasury, burned, refunded, status, created_at, started_at, ended_at, last_seq, last_receipt_hash, last_window_end, bump, escrow_bump });
 to_j_struct!(EquivocationRecord { job, seq, provider, reporter, slashed, bump });
 
 to_j_struct!(MarketInitialized { market, authority, id, stake_mint, payment_mint, treasury, params });
@@ -127,26 +129,36 @@ to_j_struct!(JobCreated { market, job, user, provider, job_id, gpu_count, price_
 to_j_struct!(JobAccepted { job, provider, signer, started_at });
 to_j_struct!(Settled { job, provider, validator, seq, cumulative_seconds, window_end, proof_hash, claimed_seconds, billed_seconds, rate_per_second, fee_bps, burn_bps, amount, fee, burned, to_provider, to_treasury, escrow_remaining, exhausted });
 to_j_struct!(JobFinished { job, by, ended_at });
-to_j_struct!(JobClosed { job, user, refunded, deposited, paid_provider, paid_treasury, burned });
-to_j_struct!(ParamsUpdated { market, old, new });
+to_j_struct!(JobClosed { job, user, refunded, surplus_returned, deposited, paid_provider, paid_treasury, burned });
+to_j_struct!(ParamsAnnounced { market, current, pending, effective_at });
+to_j_struct!(TreasurySet { market, previous, treasury });
+to_j_struct!(VaultSwept { market, amount, destination });
+to_j_struct!(JobDeclined { job, provider, by });
+to_j_struct!(JobCompleted { job, by, settled_seconds });
 to_j_struct!(PausedSet { market, paused });
 to_j_struct!(AuthorityProposed { market, current, proposed });
 to_j_struct!(AuthorityAccepted { market, previous, authority });
 to_j_struct!(ProviderUpdated { provider, price_per_gpu_second, gpu_count, status });
-to_j_struct!(WorkerKeyRotated { provider, previous, current, expires_at, previous_valid_until });
+to_j_struct!(WorkerKeyRotated { provider, previous, current, expires_at, retired_at });
 to_j_struct!(UnstakeRequested { provider, amount, stake, unbonding, release_at });
 to_j_struct!(StakeWithdrawn { provider, amount });
 to_j_struct!(ValidatorExitRequested { validator, amount, release_at });
 to_j_struct!(ValidatorBondWithdrawn { validator, amount });
 to_j_struct!(JobToppedUp { job, amount, deposited });
-to_j_struct!(JobCancelled { job, refunded });
-to_j_struct!(JobExpired { job, by, last_window_end, missed_windows, refunded });
+to_j_struct!(JobCancelled { job, refunded, surplus_returned });
+to_j_struct!(JobExpired { job, by, last_window_end, missed_windows });
 to_j_struct!(EquivocationSlashed { provider, job, seq, first_proof_hash, second_proof_hash, reporter, slash_bps, reporter_reward_bps, slashed, reward, burned, jailed_until });
 to_j_struct!(DowntimeSlashed { provider, job, missed_windows, validators, slash_bps, reporter_reward_bps, slashed, reward, burned });
 
 impl ToJ for JobStatus {
     fn j(&self) -> J {
         J::S(format!("{self:?}").to_lowercase())
+    }
+}
+
+impl ToJ for [RetiredWorkerKey; gpu_market::state::RETIRED_KEYS] {
+    fn j(&self) -> J {
+        J::A(self.iter().map(ToJ::j).collect())
     }
 }
 
@@ -191,6 +203,8 @@ fn params() -> MarketParams {
         reporter_reward_bps: 1_001,
         validator_min_bond: 5_000_000_003,
         max_skew_seconds: 7,
+        temp_critical_c: 93,
+        ecc_uncorrected_max: 2,
     }
 }
 
@@ -205,6 +219,8 @@ fn market() -> Market {
         stake_vault: key(6),
         treasury: key(7),
         params: params(),
+        pending_params: MarketParams { fee_bps: 17, temp_critical_c: 120, ..params() },
+        params_effective_at: 1_751_209_601,
         paused: true,
         totals: MarketTotals { staked: 11, bonded: 22, burned: 33, fees: 44, slashed: 55, jobs: 66 },
         bump: 254,
@@ -222,8 +238,13 @@ fn provider(status: ProviderStatus) -> Provider {
         owner: key(11),
         worker_key: key(12),
         worker_key_expires_at: 1_800_000_001,
-        previous_worker_key: key(13),
-        previous_key_retired_at: 1_750_000_600,
+        retired_keys: [
+            RetiredWorkerKey { key: key(13), retired_at: 1_750_000_600 },
+            RetiredWorkerKey { key: key(14), retired_at: 1_740_000_600 },
+            RetiredWorkerKey::default(),
+            RetiredWorkerKey::default(),
+        ],
+        last_equivocation_slash_at: 1_745_000_000,
         spec: GpuSpec { gpu_model, gpu_count: 257, vram_mib: 81_921, region },
         price_per_gpu_second: u64::MAX - 1,
         status,
@@ -254,7 +275,7 @@ fn job(status: JobStatus) -> Job {
         provider: key(32),
         job_id: u64::MAX,
         gpu_count: 2,
-        rate_per_second: 20,
+        terms: JobTerms { rate_per_second: 20, ..JobTerms::new(&params(), 20) },
         deposited: 12_001,
         settled_seconds: 180,
         paid_provider: 3_240,
@@ -302,7 +323,7 @@ fn synthetic_accounts() -> Vec<J> {
     for (name, s) in [("validator_active", ValidatorStatus::Active), ("validator_exiting", ValidatorStatus::Exiting)] {
         v.push(account_vector(name, "Validator", &validator(s)));
     }
-    for s in [JobStatus::Open, JobStatus::Running, JobStatus::Finishing, JobStatus::Completed, JobStatus::Cancelled, JobStatus::Failed] {
+    for s in [JobStatus::Open, JobStatus::Running, JobStatus::Finishing, JobStatus::Completed, JobStatus::Cancelled, JobStatus::Failed, JobStatus::Declined] {
         v.push(account_vector(&format!("job_{}", format!("{s:?}").to_lowercase()), "Job", &job(s)));
     }
     let record = EquivocationRecord { job: key(40), seq: 9, provider: key(41), reporter: key(42), slashed: 50_000_000_001, bump: 247 };
@@ -327,20 +348,24 @@ fn synthetic_events() -> Vec<J> {
             escrow_remaining: 13, exhausted: true,
         }),
         event_vector("JobFinished", &JobFinished { job: key(60), by: key(61), ended_at: 1_750_000_400 }),
-        event_vector("JobClosed", &JobClosed { job: key(60), user: key(61), refunded: 13, deposited: 19_801, paid_provider: 17_000, paid_treasury: 1_500, burned: 1_288 }),
-        event_vector("ParamsUpdated", &ParamsUpdated { market: key(50), old: p, new: other }),
+        event_vector("JobClosed", &JobClosed { job: key(60), user: key(61), refunded: 13, surplus_returned: 3, deposited: 19_801, paid_provider: 17_000, paid_treasury: 1_500, burned: 1_288 }),
+        event_vector("ParamsAnnounced", &ParamsAnnounced { market: key(50), current: p, pending: other, effective_at: 1_751_209_605 }),
+        event_vector("TreasurySet", &TreasurySet { market: key(50), previous: key(54), treasury: key(65) }),
+        event_vector("VaultSwept", &VaultSwept { market: key(50), amount: 77, destination: key(66) }),
+        event_vector("JobDeclined", &JobDeclined { job: key(60), provider: key(55), by: key(57) }),
+        event_vector("JobCompleted", &JobCompleted { job: key(60), by: key(64), settled_seconds: 3_601 }),
         event_vector("PausedSet", &PausedSet { market: key(50), paused: true }),
         event_vector("AuthorityProposed", &AuthorityProposed { market: key(50), current: key(51), proposed: key(62) }),
         event_vector("AuthorityAccepted", &AuthorityAccepted { market: key(50), previous: key(51), authority: key(62) }),
         event_vector("ProviderUpdated", &ProviderUpdated { provider: key(55), price_per_gpu_second: 12, gpu_count: 6, status: ProviderStatus::Jailed { until: -5 } }),
-        event_vector("WorkerKeyRotated", &WorkerKeyRotated { provider: key(55), previous: key(57), current: key(63), expires_at: 1_760_000_000, previous_valid_until: 1_750_000_900 }),
+        event_vector("WorkerKeyRotated", &WorkerKeyRotated { provider: key(55), previous: key(57), current: key(63), expires_at: 1_760_000_000, retired_at: 1_750_000_900 }),
         event_vector("UnstakeRequested", &UnstakeRequested { provider: key(55), amount: 501, stake: 99_500, unbonding: 1_001, release_at: 1_751_209_601 }),
         event_vector("StakeWithdrawn", &StakeWithdrawn { provider: key(55), amount: 1_001 }),
         event_vector("ValidatorExitRequested", &ValidatorExitRequested { validator: key(58), amount: 10_003, release_at: 1_751_209_602 }),
         event_vector("ValidatorBondWithdrawn", &ValidatorBondWithdrawn { validator: key(58), amount: 10_003 }),
         event_vector("JobToppedUp", &JobToppedUp { job: key(60), amount: 999, deposited: 20_800 }),
-        event_vector("JobCancelled", &JobCancelled { job: key(60), refunded: 20_800 }),
-        event_vector("JobExpired", &JobExpired { job: key(60), by: key(64), last_window_end: 1_750_000_362, missed_windows: 13, refunded: 4_321 }),
+        event_vector("JobCancelled", &JobCancelled { job: key(60), refunded: 20_800, surplus_returned: 1 }),
+        event_vector("JobExpired", &JobExpired { job: key(60), by: key(64), last_window_end: 1_750_000_362, missed_windows: 13 }),
         event_vector("EquivocationSlashed", &EquivocationSlashed {
             provider: key(55), job: key(60), seq: 5, first_proof_hash: bytes32(0x11), second_proof_hash: bytes32(0x22),
             reporter: key(64), slash_bps: 5_001, reporter_reward_bps: 1_001, slashed: 50_010, reward: 5_006, burned: 45_004,
@@ -446,7 +471,8 @@ fn every_event_and_account_type_has_a_vector() {
     let names: Vec<&[u8]> = vec![
         MarketInitialized::DISCRIMINATOR, ProviderRegistered::DISCRIMINATOR, Staked::DISCRIMINATOR,
         ValidatorRegistered::DISCRIMINATOR, JobCreated::DISCRIMINATOR, JobAccepted::DISCRIMINATOR,
-        Settled::DISCRIMINATOR, JobFinished::DISCRIMINATOR, JobClosed::DISCRIMINATOR, ParamsUpdated::DISCRIMINATOR,
+        Settled::DISCRIMINATOR, JobFinished::DISCRIMINATOR, JobClosed::DISCRIMINATOR, ParamsAnnounced::DISCRIMINATOR,
+        TreasurySet::DISCRIMINATOR, VaultSwept::DISCRIMINATOR, JobDeclined::DISCRIMINATOR, JobCompleted::DISCRIMINATOR,
         PausedSet::DISCRIMINATOR, AuthorityProposed::DISCRIMINATOR, AuthorityAccepted::DISCRIMINATOR,
         ProviderUpdated::DISCRIMINATOR, WorkerKeyRotated::DISCRIMINATOR, UnstakeRequested::DISCRIMINATOR,
         StakeWithdrawn::DISCRIMINATOR, ValidatorExitRequested::DISCRIMINATOR, ValidatorBondWithdrawn::DISCRIMINATOR,

@@ -10,13 +10,13 @@ pub enum GpuMarketError {
     BpsOutOfRange,
     #[msg("window_seconds must be between 1 and 3600")]
     InvalidWindowSeconds,
-    #[msg("settle_quorum must be at least 1")]
+    #[msg("settle_quorum must be between 1 and 5")]
     InvalidQuorum,
     #[msg("unbonding_seconds must be between 0 and 365 days")]
     InvalidUnbondingSeconds,
     #[msg("max_skew_seconds must be at most 300")]
     InvalidSkew,
-    #[msg("max_missed_windows must be at least 1")]
+    #[msg("max_missed_windows must be between 1 and 1440")]
     InvalidMaxMissedWindows,
     #[msg("the market is paused: no new business until the authority unpauses it")]
     MarketPaused,
@@ -132,4 +132,21 @@ pub enum GpuMarketError {
     MathOverflow,
     #[msg("an account invariant does not hold")]
     InvariantViolated,
+    // -- v2 hardening (appended: existing codes keep their numbers) --
+    #[msg("reporter_reward_bps must be at most 5000 (a reporter never earns half a slash)")]
+    ReporterRewardTooHigh,
+    #[msg("temp_critical_c must be 50..=150 and ecc_uncorrected_max at most 1000000")]
+    InvalidHealthThresholds,
+    #[msg("every retired-key slot holds a key retired less than unbonding_seconds ago; rotate later")]
+    RotationTooSoon,
+    #[msg("this evidence belongs to an equivocation incident that was already slashed")]
+    EquivocationAlreadyPunished,
+    #[msg("the treasury must be an initialized, unfrozen token account of the payment mint")]
+    TreasuryNotUsable,
+    #[msg("the stake vault holds no more than the booked stake and bonds")]
+    NothingToSweep,
+    #[msg("the sweep destination must be a stake-mint account owned by the treasury's owner")]
+    InvalidSweepDestination,
+    #[msg("a receipt's window_end is too far in the future to be evidence")]
+    EvidenceFromTheFuture,
 }

@@ -105,18 +105,14 @@ pub struct JobFinished {
 pub struct JobClosed {
     pub job: Pubkey,
     pub user: Pubkey,
+    /// The booked escrow balance refunded now.
     pub refunded: u64,
+    /// Tokens above the books (donations) returned to the user with it.
+    pub surplus_returned: u64,
     pub deposited: u64,
     pub paid_provider: u64,
     pub paid_treasury: u64,
     pub burned: u64,
-}
-
-#[event]
-pub struct ParamsUpdated {
-    pub market: Pubkey,
-    pub old: MarketParams,
-    pub new: MarketParams,
 }
 
 #[event]
@@ -153,7 +149,8 @@ pub struct WorkerKeyRotated {
     pub previous: Pubkey,
     pub current: Pubkey,
     pub expires_at: i64,
-    pub previous_valid_until: i64,
+    /// The previous key signs only windows that ended by this time.
+    pub retired_at: i64,
 }
 
 #[event]
@@ -195,6 +192,7 @@ pub struct JobToppedUp {
 pub struct JobCancelled {
     pub job: Pubkey,
     pub refunded: u64,
+    pub surplus_returned: u64,
 }
 
 #[event]
@@ -203,7 +201,6 @@ pub struct JobExpired {
     pub by: Pubkey,
     pub last_window_end: i64,
     pub missed_windows: u64,
-    pub refunded: u64,
 }
 
 /// Carries the inputs (bps) and outputs of the slash math.
@@ -234,4 +231,41 @@ pub struct DowntimeSlashed {
     pub slashed: u64,
     pub reward: u64,
     pub burned: u64,
+}
+
+#[event]
+pub struct JobDeclined {
+    pub job: Pubkey,
+    pub provider: Pubkey,
+    pub by: Pubkey,
+}
+
+#[event]
+pub struct JobCompleted {
+    pub job: Pubkey,
+    pub by: Pubkey,
+    pub settled_seconds: u64,
+}
+
+/// `update_params` announced parameters; they are in force from `effective_at` on.
+#[event]
+pub struct ParamsAnnounced {
+    pub market: Pubkey,
+    pub current: MarketParams,
+    pub pending: MarketParams,
+    pub effective_at: i64,
+}
+
+#[event]
+pub struct TreasurySet {
+    pub market: Pubkey,
+    pub previous: Pubkey,
+    pub treasury: Pubkey,
+}
+
+#[event]
+pub struct VaultSwept {
+    pub market: Pubkey,
+    pub amount: u64,
+    pub destination: Pubkey,
 }

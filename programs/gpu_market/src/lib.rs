@@ -80,7 +80,7 @@ pub mod gpu_market {
         instructions::close_job::handler(ctx)
     }
 
-    /// Replaces the market parameters (authority; bounds checked).
+    /// Announces new market parameters, in force after `unbonding_seconds` (authority).
     pub fn update_params(ctx: Context<UpdateParams>, params: MarketParams) -> Result<()> {
         instructions::update_params::handler(ctx, params)
     }
@@ -105,7 +105,7 @@ pub mod gpu_market {
         instructions::update_provider::handler(ctx, args)
     }
 
-    /// Replaces the worker key; the previous one stays valid for a grace (owner).
+    /// Replaces the worker key; the retired one signs only windows that ended by now (owner).
     pub fn rotate_worker_key(
         ctx: Context<RotateWorkerKey>,
         new_worker_key: Pubkey,
@@ -144,9 +144,29 @@ pub mod gpu_market {
         instructions::refund::cancel(ctx)
     }
 
-    /// Ends a Running job whose provider stopped proving; refunds the rest (anyone).
-    pub fn expire_job(ctx: Context<RefundJob>) -> Result<()> {
+    /// Fails a Running job whose provider stopped proving; no tokens move (anyone).
+    pub fn expire_job(ctx: Context<EndJob>) -> Result<()> {
         instructions::refund::expire(ctx)
+    }
+
+    /// The provider refuses an Open job; the user's `close_job` refunds it in full.
+    pub fn decline_job(ctx: Context<EndJob>) -> Result<()> {
+        instructions::refund::decline(ctx)
+    }
+
+    /// Completes a Finishing job whose grace is over and frees its GPUs (anyone).
+    pub fn complete_job(ctx: Context<EndJob>) -> Result<()> {
+        instructions::refund::complete(ctx)
+    }
+
+    /// Replaces the treasury token account (authority).
+    pub fn set_treasury(ctx: Context<SetTreasury>) -> Result<()> {
+        instructions::treasury::set_treasury(ctx)
+    }
+
+    /// Moves the stake vault's surplus over the booked stake to the treasury's owner (anyone).
+    pub fn sweep_vault(ctx: Context<SweepVault>) -> Result<()> {
+        instructions::treasury::sweep_vault(ctx)
     }
 
     /// Slashes a provider whose worker key signed two receipts for one job and seq (anyone).

@@ -1,8 +1,10 @@
 //! Pure money math. No runtime, no accounts: unit- and property-tested natively.
 //!
-//! Rounding: the fee and the burn share are rounded down, so rounding never takes more from a
-//! payment than its stated basis points; the remainder stays with the provider (fee) or the
-//! treasury (burn). `to_provider + to_treasury + burned == amount` always.
+//! Rounding: the fee is rounded up, in the market's favour, so that splitting a payment into
+//! many tiny settlements never skips the fee (a 1-unit settlement at any non-zero fee pays a
+//! 1-unit fee); the burn share of the fee is rounded down, the remainder staying with the
+//! treasury. `to_provider + to_treasury + burned == amount` always, and the fee is never more
+//! than `ceil(amount * fee_bps / 10000) <= amount`.
 
 pub const BPS_DENOMINATOR: u64 = 10_000;
 
@@ -19,6 +21,21 @@ pub fn bps_of(amount: u64, bps: u16) -> Result<u64, MathOverflow> {
         .ok_or(MathOverflow)?;
     let quotient = product
         .checked_div(u128::from(BPS_DENOMINATOR))
+        .ok_or(MathOverflow)?;
+    u64::try_from(quotient).map_err(|_| MathOverflow)
+}
+
+/// `ceil(amount * bps / 10000)`, computed in u128. `bps` above 10000 is rejected.
+pub fn bps_of_ceil(amount: u64, bps: u16) -> Result<u64, MathOverflow> {
+    if u64::from(bps) > BPS_DENOMINATOR {
+        return Err(MathOverflow);
+    }
+    let product = u128::from(amount)
+        .checked_mul(u128::from(bps))
+        .ok_or(MathOverflow)?;
+    let quotient = product
+        .checked_add(u128::from(BPS_DENOMINATOR).checked_sub(1).ok_or(MathOverflow)?)
+        .and_then(|p| p.checked_div(u128::from(BPS_DENOMINATOR)))
         .ok_or(MathOverflow)?;
     u64::try_from(quotient).map_err(|_| MathOverflow)
 }
@@ -41,7 +58,8 @@ pub struct Payout {
 }
 
 /// Splits a settlement of `claimed_seconds` at `rate` per second, capped by what the escrow
-/// holds. Guarantees: `amount <= escrow_balance`, and
+/// holds (its booked balance: donations are never paid out). Guarantees:
+/// `amount <= escrow_balance`, `fee == ceil(amount * fee_bps / 10000)`, and
 /// `to_provider + to_treasury + burned == amount == billed_seconds * rate`.
 pub fn payout(
     claimed_seconds: u64,
@@ -52,7 +70,7 @@ pub fn payout(
 ) -> Result<Payout, MathOverflow> {
     let billed_seconds = claimed_seconds.min(affordable_seconds(escrow_balance, rate)?);
     let amount = billed_seconds.checked_mul(rate).ok_or(MathOverflow)?;
-    let fee = bps_of(amount, fee_bps)?;
+    let fee = bps_of_ceil(amount, fee_bps)?;
     let burned = bps_of(fee, burn_bps)?;
     Ok(Payout {
         billed_seconds,
@@ -118,12 +136,25 @@ mod tests {
     }
 
     #[test]
+    fn fee_rounds_up_so_tiny_settlements_pay_it() {
+        assert_eq!(bps_of_ceil(1, 1), Ok(1));
+        assert_eq!(bps_of_ceil(0, 2_500), Ok(0));
+        assert_eq!(bps_of_ceil(10_000, 100), Ok(100));
+        assert_eq!(bps_of_ceil(10_001, 100), Ok(101));
+        assert_eq!(bps_of_ceil(u64::MAX, 10_000), Ok(u64::MAX));
+        assert_eq!(bps_of_ceil(1, 10_001), Err(MathOverflow));
+        // 1000 one-unit settlements at 1 % pay 1000 in fees; the old floor paid none.
+        let fees: u64 = (0..1000).map(|_| payout(1, 1, 1, 100, 0).unwrap().fee).sum();
+        assert_eq!(fees, 1000);
+    }
+
+    #[test]
     fn payout_caps_at_escrow() {
         let p = payout(100, 7, 500, 1000, 5000).unwrap();
         assert_eq!(p.billed_seconds, 71);
         assert_eq!(p.amount, 497);
-        assert_eq!(p.fee, 49);
-        assert_eq!(p.burned, 24);
+        assert_eq!(p.fee, 50);
+        assert_eq!(p.burned, 25);
         assert_eq!(p.to_provider + p.to_treasury + p.burned, p.amount);
     }
 
@@ -160,6 +191,9 @@ mod properties {
                 prop_assert!(p.billed_seconds <= claimed);
                 prop_assert_eq!(p.amount, p.billed_seconds * rate);
                 prop_assert!(p.fee <= p.amount / 4 + 1);
+                // Rounded up, never by more than one unit.
+                prop_assert!(u128::from(p.fee) * 10_000 >= u128::from(p.amount) * u128::from(fee_bps));
+                prop_assert!(u128::from(p.fee) * 10_000 < u128::from(p.amount) * u128::from(fee_bps) + 10_000);
                 prop_assert!(escrow - p.amount < rate || p.billed_seconds == claimed);
             } else {
                 // Only possible when billed seconds times rate overflows.

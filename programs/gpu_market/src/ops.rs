@@ -133,33 +133,73 @@ pub fn sub(a: u64, b: u64) -> Result<u64> {
     a.checked_sub(b).ok_or_else(|| GpuMarketError::MathOverflow.into())
 }
 
-/// Frees the job's GPUs on its provider if the job still holds them, then sets `status`.
+/// Ends a job that still holds its provider's GPUs (Open, Running or Finishing): frees them,
+/// sets `status` (`ended_at` is kept once set by `finish_job`) and books the outcome once on
+/// the provider's reputation: Completed counts only if the job billed something (a job that
+/// paid nothing proves nothing), Failed always.
 pub fn end_job(job: &mut Job, provider: &mut Provider, status: JobStatus, now: i64) -> Result<()> {
-    if job.status.holds_gpus() {
-        provider.gpus_in_use = provider
-            .gpus_in_use
-            .checked_sub(job.gpu_count)
-            .ok_or(GpuMarketError::MathOverflow)?;
-    }
-    if job.ended_at == 0 || job.status == JobStatus::Running || job.status == JobStatus::Open {
+    require!(job.status.holds_gpus(), GpuMarketError::InvalidJobStatus);
+    provider.gpus_in_use = provider
+        .gpus_in_use
+        .checked_sub(job.gpu_count)
+        .ok_or(GpuMarketError::MathOverflow)?;
+    if matches!(job.status, JobStatus::Open | JobStatus::Running) {
         job.ended_at = now;
     }
     job.status = status;
+    let reputation = &mut provider.reputation;
+    match status {
+        JobStatus::Completed if job.settled_seconds > 0 => {
+            reputation.jobs_completed = add(reputation.jobs_completed, 1)?;
+        }
+        JobStatus::Failed => reputation.jobs_failed = add(reputation.jobs_failed, 1)?,
+        _ => {}
+    }
     Ok(())
 }
 
-/// Applies a slash of `slash_bps` to the provider's stake (then unbonding) and books it.
+/// What emptying an escrow paid the user.
+pub struct EscrowRefund {
+    /// The booked balance, now booked as `refunded`.
+    pub booked: u64,
+    /// Tokens above the books (donations); they go to the user as well.
+    pub surplus: u64,
+}
+
+/// Pays the whole escrow balance to `to` (a payment account of the job's user, checked by the
+/// caller) and books its booked part as refunded. Donations never block this: the balance may
+/// exceed the books, and the surplus goes to the user too.
+pub fn refund_escrow<'info>(
+    token_program: &Program<'info, Token>,
+    escrow: &mut Account<'info, TokenAccount>,
+    mint: &Account<'info, Mint>,
+    to: AccountInfo<'info>,
+    job: &mut Account<'info, Job>,
+) -> Result<EscrowRefund> {
+    let booked = job.booked_escrow()?;
+    let balance = escrow.amount;
+    let surplus = balance.checked_sub(booked).ok_or(GpuMarketError::InvariantViolated)?;
+    let signer = JobSigner::of(job);
+    transfer_signed(token_program, escrow, mint, to, job.to_account_info(), &signer.seeds(), balance)?;
+    job.refunded = add(job.refunded, booked)?;
+    escrow.reload()?;
+    job.invariant(escrow.amount)?;
+    Ok(EscrowRefund { booked, surplus })
+}
+
+/// Applies a slash of `slash_bps` (reward `reporter_reward_bps` of it) to the provider's stake (then unbonding) and books it.
 /// Returns the split; the caller moves the tokens (reward, burn) out of the stake vault.
 pub fn book_slash(
     provider: &mut Provider,
     market: &mut Market,
     slash_bps: u16,
+    reporter_reward_bps: u16,
 ) -> Result<math::SlashSplit> {
     let split = math::slash_split(
         provider.stake,
         provider.unbonding.amount,
         slash_bps,
-        market.params.reporter_reward_bps,
+        reporter_reward_bps,
     )
     .map_err(|_| GpuMarketError::MathOverflow)?;
     provider.stake = sub(provider.stake, split.from_stake)?;

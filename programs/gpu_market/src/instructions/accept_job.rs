@@ -10,8 +10,7 @@ use crate::state::{Job, JobStatus, Provider, ProviderStatus};
 pub struct AcceptJob<'info> {
     pub signer: Signer<'info>,
     #[account(
-        constraint = signer.key() == provider.owner
-            || provider.current_key_valid_at(&signer.key(), Clock::get()?.unix_timestamp)
+        constraint = signer.key() == provider.owner || signer.key() == provider.worker_key
             @ GpuMarketError::NotProviderSigner,
     )]
     pub provider: Box<Account<'info, Provider>>,
@@ -21,6 +20,11 @@ pub struct AcceptJob<'info> {
 
 pub fn handler(ctx: Context<AcceptJob>) -> Result<()> {
     let now = Clock::get()?.unix_timestamp;
+    let provider = &ctx.accounts.provider;
+    require!(
+        ctx.accounts.signer.key() == provider.owner || !provider.current_key_expired_at(now),
+        GpuMarketError::WorkerKeyExpired
+    );
     require!(
         ctx.accounts.provider.status == ProviderStatus::Active,
         GpuMarketError::ProviderNotActive

@@ -7,10 +7,12 @@ use crate::ops::{self, JobSigner};
 use crate::seeds;
 use crate::state::{Job, JobStatus, Market, Provider};
 
-/// Ends a job for good: refunds everything left in escrow to the user, closes the escrow and the
-/// job, and returns their rent to the user. Can only be signed by the job's user, once the job is
-/// Cancelled or Failed, or Finishing/Completed and its settlement grace (two windows after
-/// `ended_at`) has passed. A Finishing job becomes Completed and frees its GPUs.
+/// Ends a job for good: refunds everything left in escrow to the user (donations included),
+/// closes the escrow and the job, and returns their rent to the user. Can only be signed by the
+/// job's user, and only once no settlement is possible any more: the job is Completed,
+/// Cancelled, Declined or Failed, or Finishing past its grace (`terms.grace_seconds` after
+/// `ended_at`), so seconds the worker signed before the end are never refunded from under the
+/// provider. A Finishing job becomes Completed and frees its GPUs.
 #[derive(Accounts)]
 pub struct CloseJob<'info> {
     #[account(mut)]
@@ -41,54 +43,44 @@ pub struct CloseJob<'info> {
 
 pub fn handler(ctx: Context<CloseJob>) -> Result<()> {
     let now = Clock::get()?.unix_timestamp;
-    let grace = ctx.accounts.market.params.grace_seconds();
     let job = &mut ctx.accounts.job;
-    match job.status {
-        JobStatus::Finishing | JobStatus::Completed => {
-            let grace_end = job
-                .ended_at
-                .checked_add(grace)
-                .ok_or(GpuMarketError::MathOverflow)?;
-            require!(now > grace_end, GpuMarketError::GracePeriodActive);
-        }
-        JobStatus::Cancelled | JobStatus::Failed => {}
-        JobStatus::Open | JobStatus::Running => return err!(GpuMarketError::InvalidJobStatus),
-    }
+    require!(
+        !matches!(job.status, JobStatus::Open | JobStatus::Running),
+        GpuMarketError::InvalidJobStatus
+    );
+    require!(job.settlement_over(now)?, GpuMarketError::GracePeriodActive);
     if job.status == JobStatus::Finishing {
         let provider = &mut ctx.accounts.provider;
         ops::end_job(job, provider, JobStatus::Completed, now)?;
-        provider.reputation.jobs_completed = ops::add(provider.reputation.jobs_completed, 1)?;
         provider.invariant()?;
     }
 
-    let refund = ctx.accounts.escrow.amount;
-    let job_signer = JobSigner::of(&ctx.accounts.job);
-    let signer: &[&[&[u8]]] = &[&job_signer.seeds()];
-    ops::transfer_signed(
-        &ctx.accounts.token_program,
-        &ctx.accounts.escrow,
-        &ctx.accounts.payment_mint,
-        ctx.accounts.user_payment_account.to_account_info(),
-        ctx.accounts.job.to_account_info(),
-        &job_signer.seeds(),
-        refund,
+    let accounts = &mut *ctx.accounts;
+    let refund = ops::refund_escrow(
+        &accounts.token_program,
+        &mut accounts.escrow,
+        &accounts.payment_mint,
+        accounts.user_payment_account.to_account_info(),
+        &mut accounts.job,
     )?;
+    let job_signer = JobSigner::of(&accounts.job);
+    let signer: &[&[&[u8]]] = &[&job_signer.seeds()];
     token::close_account(CpiContext::new_with_signer(
-        ctx.accounts.token_program.key(),
+        accounts.token_program.key(),
         CloseAccount {
-            account: ctx.accounts.escrow.to_account_info(),
-            destination: ctx.accounts.user.to_account_info(),
-            authority: ctx.accounts.job.to_account_info(),
+            account: accounts.escrow.to_account_info(),
+            destination: accounts.user.to_account_info(),
+            authority: accounts.job.to_account_info(),
         },
         signer,
     ))?;
-    let job = &mut ctx.accounts.job;
-    job.refunded = ops::add(job.refunded, refund)?;
-    job.invariant(0)?;
+    let job = &accounts.job;
+    require!(job.booked_escrow()? == 0, GpuMarketError::InvariantViolated);
     emit_event(JobClosed {
         job: job.key(),
         user: job.user,
-        refunded: refund,
+        refunded: refund.booked,
+        surplus_returned: refund.surplus,
         deposited: job.deposited,
         paid_provider: job.paid_provider,
         paid_treasury: job.paid_treasury,

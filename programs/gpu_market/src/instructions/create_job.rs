@@ -6,11 +6,13 @@ use crate::ops;
 use crate::events::{emit_event, JobCreated};
 use crate::math;
 use crate::seeds;
-use crate::state::{Job, JobStatus, Market, Provider, ProviderStatus};
+use crate::state::{Job, JobStatus, JobTerms, Market, Provider, ProviderStatus};
 
 /// The user opens job `job_id` on `provider` and moves `deposit` payment tokens from their own
 /// account into the job's escrow. Guarantees: the provider is Active, has `gpu_count` free GPUs
-/// and stake covering them; the rate is locked now; the deposit covers at least one window.
+/// and stake covering them; the job's terms (rate, fee, burn, window, missed-window limit,
+/// grace, skew, quorum, slash rates, health thresholds) are fixed now from the parameters in
+/// force and nothing changes them later; the deposit covers at least one window.
 #[derive(Accounts)]
 #[instruction(job_id: u64)]
 pub struct CreateJob<'info> {
@@ -47,6 +49,7 @@ pub struct CreateJob<'info> {
 
 pub fn handler(ctx: Context<CreateJob>, job_id: u64, gpu_count: u16, deposit: u64) -> Result<()> {
     let now = Clock::get()?.unix_timestamp;
+    ctx.accounts.market.promote_params(now);
     let params = ctx.accounts.market.params;
     let provider = &mut ctx.accounts.provider;
     require!(
@@ -99,7 +102,7 @@ pub fn handler(ctx: Context<CreateJob>, job_id: u64, gpu_count: u16, deposit: u6
         provider: provider.key(),
         job_id,
         gpu_count,
-        rate_per_second: rate,
+        terms: JobTerms::new(&params, rate),
         deposited: deposit,
         settled_seconds: 0,
         paid_provider: 0,

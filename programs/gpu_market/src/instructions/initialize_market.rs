@@ -51,6 +51,8 @@ pub fn handler(ctx: Context<InitializeMarket>, id: u64, params: MarketParams) ->
         stake_vault: ctx.accounts.stake_vault.key(),
         treasury: ctx.accounts.treasury.key(),
         params,
+        pending_params: params,
+        params_effective_at: 0,
         paused: false,
         totals: MarketTotals::default(),
         bump: ctx.bumps.market,

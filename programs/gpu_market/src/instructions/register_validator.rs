@@ -34,9 +34,10 @@ pub struct RegisterValidator<'info> {
 }
 
 pub fn handler(ctx: Context<RegisterValidator>, bond: u64) -> Result<()> {
+    let now = Clock::get()?.unix_timestamp;
     require!(bond > 0, GpuMarketError::ZeroAmount);
     require!(
-        bond >= ctx.accounts.market.params.validator_min_bond,
+        bond >= ctx.accounts.market.params_at(now).validator_min_bond,
         GpuMarketError::BondTooSmall
     );
     ops::transfer_in(

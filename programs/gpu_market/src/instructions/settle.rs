@@ -12,22 +12,24 @@ use crate::state::{Job, JobStatus, Market, Provider, Validator, ValidatorStatus}
 
 /// Pays one window receipt from the job's escrow: provider owner, treasury, burn.
 ///
-/// Specification:
+/// Specification (all terms are the job's, fixed at `create_job`):
 /// - the transaction signer is an Active validator of this market (`validator`);
 /// - the instruction right before this one is an Ed25519-program instruction over exactly
 ///   `Receipt::message` whose first signature is the provider's worker key (current, unexpired
-///   at `window_end`; or the previous key for a window that ended by its rotation, within
-///   `window_seconds * max_missed_windows` of it); with `settle_quorum = q > 1` it carries
-///   `q - 1` more signatures over the same message bytes, by the `q - 1` distinct Active
-///   validators passed as remaining accounts, in the same order (one copy of the message for
-///   all signatures keeps a quorum settle within one packet);
+///   at `window_end`, else `WorkerKeyExpired`; or a retired key for a window that ended by its
+///   retirement, within `window_seconds * max_missed_windows` of it); with `settle_quorum =
+///   q > 1` it carries `q - 1` more signatures over the same message bytes, by the `q - 1`
+///   distinct Active validators passed as remaining accounts, in the same order;
 /// - the job is Running, or Finishing with `window_end <= ended_at` within the grace;
 /// - `seq > last_seq`, `cumulative_seconds >= settled_seconds`, `window_end > last_window_end`,
-///   new seconds `<= window_end - last_window_end + max_skew_seconds`,
 ///   `window_end <= now + max_skew_seconds`;
-/// - billed seconds are capped by what the escrow covers; money moves only to the provider
-///   owner's payment account, the treasury and the burn; when the escrow can no longer pay one
-///   second the job is Completed and its GPUs released.
+/// - wall time bounds billing in total, not per step: `cumulative_seconds <= window_end -
+///   started_at + max_skew_seconds`, and `<= ended_at - started_at` once the job finished; since
+///   paid seconds never exceed the cumulative claim, seconds ever paid obey the same bound;
+/// - billed seconds are capped by the escrow's booked balance (a donation is never paid out);
+///   money moves only to the provider owner's payment account, the treasury and the burn; the
+///   fee is rounded up; when the booked escrow can no longer pay one second the job is
+///   Completed and its GPUs released.
 ///
 /// Replaying a settled receipt fails with `StaleSequence`.
 #[derive(Accounts)]
@@ -73,28 +75,34 @@ pub fn handler<'info>(
     receipt: Receipt,
 ) -> Result<()> {
     let now = Clock::get()?.unix_timestamp;
-    let params = ctx.accounts.market.params;
     let job = &ctx.accounts.job;
+    let terms = job.terms;
 
     require!(
         ctx.accounts.validator.status == ValidatorStatus::Active,
         GpuMarketError::ValidatorNotActive
     );
-    match job.status {
-        JobStatus::Running => {}
+    let window_end_bound = receipt
+        .window_end
+        .checked_sub(job.started_at)
+        .and_then(|d| d.checked_add(i64::from(terms.max_skew_seconds)))
+        .ok_or(GpuMarketError::MathOverflow)?;
+    let wall_bound = match job.status {
+        JobStatus::Running => window_end_bound,
         JobStatus::Finishing => {
             require!(
                 receipt.window_end <= job.ended_at,
                 GpuMarketError::WindowAfterJobEnd
             );
-            let grace_end = job
+            require!(!job.settlement_over(now)?, GpuMarketError::SettlementGraceOver);
+            let ran = job
                 .ended_at
-                .checked_add(params.grace_seconds())
+                .checked_sub(job.started_at)
                 .ok_or(GpuMarketError::MathOverflow)?;
-            require!(now <= grace_end, GpuMarketError::SettlementGraceOver);
+            window_end_bound.min(ran)
         }
         _ => return err!(GpuMarketError::InvalidJobStatus),
-    }
+    };
     require!(receipt.seq > job.last_seq, GpuMarketError::StaleSequence);
     require!(
         receipt.cumulative_seconds >= job.settled_seconds,
@@ -108,17 +116,12 @@ pub fn handler<'info>(
         .cumulative_seconds
         .checked_sub(job.settled_seconds)
         .ok_or(GpuMarketError::MathOverflow)?;
-    let wall_allowance = receipt
-        .window_end
-        .checked_sub(job.last_window_end)
-        .and_then(|d| d.checked_add(i64::from(params.max_skew_seconds)))
-        .ok_or(GpuMarketError::MathOverflow)?;
     require!(
-        claimed <= u64::try_from(wall_allowance).map_err(|_| GpuMarketError::MathOverflow)?,
+        i128::from(receipt.cumulative_seconds) <= i128::from(wall_bound),
         GpuMarketError::BilledSecondsExceedWallTime
     );
     let latest_allowed = now
-        .checked_add(i64::from(params.max_skew_seconds))
+        .checked_add(i64::from(terms.max_skew_seconds))
         .ok_or(GpuMarketError::MathOverflow)?;
     require!(
         receipt.window_end <= latest_allowed,
@@ -130,10 +133,10 @@ pub fn handler<'info>(
     // Money: escrow -> provider owner, treasury, burn.
     let p = math::payout(
         claimed,
-        job.rate_per_second,
-        ctx.accounts.escrow.amount,
-        params.fee_bps,
-        params.burn_bps,
+        terms.rate_per_second,
+        job.booked_escrow()?,
+        terms.fee_bps,
+        terms.burn_bps,
     )
     .map_err(|_| GpuMarketError::MathOverflow)?;
     let job_signer = JobSigner::of(job);
@@ -165,10 +168,6 @@ pub fn handler<'info>(
         &seeds,
         p.burned,
     )?;
-    ctx.accounts.escrow.reload()?;
-    let escrow_remaining = ctx.accounts.escrow.amount;
-    let exhausted = escrow_remaining < ctx.accounts.job.rate_per_second;
-
     let job = &mut ctx.accounts.job;
     let provider = &mut ctx.accounts.provider;
     job.settled_seconds = job
@@ -182,9 +181,10 @@ pub fn handler<'info>(
     job.last_receipt_hash = receipt.proof_hash;
     job.last_window_end = receipt.window_end;
     provider.reputation.verified_seconds = add(provider.reputation.verified_seconds, p.billed_seconds)?;
+    let escrow_remaining = job.booked_escrow()?;
+    let exhausted = escrow_remaining < terms.rate_per_second;
     if exhausted {
         ops::end_job(job, provider, JobStatus::Completed, now)?;
-        provider.reputation.jobs_completed = add(provider.reputation.jobs_completed, 1)?;
     }
     let validator = &mut ctx.accounts.validator;
     validator.settlements = add(validator.settlements, 1)?;
@@ -192,7 +192,8 @@ pub fn handler<'info>(
     market.totals.fees = add(market.totals.fees, p.fee)?;
     market.totals.burned = add(market.totals.burned, p.burned)?;
 
-    ctx.accounts.job.invariant(escrow_remaining)?;
+    ctx.accounts.escrow.reload()?;
+    ctx.accounts.job.invariant(ctx.accounts.escrow.amount)?;
     ctx.accounts.provider.invariant()?;
     emit_event(Settled {
         job: ctx.accounts.job.key(),
@@ -204,9 +205,9 @@ pub fn handler<'info>(
         proof_hash: receipt.proof_hash,
         claimed_seconds: claimed,
         billed_seconds: p.billed_seconds,
-        rate_per_second: ctx.accounts.job.rate_per_second,
-        fee_bps: params.fee_bps,
-        burn_bps: params.burn_bps,
+        rate_per_second: terms.rate_per_second,
+        fee_bps: terms.fee_bps,
+        burn_bps: terms.burn_bps,
         amount: p.amount,
         fee: p.fee,
         burned: p.burned,
@@ -234,17 +235,22 @@ fn check_signatures<'info>(
         .ok_or(GpuMarketError::MissingEd25519Instruction)?;
     let ix = load_instruction_at_checked(usize::from(index), &sysvar)?;
     let signers = ed25519_signers(&ix, index, &message)?;
+    let terms = accounts.job.terms;
+    let provider = &accounts.provider;
+    if signers[0] == provider.worker_key && provider.current_key_expired_at(receipt.window_end) {
+        return err!(GpuMarketError::WorkerKeyExpired);
+    }
     require!(
-        accounts.provider.receipt_key_valid(
+        provider.receipt_key_valid(
             &signers[0],
             receipt.window_end,
             now,
-            accounts.market.params.key_rotation_grace_seconds(),
+            terms.key_rotation_grace_seconds(),
         ),
         GpuMarketError::WrongReceiptSigner
     );
 
-    let extra = usize::from(accounts.market.params.settle_quorum.saturating_sub(1));
+    let extra = usize::from(terms.settle_quorum.saturating_sub(1));
     require!(
         ctx.remaining_accounts.len() == extra && signers.len() == 1 + extra,
         GpuMarketError::QuorumNotMet

@@ -9,7 +9,7 @@ use crate::ops::{self, MarketSigner};
 use crate::receipt::{ed25519_entries, Receipt};
 use crate::seeds;
 use crate::state::{
-    EquivocationRecord, Job, JobStatus, Market, Provider, ProviderStatus, Validator,
+    EquivocationRecord, MAX_SKEW_SECONDS, Job, JobStatus, Market, Provider, ProviderStatus, Validator,
     ValidatorStatus,
 };
 
@@ -40,10 +40,11 @@ pub struct SlashTargets<'info> {
 }
 
 impl SlashTargets<'_> {
-    /// Slashes `slash_bps` of stake + unbonding, pays the reward, burns the rest, and fails the
-    /// job (freeing its GPUs) unless it already ended as Cancelled or Failed. Returns the split.
-    fn apply(&mut self, slash_bps: u16, now: i64) -> Result<SlashSplit> {
-        let split = ops::book_slash(&mut self.provider, &mut self.market, slash_bps)?;
+    /// Slashes `slash_bps` of stake + unbonding (the job's terms), pays `reward_bps` of it to the
+    /// reporter, burns the rest, and fails the job (freeing its GPUs) if it still holds them. A
+    /// job that already ended keeps its status, so no job counts both completed and failed.
+    fn apply(&mut self, slash_bps: u16, reward_bps: u16, now: i64) -> Result<SlashSplit> {
+        let split = ops::book_slash(&mut self.provider, &mut self.market, slash_bps, reward_bps)?;
         let market_signer = MarketSigner::of(&self.market);
         ops::transfer_signed(
             &self.token_program,
@@ -62,10 +63,8 @@ impl SlashTargets<'_> {
             &market_signer.seeds(),
             split.burned,
         )?;
-        if !matches!(self.job.status, JobStatus::Cancelled | JobStatus::Failed) {
+        if self.job.status.holds_gpus() {
             ops::end_job(&mut self.job, &mut self.provider, JobStatus::Failed, now)?;
-            let reputation = &mut self.provider.reputation;
-            reputation.jobs_failed = ops::add(reputation.jobs_failed, 1)?;
         }
         self.stake_vault.reload()?;
         self.market.invariant(self.stake_vault.amount)?;
@@ -74,8 +73,9 @@ impl SlashTargets<'_> {
     }
 }
 
-/// Permissionless: two different receipts for one job and seq, both signed by the provider's
-/// worker key (current or previous), prove equivocation. The Ed25519 instruction right before
+/// Permissionless: two different receipts for one job and seq, each signed by a key of the
+/// provider for its window (the current key, or a retired key for a window that ended by its
+/// retirement), prove equivocation. The Ed25519 instruction right before
 /// this one carries both signatures (entry 0 over `first`'s message, entry 1 over `second`'s,
 /// everything inside that instruction: one instruction and no escrow accounts keep the slash
 /// within one packet). Slashes `equivocation_slash_bps` of stake + unbonding (reporter reward
@@ -88,6 +88,11 @@ impl SlashTargets<'_> {
 /// could settle on the current job count (`window_end > started_at`): receipts of an earlier
 /// incarnation always end before the current one started, so honest receipts of two
 /// incarnations are never taken for equivocation. The record is keyed by `started_at` too.
+///
+/// One incident is punished once: evidence counts only for windows that ended more than
+/// `MAX_SKEW_SECONDS` after the provider's last equivocation slash, whatever the seq or job, so
+/// a key holder cannot slash the same provider again and again with receipts signed before it
+/// was caught. Evidence dated further than the job's skew in the future is refused.
 #[derive(Accounts)]
 #[instruction(first: Receipt)]
 pub struct SlashEquivocation<'info> {
@@ -124,6 +129,23 @@ pub fn slash_equivocation(ctx: Context<SlashEquivocation>, first: Receipt, secon
         first.window_end > t.job.started_at && second.window_end > t.job.started_at,
         GpuMarketError::ReceiptBeforeJobStart
     );
+    let incident_over = t
+        .provider
+        .last_equivocation_slash_at
+        .checked_add(i64::from(MAX_SKEW_SECONDS))
+        .ok_or(GpuMarketError::MathOverflow)?;
+    require!(
+        t.provider.last_equivocation_slash_at == 0
+            || (first.window_end > incident_over && second.window_end > incident_over),
+        GpuMarketError::EquivocationAlreadyPunished
+    );
+    let latest = now
+        .checked_add(i64::from(t.job.terms.max_skew_seconds))
+        .ok_or(GpuMarketError::MathOverflow)?;
+    require!(
+        first.window_end <= latest && second.window_end <= latest,
+        GpuMarketError::EvidenceFromTheFuture
+    );
     let (market_key, job_key) = (t.market.key(), t.job.key());
     let sysvar = ctx.accounts.instructions.to_account_info();
     let current = load_current_index_checked(&sysvar)?;
@@ -138,21 +160,21 @@ pub fn slash_equivocation(ctx: Context<SlashEquivocation>, first: Receipt, secon
             entry.message == receipt.message(&program_id, &market_key, &job_key),
             GpuMarketError::ReceiptMessageMismatch
         );
-        let provider = &t.provider;
         require!(
-            entry.signer == provider.worker_key
-                || (entry.signer == provider.previous_worker_key
-                    && entry.signer != Pubkey::default()),
+            t.provider.key_signs_window(&entry.signer, receipt.window_end),
             GpuMarketError::WrongReceiptSigner
         );
     }
 
     let jail_until = now
-        .checked_add(ctx.accounts.targets.market.params.unbonding_seconds)
+        .checked_add(t.market.params_at(now).unbonding_seconds)
         .ok_or(GpuMarketError::MathOverflow)?;
-    let bps = ctx.accounts.targets.market.params.equivocation_slash_bps;
-    let split = ctx.accounts.targets.apply(bps, now)?;
-    ctx.accounts.targets.provider.status = ProviderStatus::Jailed { until: jail_until };
+    let terms = t.job.terms;
+    let bps = terms.equivocation_slash_bps;
+    let split = ctx.accounts.targets.apply(bps, terms.reporter_reward_bps, now)?;
+    let provider = &mut ctx.accounts.targets.provider;
+    provider.status = ProviderStatus::Jailed { until: jail_until };
+    provider.last_equivocation_slash_at = now;
     ctx.accounts.record.set_inner(EquivocationRecord {
         job: job_key,
         seq: first.seq,
@@ -169,7 +191,7 @@ pub fn slash_equivocation(ctx: Context<SlashEquivocation>, first: Receipt, secon
         second_proof_hash: second.proof_hash,
         reporter: ctx.accounts.reporter.key(),
         slash_bps: bps,
-        reporter_reward_bps: ctx.accounts.targets.market.params.reporter_reward_bps,
+        reporter_reward_bps: terms.reporter_reward_bps,
         slashed: split.amount,
         reward: split.reward,
         burned: split.burned,
@@ -178,7 +200,7 @@ pub fn slash_equivocation(ctx: Context<SlashEquivocation>, first: Receipt, secon
     Ok(())
 }
 
-/// A quorum of `settle_quorum` distinct Active validators attests that a Running job's provider
+/// A quorum of the job's `settle_quorum` distinct Active validators attests that a Running job's provider
 /// has proved nothing for at least `max_missed_windows` windows: slashes `downtime_slash_bps`
 /// (reward to the submitting validator's `reporter_stake_account`, rest burned) and fails the
 /// job; the user's `close_job` refunds the escrow. The signer is one validator; the others are
@@ -196,13 +218,13 @@ pub struct SlashDowntime<'info> {
 
 pub fn slash_downtime<'info>(ctx: Context<'info, SlashDowntime<'info>>) -> Result<()> {
     let now = Clock::get()?.unix_timestamp;
-    let params = ctx.accounts.targets.market.params;
+    let terms = ctx.accounts.targets.job.terms;
     let market_key = ctx.accounts.targets.market.key();
     let v = &ctx.accounts.validator;
     require_keys_eq!(v.market, market_key, GpuMarketError::NotAValidator);
     require!(v.status == ValidatorStatus::Active, GpuMarketError::ValidatorNotActive);
 
-    let extra = usize::from(params.settle_quorum.saturating_sub(1));
+    let extra = usize::from(terms.settle_quorum.saturating_sub(1));
     require!(ctx.remaining_accounts.len() == extra * 2, GpuMarketError::QuorumNotMet);
     let mut seen = vec![v.authority];
     for pair in ctx.remaining_accounts.chunks(2) {
@@ -219,18 +241,18 @@ pub fn slash_downtime<'info>(ctx: Context<'info, SlashDowntime<'info>>) -> Resul
 
     let job = &ctx.accounts.targets.job;
     require!(job.status == JobStatus::Running, GpuMarketError::InvalidJobStatus);
-    let window = i64::from(params.window_seconds);
+    let window = i64::from(terms.window_seconds);
     let missed = now
         .checked_sub(job.last_window_end)
         .and_then(|idle| idle.checked_div(window))
         .ok_or(GpuMarketError::MathOverflow)?;
     require!(
-        missed >= i64::from(params.max_missed_windows),
+        missed >= i64::from(terms.max_missed_windows),
         GpuMarketError::NotEnoughMissedWindows
     );
     let missed = u64::try_from(missed).map_err(|_| GpuMarketError::MathOverflow)?;
-    let bps = params.downtime_slash_bps;
-    let split = ctx.accounts.targets.apply(bps, now)?;
+    let bps = terms.downtime_slash_bps;
+    let split = ctx.accounts.targets.apply(bps, terms.reporter_reward_bps, now)?;
     let reputation = &mut ctx.accounts.targets.provider.reputation;
     reputation.windows_missed = ops::add(reputation.windows_missed, missed)?;
     emit_event(DowntimeSlashed {
@@ -239,7 +261,7 @@ pub fn slash_downtime<'info>(ctx: Context<'info, SlashDowntime<'info>>) -> Resul
         missed_windows: missed,
         validators: seen.len() as u8,
         slash_bps: bps,
-        reporter_reward_bps: params.reporter_reward_bps,
+        reporter_reward_bps: terms.reporter_reward_bps,
         slashed: split.amount,
         reward: split.reward,
         burned: split.burned,

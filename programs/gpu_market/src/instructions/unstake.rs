@@ -24,7 +24,7 @@ pub struct RequestUnstake<'info> {
 
 pub fn request(ctx: Context<RequestUnstake>, amount: u64) -> Result<()> {
     let now = Clock::get()?.unix_timestamp;
-    let params = ctx.accounts.market.params;
+    let params = ctx.accounts.market.params_at(now);
     let provider = &mut ctx.accounts.provider;
     require!(amount > 0, GpuMarketError::ZeroAmount);
     require!(amount <= provider.stake, GpuMarketError::UnstakeExceedsStake);

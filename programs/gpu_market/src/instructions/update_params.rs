@@ -1,12 +1,15 @@
 use anchor_lang::prelude::*;
 
 use crate::errors::GpuMarketError;
-use crate::events::{emit_event, ParamsUpdated};
+use crate::events::{emit_event, ParamsAnnounced};
 use crate::state::{Market, MarketParams};
 
-/// Replaces the market parameters after checking every bound. Can only be signed by the market
-/// authority. Jobs keep their locked rate; fee and timing changes apply from the next
-/// instruction on.
+/// Announces new market parameters after checking every bound. They come into force
+/// `unbonding_seconds` (of the parameters in force now) after the announcement, so every
+/// provider and validator who disagrees can unbond and leave before a change touches its stake;
+/// with `unbonding_seconds == 0` at once. A new announcement replaces a pending one whose time
+/// has not come. Jobs already created keep their terms whatever changes. Can only be signed by
+/// the market authority.
 #[derive(Accounts)]
 pub struct UpdateParams<'info> {
     pub authority: Signer<'info>,
@@ -16,9 +19,22 @@ pub struct UpdateParams<'info> {
 
 pub fn handler(ctx: Context<UpdateParams>, params: MarketParams) -> Result<()> {
     params.validate()?;
+    let now = Clock::get()?.unix_timestamp;
     let market = &mut ctx.accounts.market;
-    let old = market.params;
-    market.params = params;
-    emit_event(ParamsUpdated { market: market.key(), old, new: params });
+    market.promote_params(now);
+    let delay = market.params.unbonding_seconds;
+    market.pending_params = params;
+    if delay == 0 {
+        market.params = params;
+        market.params_effective_at = 0;
+    } else {
+        market.params_effective_at = now.checked_add(delay).ok_or(GpuMarketError::MathOverflow)?;
+    }
+    emit_event(ParamsAnnounced {
+        market: market.key(),
+        current: market.params,
+        pending: params,
+        effective_at: now.saturating_add(delay),
+    });
     Ok(())
 }

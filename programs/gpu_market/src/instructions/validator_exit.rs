@@ -22,7 +22,7 @@ pub struct RequestValidatorExit<'info> {
 
 pub fn request(ctx: Context<RequestValidatorExit>) -> Result<()> {
     let now = Clock::get()?.unix_timestamp;
-    let unbonding_seconds = ctx.accounts.market.params.unbonding_seconds;
+    let unbonding_seconds = ctx.accounts.market.params_at(now).unbonding_seconds;
     let validator = &mut ctx.accounts.validator;
     require!(validator.status == ValidatorStatus::Active, GpuMarketError::ValidatorNotActive);
     let release_at = now.checked_add(unbonding_seconds).ok_or(GpuMarketError::MathOverflow)?;

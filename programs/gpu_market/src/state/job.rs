@@ -1,6 +1,7 @@
 use anchor_lang::prelude::*;
 
 use crate::errors::GpuMarketError;
+use crate::state::MarketParams;
 
 #[derive(AnchorSerialize, AnchorDeserialize, Clone, Copy, Debug, PartialEq, Eq, InitSpace)]
 pub enum JobStatus {
@@ -10,12 +11,67 @@ pub enum JobStatus {
     Completed,
     Cancelled,
     Failed,
+    /// The provider refused an Open job; the user's `close_job` refunds everything.
+    Declined,
 }
 
 impl JobStatus {
     /// Open, Running and Finishing jobs hold the provider's GPUs.
     pub fn holds_gpus(self) -> bool {
         matches!(self, Self::Open | Self::Running | Self::Finishing)
+    }
+}
+
+/// The economic terms of a job, fixed at `create_job` from the market parameters in force then
+/// and the provider's price. Nothing can change them afterwards: not the authority (parameter
+/// changes apply to new jobs only), not the provider (price changes apply to new jobs only).
+#[derive(AnchorSerialize, AnchorDeserialize, Clone, Copy, Debug, PartialEq, Eq, InitSpace)]
+pub struct JobTerms {
+    /// `price_per_gpu_second * gpu_count`.
+    pub rate_per_second: u64,
+    pub fee_bps: u16,
+    pub burn_bps: u16,
+    pub window_seconds: u32,
+    pub max_missed_windows: u32,
+    /// After the job ends, receipts up to `ended_at` settle for this long; `close_job` waits.
+    pub grace_seconds: i64,
+    pub max_skew_seconds: u32,
+    pub settle_quorum: u8,
+    pub downtime_slash_bps: u16,
+    pub equivocation_slash_bps: u16,
+    pub reporter_reward_bps: u16,
+    pub temp_critical_c: u16,
+    pub ecc_uncorrected_max: u32,
+}
+
+impl JobTerms {
+    pub fn new(params: &MarketParams, rate_per_second: u64) -> Self {
+        Self {
+            rate_per_second,
+            fee_bps: params.fee_bps,
+            burn_bps: params.burn_bps,
+            window_seconds: params.window_seconds,
+            max_missed_windows: params.max_missed_windows,
+            grace_seconds: params.grace_seconds(),
+            max_skew_seconds: params.max_skew_seconds,
+            settle_quorum: params.settle_quorum,
+            downtime_slash_bps: params.downtime_slash_bps,
+            equivocation_slash_bps: params.equivocation_slash_bps,
+            reporter_reward_bps: params.reporter_reward_bps,
+            temp_critical_c: params.temp_critical_c,
+            ecc_uncorrected_max: params.ecc_uncorrected_max,
+        }
+    }
+
+    /// After a rotation, receipts signed by the retired key (for windows that ended by then)
+    /// may still settle for `max_missed_windows` windows: as long as a validator may hold them.
+    pub fn key_rotation_grace_seconds(&self) -> i64 {
+        i64::from(self.window_seconds).saturating_mul(i64::from(self.max_missed_windows))
+    }
+
+    /// `max_missed_windows` windows in seconds: the silence after which a job may be slashed.
+    pub fn missed_windows_seconds(&self) -> i64 {
+        i64::from(self.window_seconds).saturating_mul(i64::from(self.max_missed_windows))
     }
 }
 
@@ -30,9 +86,10 @@ pub struct Job {
     pub provider: Pubkey,
     pub job_id: u64,
     pub gpu_count: u16,
-    /// Locked at creation: `price_per_gpu_second * gpu_count`.
-    pub rate_per_second: u64,
+    pub terms: JobTerms,
     pub deposited: u64,
+    /// Seconds paid so far; never more than the wall time since `started_at` (+ skew while
+    /// running), in total.
     pub settled_seconds: u64,
     pub paid_provider: u64,
     pub paid_treasury: u64,
@@ -51,19 +108,41 @@ pub struct Job {
 }
 
 impl Job {
-    /// Conservation: every token deposited is paid out, burned, refunded or still in escrow.
+    /// Tokens the books say are still in escrow:
+    /// `deposited - paid_provider - paid_treasury - burned - refunded`.
+    pub fn booked_escrow(&self) -> Result<u64> {
+        [self.paid_provider, self.paid_treasury, self.burned, self.refunded]
+            .iter()
+            .try_fold(self.deposited, |left, v| left.checked_sub(*v))
+            .ok_or_else(|| GpuMarketError::InvariantViolated.into())
+    }
+
+    /// Conservation: every token deposited is paid out, burned, refunded or still booked in
+    /// escrow, and the escrow holds at least the booked amount. It may hold more: anyone can
+    /// send tokens to it, and that surplus goes to the user when the escrow is emptied.
     pub fn invariant(&self, escrow_balance: u64) -> Result<()> {
-        let accounted = [
-            self.paid_provider,
-            self.paid_treasury,
-            self.burned,
-            self.refunded,
-            escrow_balance,
-        ]
-        .iter()
-        .try_fold(0u64, |sum, v| sum.checked_add(*v))
-        .ok_or(GpuMarketError::MathOverflow)?;
-        require!(accounted == self.deposited, GpuMarketError::InvariantViolated);
+        require!(
+            escrow_balance >= self.booked_escrow()?,
+            GpuMarketError::InvariantViolated
+        );
         Ok(())
+    }
+
+    /// The job can bill and settle no more, and the grace for late receipts is over (or there
+    /// never was anything to settle): the escrow may be emptied.
+    pub fn settlement_over(&self, now: i64) -> Result<bool> {
+        Ok(match self.status {
+            JobStatus::Open | JobStatus::Running => false,
+            JobStatus::Finishing => {
+                let grace_end = self
+                    .ended_at
+                    .checked_add(self.terms.grace_seconds)
+                    .ok_or(GpuMarketError::MathOverflow)?;
+                now > grace_end
+            }
+            JobStatus::Completed | JobStatus::Cancelled | JobStatus::Failed | JobStatus::Declined => {
+                true
+            }
+        })
     }
 }

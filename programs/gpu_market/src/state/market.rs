@@ -7,6 +7,15 @@ pub const MAX_BPS: u16 = 10_000;
 pub const MAX_WINDOW_SECONDS: u32 = 3_600;
 pub const MAX_UNBONDING_SECONDS: i64 = 365 * 24 * 3_600;
 pub const MAX_SKEW_SECONDS: u32 = 300;
+/// A quorum settle must fit one transaction: the worker's signature plus 4 attestations.
+pub const MAX_QUORUM: u8 = 5;
+/// Downtime and expiry need at most a day of missed 60 s windows.
+pub const MAX_MISSED_WINDOWS: u32 = 1_440;
+/// A reporter never earns more than half of a slash, so reporting oneself always loses.
+pub const MAX_REPORTER_REWARD_BPS: u16 = 5_000;
+/// Health thresholds used for billing stay within what real GPUs report.
+pub const TEMP_CRITICAL_RANGE_C: core::ops::RangeInclusive<u16> = 50..=150;
+pub const MAX_ECC_UNCORRECTED: u32 = 1_000_000;
 
 /// Bounded market parameters; `validate` runs on every write.
 #[derive(AnchorSerialize, AnchorDeserialize, Clone, Copy, Debug, PartialEq, Eq, InitSpace)]
@@ -25,24 +34,30 @@ pub struct MarketParams {
     pub reporter_reward_bps: u16,
     pub validator_min_bond: u64,
     pub max_skew_seconds: u32,
+    /// A window in which any GPU reached this temperature bills at most `length - 1` seconds.
+    pub temp_critical_c: u16,
+    /// Uncorrected ECC errors a GPU may report in one window and still bill.
+    pub ecc_uncorrected_max: u32,
 }
 
 impl MarketParams {
     pub fn validate(&self) -> Result<()> {
         require!(self.fee_bps <= MAX_FEE_BPS, GpuMarketError::FeeTooHigh);
-        for bps in [
-            self.burn_bps,
-            self.downtime_slash_bps,
-            self.equivocation_slash_bps,
-            self.reporter_reward_bps,
-        ] {
+        for bps in [self.burn_bps, self.downtime_slash_bps, self.equivocation_slash_bps] {
             require!(bps <= MAX_BPS, GpuMarketError::BpsOutOfRange);
         }
+        require!(
+            self.reporter_reward_bps <= MAX_REPORTER_REWARD_BPS,
+            GpuMarketError::ReporterRewardTooHigh
+        );
         require!(
             (1..=MAX_WINDOW_SECONDS).contains(&self.window_seconds),
             GpuMarketError::InvalidWindowSeconds
         );
-        require!(self.settle_quorum >= 1, GpuMarketError::InvalidQuorum);
+        require!(
+            (1..=MAX_QUORUM).contains(&self.settle_quorum),
+            GpuMarketError::InvalidQuorum
+        );
         require!(
             (0..=MAX_UNBONDING_SECONDS).contains(&self.unbonding_seconds),
             GpuMarketError::InvalidUnbondingSeconds
@@ -52,22 +67,23 @@ impl MarketParams {
             GpuMarketError::InvalidSkew
         );
         require!(
-            self.max_missed_windows >= 1,
+            (1..=MAX_MISSED_WINDOWS).contains(&self.max_missed_windows),
             GpuMarketError::InvalidMaxMissedWindows
+        );
+        require!(
+            TEMP_CRITICAL_RANGE_C.contains(&self.temp_critical_c)
+                && self.ecc_uncorrected_max <= MAX_ECC_UNCORRECTED,
+            GpuMarketError::InvalidHealthThresholds
         );
         Ok(())
     }
 
-    /// After a rotation, receipts signed by the previous key (for windows that ended before it)
-    /// may still settle for this long: `max_missed_windows` windows, as long as a validator may
-    /// hold receipts before settling.
-    pub fn key_rotation_grace_seconds(&self) -> i64 {
-        i64::from(self.window_seconds).saturating_mul(i64::from(self.max_missed_windows))
-    }
-
-    /// After a job ends, a final receipt may still settle for this long (2 windows).
+    /// After a job ends, receipts for windows up to its end may still settle for this long:
+    /// `max_missed_windows + 2` windows, which covers the validators' settle cadence and an
+    /// outage of `max_missed_windows` windows. `close_job` waits for it.
     pub fn grace_seconds(&self) -> i64 {
-        i64::from(self.window_seconds).saturating_mul(2)
+        i64::from(self.window_seconds)
+            .saturating_mul(i64::from(self.max_missed_windows).saturating_add(2))
     }
 }
 
@@ -102,7 +118,13 @@ pub struct Market {
     pub payment_mint: Pubkey,
     pub stake_vault: Pubkey,
     pub treasury: Pubkey,
+    /// The parameters in force until `params_effective_at`; read them with `params_at(now)`.
     pub params: MarketParams,
+    /// Parameters announced by `update_params`; in force from `params_effective_at` on.
+    pub pending_params: MarketParams,
+    /// 0 when nothing is pending; else at least `unbonding_seconds` after the announcement, so
+    /// every provider and validator who disagrees can leave before a change touches its stake.
+    pub params_effective_at: i64,
     pub paused: bool,
     pub totals: MarketTotals,
     pub bump: u8,
@@ -110,16 +132,41 @@ pub struct Market {
 }
 
 impl Market {
-    /// The stake vault holds exactly the stake and bonds recorded here.
-    pub fn invariant(&self, stake_vault_balance: u64) -> Result<()> {
-        self.params.validate()?;
-        let held = self
-            .totals
+    /// The parameters in force at unix time `now`: the announced ones once their time came.
+    pub fn params_at(&self, now: i64) -> MarketParams {
+        if self.params_effective_at != 0 && now >= self.params_effective_at {
+            self.pending_params
+        } else {
+            self.params
+        }
+    }
+
+    /// Makes announced parameters whose time came the current ones (no observable change:
+    /// `params_at` already returned them).
+    pub fn promote_params(&mut self, now: i64) {
+        if self.params_effective_at != 0 && now >= self.params_effective_at {
+            self.params = self.pending_params;
+            self.params_effective_at = 0;
+        }
+    }
+
+    /// Stake and bonds booked here, which the stake vault must hold.
+    pub fn booked_stake(&self) -> Result<u64> {
+        self.totals
             .staked
             .checked_add(self.totals.bonded)
-            .ok_or(GpuMarketError::MathOverflow)?;
+            .ok_or_else(|| GpuMarketError::MathOverflow.into())
+    }
+
+    /// The stake vault holds at least the stake and bonds recorded here. It may hold more
+    /// (anyone can send tokens to it); `sweep_vault` moves that surplus to the treasury.
+    pub fn invariant(&self, stake_vault_balance: u64) -> Result<()> {
+        self.params.validate()?;
+        if self.params_effective_at != 0 {
+            self.pending_params.validate()?;
+        }
         require!(
-            held == stake_vault_balance,
+            stake_vault_balance >= self.booked_stake()?,
             GpuMarketError::InvariantViolated
         );
         Ok(())
