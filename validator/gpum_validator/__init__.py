@@ -14,15 +14,18 @@ from .errors import (
 )
 from .service import Intake
 from .settlement import SettlementLoop, Settler, due_reason
-from .store import SQLiteStore, Store
+from .store import SQLiteStore, Store, StoreLimits
 from .verify import (
     Authenticated,
+    JobRules,
     JobState,
     Verdict,
     authenticate,
+    check_assignment,
     check_window,
     check_worker_key,
     health_bound,
+    job_rules,
 )
 
 __all__ = [
@@ -32,6 +35,7 @@ __all__ = [
     "Equivocation",
     "HealthThresholds",
     "Intake",
+    "JobRules",
     "JobState",
     "Rejection",
     "SQLiteStore",
@@ -40,12 +44,15 @@ __all__ = [
     "Settler",
     "Store",
     "StoreError",
+    "StoreLimits",
     "ValidatorError",
     "Verdict",
     "VerifyConfig",
     "authenticate",
+    "check_assignment",
     "check_window",
     "check_worker_key",
     "due_reason",
     "health_bound",
+    "job_rules",
 ]

@@ -2,7 +2,8 @@
 
 ``ChainClient`` is that interface (docs/sdk-api.md); the real client is used in production
 and end-to-end tests, a fake only in unit tests. ``ProviderKeys`` caches Provider accounts
-with a short TTL and refreshes on a key mismatch, so a rotation is seen at the next proof.
+with a short TTL in a bounded LRU and refreshes on a key mismatch, so a rotation is seen at
+the next proof and no number of distinct provider addresses grows memory without bound.
 Every read failure that is not "account missing" becomes ``ChainUnavailable``.
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
@@ -17,7 +19,7 @@ from solders.pubkey import Pubkey
 
 from .errors import ChainUnavailable
 from .store import ChainJobInfo
-from .verify import JobState, field_of
+from .verify import JobState, field_of, status_of
 
 
 class ChainClient(Protocol):
@@ -57,26 +59,34 @@ def read(what: str, fn: Callable[[], Any]) -> Any:
                                "check the RPC URL and that the node is up") from None
 
 
-def market_params(market: Any) -> Any:
-    return field_of(market, "params")
-
-
 def escrow_remaining(job: Any) -> int:
-    """Escrow balance from the job's accounting (the program's invariant:
-    deposited == paid_provider + paid_treasury + burned + refunded + escrow)."""
+    """Escrow booked balance from the job's accounting (the program's invariant: deposited
+    == paid_provider + paid_validators + paid_treasury + burned + refunded + escrow; a view
+    without ``paid_validators`` counts it as 0). Donations to the escrow are not counted."""
     spent = sum(int(field_of(job, k)) for k in ("paid_provider", "paid_treasury", "burned",
                                                  "refunded"))
+    spent += int(_field_or(job, "paid_validators", 0))
     return max(0, int(field_of(job, "deposited")) - spent)
 
 
+def _field_or(obj: Any, name: str, default: Any) -> Any:
+    try:
+        return field_of(obj, name)
+    except (KeyError, AttributeError):
+        return default
+
+
 def job_info(job: Any) -> ChainJobInfo:
+    """The settlement facts of a Job view; rate and window length come from ``job.terms``."""
+    terms = field_of(job, "terms")
     return ChainJobInfo(
-        status=str(field_of(job, "status")).lower(),
+        status=status_of(job),
         last_seq=int(field_of(job, "last_seq")),
         settled_seconds=int(field_of(job, "settled_seconds")),
-        rate_per_second=int(field_of(job, "rate_per_second")),
+        rate_per_second=int(field_of(terms, "rate_per_second")),
         escrow_remaining=escrow_remaining(job),
         ended_at=int(field_of(job, "ended_at")),
+        window_seconds=int(field_of(terms, "window_seconds")),
     )
 
 
@@ -90,25 +100,41 @@ def baseline_state(job: Any) -> JobState:
     )
 
 
+DEFAULT_PROVIDER_CACHE = 4096
+
+
 class ProviderKeys:
-    """Provider accounts cached for ``ttl`` seconds; ``get(..., refresh=True)`` re-reads."""
+    """Provider accounts (or their absence) cached for ``ttl`` seconds in an LRU of at most
+    ``max_entries``; ``get(..., refresh=True)`` re-reads. Thread-safe."""
 
     def __init__(self, client: ChainClient, ttl: float = 30.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 max_entries: int = DEFAULT_PROVIDER_CACHE) -> None:
+        if max_entries < 1:
+            raise ValueError("max_entries must be at least 1")
         self.client = client
         self.ttl = ttl
         self.clock = clock
-        self._cache: dict[bytes, tuple[float, Any | None]] = {}
+        self.max_entries = max_entries
+        self._cache: OrderedDict[bytes, tuple[float, Any | None]] = OrderedDict()
         self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._cache)
 
     def get(self, provider: bytes, refresh: bool = False) -> Any | None:
         now = self.clock()
         with self._lock:
             hit = self._cache.get(provider)
-        if hit is not None and not refresh and now - hit[0] < self.ttl:
-            return hit[1]
+            if hit is not None and not refresh and now - hit[0] < self.ttl:
+                self._cache.move_to_end(provider)
+                return hit[1]
         view = read("the provider account",
                     lambda: self.client.fetch_provider(Pubkey.from_bytes(provider)))
         with self._lock:
             self._cache[provider] = (now, view)
+            self._cache.move_to_end(provider)
+            while len(self._cache) > self.max_entries:
+                self._cache.popitem(last=False)
         return view

@@ -92,20 +92,18 @@ def main() -> None:
               help="SQLite file [default: $XDG_STATE_HOME/gpum-validator/validator.sqlite]")
 @click.option("--settle-every", default=DEFAULT_SETTLE_EVERY, show_default=True, type=int,
               help="settle a job every N accepted windows")
-@click.option("--window-seconds", default=None, type=int,
-              help="window length (default: read from the market)")
 @click.option("--settle-interval", default=5.0, show_default=True, type=float,
               help="seconds between settlement passes")
 @click.option("--log-level", default="info", show_default=True,
               type=click.Choice(["debug", "info", "warning", "error"]))
 def run(url: str, keypair_path: Path, market: str, program_id: str | None, listen: str,
         allow_remote: bool, db_path: Path | None, settle_every: int,
-        window_seconds: int | None, settle_interval: float, log_level: str) -> None:
+        settle_interval: float, log_level: str) -> None:
     """Serve the proof intake and settle accepted windows until SIGINT/SIGTERM."""
     setup_logging(log_level)
     try:
         _run(url, keypair_path, market, program_id, listen, allow_remote,
-             db_path or default_db(), settle_every, window_seconds, settle_interval)
+             db_path or default_db(), settle_every, settle_interval)
     except ValidatorError as e:
         _fail(e)
 
@@ -126,7 +124,7 @@ def _connect(url: str, payer: Keypair, program_id: Pubkey | None) -> Any:
 
 
 def _run(url: str, keypair_path: Path, market_s: str, program_id_s: str | None, listen: str,
-         allow_remote: bool, db_path: Path, settle_every: int, window_seconds: int | None,
+         allow_remote: bool, db_path: Path, settle_every: int,
          settle_interval: float) -> None:
     from gpu_market import PROGRAM_ID
 
@@ -150,12 +148,10 @@ def _run(url: str, keypair_path: Path, market_s: str, program_id_s: str | None, 
     if market_view is None:
         raise ConfigError(f"no Market account at {market} on {url}; check --market and "
                           "--program-id")
-    params = field_of(market_view, "params")
-    ws = window_seconds or int(field_of(params, "window_seconds"))
+    # Window length, skew and health thresholds are per job (job.terms), read per proof.
     cfg = VerifyConfig(
         program_id=bytes(getattr(client, "program_id", None) or program_id or PROGRAM_ID),
-        market=bytes(market), window_seconds=ws,
-        max_skew_seconds=int(field_of(params, "max_skew_seconds")))
+        market=bytes(market))
     cfg.validate()
     try:
         db_path.parent.mkdir(parents=True, exist_ok=True)
@@ -166,7 +162,7 @@ def _run(url: str, keypair_path: Path, market_s: str, program_id_s: str | None, 
     policy = SettlePolicy(settle_every_windows=settle_every)
     reporter = EquivocationReporter(client, authority, store, cfg.program_id, policy, metrics)
     intake = Intake(cfg, store, client, metrics, on_equivocation=reporter.notify)
-    settler = Settler(client, authority, store, ws, policy, metrics)
+    settler = Settler(client, authority, store, policy, metrics)
     try:
         server = ValidatorHTTPServer((host, port), intake, store, HealthProbe(client, cfg.market))
     except OSError as e:
@@ -178,8 +174,8 @@ def _run(url: str, keypair_path: Path, market_s: str, program_id_s: str | None, 
         signal.signal(sig, lambda *_: stop.set())
     serve_in_thread(server)
     loop.start()
-    log.info("listening on http://%s:%d market=%s authority=%s window=%ds settle_every=%d db=%s",
-             host, server.server_port, market, authority.pubkey(), ws, settle_every, db_path)
+    log.info("listening on http://%s:%d market=%s authority=%s settle_every=%d db=%s",
+             host, server.server_port, market, authority.pubkey(), settle_every, db_path)
     stop.wait()
     log.info("shutting down")
     server.shutdown()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from gpu_market.proof import DEFAULT_ECC_UNCORRECTED_MAX, DEFAULT_TEMP_CRITICAL_C
 
@@ -16,7 +16,9 @@ MAX_BATCH = 64
 
 @dataclass(frozen=True)
 class HealthThresholds:
-    """Thresholds that decide billable time; defaults shared with the worker (gpu_market.proof).
+    """Thresholds that decide billable time. For a job they are the job's
+    ``terms.temp_critical_c`` / ``terms.ecc_uncorrected_max`` (``verify.job_rules``); the
+    defaults, shared with the worker (gpu_market.proof), are only for pure tests.
 
     A GPU whose uncorrected-ECC delta in a window exceeds ``ecc_uncorrected_max`` makes the
     whole window non-billable; a GPU whose ``temp_max_c`` reached ``temp_critical_c`` had at
@@ -35,24 +37,21 @@ class HealthThresholds:
 
 @dataclass(frozen=True)
 class VerifyConfig:
-    """What a proof is checked against: the validator's program, market and window rules."""
+    """What every proof is checked against: this validator's program and market.
+
+    Window length, skew allowance and health thresholds are deliberately absent: they are
+    per job, fixed in ``job.terms`` at ``create_job`` (``verify.job_rules``), so a change of
+    the market's params never changes how an existing job's windows are judged.
+    """
 
     program_id: bytes
     market: bytes
-    window_seconds: int
-    max_skew_seconds: int = 5
-    health: HealthThresholds = field(default_factory=HealthThresholds)
 
     def validate(self) -> None:
         for name in ("program_id", "market"):
             v = getattr(self, name)
             if not isinstance(v, bytes) or len(v) != 32:
                 raise ConfigError(f"{name} must be a 32-byte public key")
-        if not 1 <= self.window_seconds <= 3600:
-            raise ConfigError(f"window_seconds must be in 1..3600, got {self.window_seconds}")
-        if not 0 <= self.max_skew_seconds <= 300:
-            raise ConfigError(f"max_skew_seconds must be in 0..300, got {self.max_skew_seconds}")
-        self.health.validate()
 
 
 @dataclass(frozen=True)

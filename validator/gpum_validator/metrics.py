@@ -19,11 +19,19 @@ class Metrics:
         self.proofs: Counter[tuple[str, str]] = Counter()
         self.settlements: Counter[str] = Counter()
         self.equivocation_reports: Counter[str] = Counter()
+        self.unstored: Counter[str] = Counter()
 
     def proof(self, result: str, reason: str = "") -> None:
-        """result: accepted | duplicate | rejected | unavailable."""
+        """result: accepted | duplicate | rejected (final) | retry (retryable rejection) |
+        unavailable (chain or database)."""
         with self._lock:
             self.proofs[(result, reason)] += 1
+
+    def rejection_unstored(self, why: str) -> None:
+        """A rejected, authenticated proof that was answered but not stored: ``ahead`` (seq
+        beyond the job's stored sequence), ``job_cap`` or ``total_cap`` (StoreLimits)."""
+        with self._lock:
+            self.unstored[why] += 1
 
     def settlement(self, status: str, n: int = 1) -> None:
         """status: sent | confirmed | failed (per receipt, not per transaction)."""
@@ -41,6 +49,7 @@ class Metrics:
             proofs = sorted(self.proofs.items())
             settlements = sorted(self.settlements.items())
             reports = dict(self.equivocation_reports)
+            unstored = dict(self.unstored)
         out = ["# HELP gpum_validator_proofs_total Proofs received, by result and reason.",
                "# TYPE gpum_validator_proofs_total counter"]
         for (result, reason), n in proofs:
@@ -57,6 +66,12 @@ class Metrics:
         for outcome in ("slashed", "already_slashed", "job_gone", "retry", "failed"):
             out.append(f'gpum_validator_equivocation_reports_total{{outcome="{outcome}"}} '
                        f'{reports.get(outcome, 0)}')
+        out += [("# HELP gpum_validator_rejections_unstored_total Rejected proofs answered "
+                 "but not stored, by why."),
+                "# TYPE gpum_validator_rejections_unstored_total counter"]
+        for why in ("ahead", "job_cap", "total_cap"):
+            out.append(f'gpum_validator_rejections_unstored_total{{why="{why}"}} '
+                       f'{unstored.get(why, 0)}')
         for name, (help_, fn) in gauges.items():
             out += [f"# HELP {name} {help_}", f"# TYPE {name} gauge", f"{name} {fn():g}"]
         return "\n".join(out) + "\n"

@@ -1,13 +1,21 @@
-"""HTTP intake (stdlib ``ThreadingHTTPServer``): /v1/proofs, /v1/proofs/batch, /health,
-/metrics.
+"""HTTP intake (stdlib ``ThreadingHTTPServer``): POST /v1/proofs, /v1/proofs/batch;
+GET /v1/jobs/<job>/head, /health, /metrics.
 
 Limits: bodies over ``MAX_BODY_BYTES`` get 413 without being read; a body without
 Content-Length gets 411; a Content-Type other than JSON gets 415; bodies that are not
-UTF-8 JSON get 400. Binding to a non-loopback address needs ``allow_remote=True``.
+UTF-8 JSON get 400. Every error body is ``{"error", "message", "retry"}``; a retryable
+single-proof answer (425, 503) also carries ``"retry_after"`` and a ``Retry-After`` header.
+Binding to a non-loopback address needs ``allow_remote=True``.
+
+``GET /v1/jobs/<job base58>/head`` serves the stored proof with the highest seq of a job,
+accepted or rejected, for a worker that lost its disk (it must never re-sign a seq it
+signed). Only proofs that passed authentication, the job-assignment and the worker-key
+checks are ever stored, so strangers cannot make it lie.
 """
 
 from __future__ import annotations
 
+import base64
 import ipaddress
 import json
 import logging
@@ -21,7 +29,14 @@ from solders.pubkey import Pubkey
 
 from .chain import ChainClient
 from .config import MAX_BODY_BYTES
-from .errors import ConfigError
+from .errors import (
+    UNAVAILABLE_RETRY_AFTER_SECONDS,
+    ConfigError,
+    Rejection,
+    StoreError,
+    error_body,
+)
+from .schema import b58_pubkey
 from .service import Intake
 from .store import Store
 
@@ -97,6 +112,29 @@ class ValidatorHTTPServer(ThreadingHTTPServer):
                 + (summary.get("intents") or {}).get("sent", 0) if db_ok else None}
         return (200 if body["ok"] else 503), body
 
+    def head(self, job_b58: str) -> tuple[int, dict[str, Any]]:
+        """``GET /v1/jobs/<job>/head``: 200 with the job's highest stored seq, 404
+        ``job_unknown`` when nothing is stored, 400 for a bad address, 503 on a database
+        failure (retryable)."""
+        try:
+            job = b58_pubkey(job_b58, "the job address")
+            sp = self.store.head(job)
+        except Rejection as r:
+            return r.http_status, r.body()
+        except StoreError as e:
+            log.error("store error: %s", e)
+            return 503, error_body("store_unavailable", f"{e}; retry later",
+                                   UNAVAILABLE_RETRY_AFTER_SECONDS)
+        if sp is None:
+            return 404, error_body("job_unknown", f"no proof of job {job_b58} is stored here; "
+                                   "this validator never accepted or kept one")
+        return 200, {"job": job_b58, "seq": sp.seq,
+                     "proof": base64.b64encode(sp.proof).decode(),
+                     "proof_signature": base64.b64encode(sp.proof_signature).decode(),
+                     "receipt_signature": base64.b64encode(sp.receipt_signature).decode(),
+                     "worker_key": str(Pubkey.from_bytes(sp.worker_key)),
+                     "decision": sp.decision}
+
     def metrics_text(self) -> str:
         def pending() -> float:
             return float(self.store.pending_windows()) if self.store.ping() else -1.0
@@ -123,10 +161,13 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:  # stdlib signature
         log.debug("%s %s", self.client_address[0], format % args)
 
-    def _send(self, status: int, body: bytes, ctype: str, close: bool = False) -> None:
+    def _send(self, status: int, body: bytes, ctype: str, close: bool = False,
+              retry_after: int | None = None) -> None:
         self.send_response(status)
         self.send_header("Content-Type", ctype)
         self.send_header("Content-Length", str(len(body)))
+        if retry_after is not None:
+            self.send_header("Retry-After", str(retry_after))
         if close:
             self.send_header("Connection", "close")
             self.close_connection = True
@@ -134,14 +175,19 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
     def _json(self, status: int, obj: dict[str, Any], close: bool = False) -> None:
+        """Send ``obj``; a non-200 answer whose body says ``retry`` also gets Retry-After."""
+        ra = obj.get("retry_after") if status != 200 and obj.get("retry") is True else None
         self._send(status, json.dumps(obj, separators=(",", ":")).encode(), "application/json",
-                   close)
+                   close, ra if isinstance(ra, int) else None)
 
     def _error(self, status: int, code: str, message: str, close: bool = False) -> None:
-        self._json(status, {"error": code, "message": message}, close)
+        self._json(status, error_body(code, message), close)
 
     def do_GET(self) -> None:  # stdlib name
-        if self.path == "/health":
+        parts = self.path.split("/")
+        if len(parts) == 5 and parts[:3] == ["", "v1", "jobs"] and parts[4] == "head":
+            self._json(*self.server.head(parts[3]))
+        elif self.path == "/health":
             status, body = self.server.health()
             self._json(status, body)
         elif self.path == "/metrics":

@@ -1,21 +1,30 @@
-"""Proof intake: schema -> authenticate -> worker key -> duplicate/equivocation -> window.
+"""Proof intake: schema -> authenticate -> job assignment -> worker key -> duplicate /
+equivocation -> window checks -> store.
 
 ``Intake.submit`` returns ``(http_status, json_body)`` as docs/wire-formats.md specifies;
 it is the only place that combines the pure checks (``verify``) with storage and chain
 reads. Guarantees:
 
+* nothing is stored, and nothing is compared for equivocation, unless the proof is
+  authenticated, its job exists in this market and is assigned to ``proof.provider``, and
+  the signing key is valid for that provider at ``window_end``: only the job's own provider
+  can occupy a (job, seq), so a stranger can neither block a job's sequence nor pollute its
+  head (``GET /v1/jobs/<job>/head``);
+* a rejected proof is stored only when its seq extends the job's stored sequence (at most
+  one past the highest seq accepted or stored), within ``StoreLimits``; one far ahead is
+  answered but never reserves its slot;
 * an accepted proof is on disk (with the job's new state) before 200 is returned;
 * a proof already accepted (same job, seq, hash) answers 200 "duplicate" without any
-  chain read, so worker retries are cheap and safe;
-* a second, different proof for a stored (job, seq) that is validly signed by the
-  provider's key is stored as evidence and answered 409 "equivocation"; the
-  ``on_equivocation`` hook is called with both proofs (in ``gpum-validator run`` it only
-  wakes ``slashing.EquivocationReporter`` on the settlement thread, which submits
-  ``slash_equivocation`` from the stored evidence);
-* a transport failure reading the chain answers 503 "chain_unavailable" and stores no
-  decision, so the worker retries later;
-* proofs of one job are verified one at a time (a per-job lock); different jobs run in
-  parallel.
+  chain read (those exact bytes passed every check when stored), so retries are cheap;
+* a second, different proof for a stored (job, seq) answers 409 "equivocation"; the first
+  such pair is stored as evidence and the ``on_equivocation`` hook is called (in
+  ``gpum-validator run`` it only wakes ``slashing.EquivocationReporter`` on the settlement
+  thread, which submits ``slash_equivocation`` from the stored evidence);
+* retryable rejections (a state that can heal) answer 425 with ``"retry": true``; a
+  transport failure reading the chain or a database failure answers 503, retryable, and
+  decides nothing; a stored rejection is re-evaluated when the same bytes come again;
+* proofs of one job are verified one at a time (a fixed set of striped locks, so memory
+  does not grow with the number of jobs); different jobs mostly run in parallel.
 """
 
 from __future__ import annotations
@@ -26,24 +35,51 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from gpu_market.proof import ProofDecodeError, decode_proof
 from solders.pubkey import Pubkey
 
-from .chain import ChainClient, ProviderKeys, baseline_state, job_info, read
+from .chain import (
+    DEFAULT_PROVIDER_CACHE,
+    ChainClient,
+    ProviderKeys,
+    baseline_state,
+    job_info,
+    read,
+)
 from .config import VerifyConfig
-from .errors import ChainUnavailable, Equivocation, Rejection, StoreError
+from .errors import (
+    UNAVAILABLE_RETRY_AFTER_SECONDS,
+    ChainUnavailable,
+    Equivocation,
+    Rejection,
+    StoreError,
+    error_body,
+)
 from .metrics import Metrics
 from .schema import parse_batch, parse_signed_proof
-from .store import Store, StoredProof
-from .verify import Authenticated, authenticate, check_window, check_worker_key
+from .store import DEFAULT_LIMITS, Store, StoredProof, StoreLimits
+from .verify import (
+    Authenticated,
+    JobState,
+    authenticate,
+    check_assignment,
+    check_window,
+    check_worker_key,
+)
 
 log = logging.getLogger("gpum_validator.intake")
 
 EquivocationHook = Callable[[Authenticated, StoredProof], None]
 _KEY_REASONS = ("provider_not_found", "unknown_worker_key", "worker_key_expired")
+_LOCK_STRIPES = 64
 
 
 def _b58(b: bytes) -> str:
     return str(Pubkey.from_bytes(b))
+
+
+def _unavailable(reason: str, message: str) -> tuple[int, dict[str, Any]]:
+    return 503, error_body(reason, f"{message}; retry later", UNAVAILABLE_RETRY_AFTER_SECONDS)
 
 
 class Intake:
@@ -52,17 +88,19 @@ class Intake:
     def __init__(self, cfg: VerifyConfig, store: Store, client: ChainClient,
                  metrics: Metrics | None = None, clock: Callable[[], float] = time.time,
                  provider_ttl: float = 30.0,
-                 on_equivocation: EquivocationHook | None = None) -> None:
+                 on_equivocation: EquivocationHook | None = None,
+                 limits: StoreLimits = DEFAULT_LIMITS,
+                 provider_cache_size: int = DEFAULT_PROVIDER_CACHE) -> None:
         cfg.validate()
         self.cfg = cfg
         self.store = store
         self.client = client
         self.metrics = metrics or Metrics()
         self.clock = clock
-        self.providers = ProviderKeys(client, provider_ttl)
+        self.limits = limits
+        self.providers = ProviderKeys(client, provider_ttl, max_entries=provider_cache_size)
         self.on_equivocation = on_equivocation
-        self._locks: dict[bytes, threading.Lock] = {}
-        self._locks_guard = threading.Lock()
+        self._locks = tuple(threading.Lock() for _ in range(_LOCK_STRIPES))
 
     # ------------------------------------------------------------------ HTTP-shaped API
 
@@ -71,49 +109,56 @@ class Intake:
         try:
             return 200, self._submit(obj)
         except Rejection as r:
-            return r.http_status, {"error": r.reason, "message": r.message}
+            return r.http_status, r.body()
         except ChainUnavailable as e:
             self.metrics.proof("unavailable", "chain_unavailable")
             log.warning("chain unavailable: %s", e)
-            return 503, {"error": "chain_unavailable", "message": f"{e}; retry later"}
+            return _unavailable("chain_unavailable", str(e))
         except StoreError as e:
             self.metrics.proof("unavailable", "store_error")
             log.error("store error: %s", e)
-            return 503, {"error": "store_unavailable", "message": f"{e}; retry later"}
+            return _unavailable("store_unavailable", str(e))
 
     def submit_batch(self, obj: object) -> tuple[int, dict[str, Any]]:
         """Handle ``{"proofs": [...]}``: each proof is handled in order, independently,
-        except that after a transient failure (503) the remaining items are answered
-        'unavailable' too, so a job's later windows never overtake an earlier one."""
+        except that a job's later windows never overtake an earlier one: after a retryable
+        answer for a job, that job's remaining items get the same answer, and after a 503
+        (chain or database unavailable) every remaining item does."""
         try:
             items = parse_batch(obj)
         except Rejection as r:
             self.metrics.proof("rejected", r.reason)
-            return r.http_status, {"error": r.reason, "message": r.message}
+            return r.http_status, r.body()
         results: list[dict[str, Any]] = []
-        transient: dict[str, Any] | None = None
+        held: dict[bytes, dict[str, Any]] = {}
+        everything: dict[str, Any] | None = None
         for item in items:
-            if transient is not None:
-                results.append(transient)
+            job = _job_of(item)
+            if everything is not None:
+                results.append(everything)
+                continue
+            if job is not None and job in held:
+                results.append(held[job])
                 continue
             status, body = self.submit(item)
             if status == 503:
-                transient = body
+                everything = body
+            elif body.get("retry") is True and job is not None:
+                held[job] = body
             results.append(body)
         return 200, {"results": results}
 
     # ------------------------------------------------------------------ core
 
     def _job_lock(self, job: bytes) -> threading.Lock:
-        with self._locks_guard:
-            return self._locks.setdefault(job, threading.Lock())
+        return self._locks[int.from_bytes(job[:8], "little") % _LOCK_STRIPES]
 
     def _reject(self, r: Rejection, auth: Authenticated | None = None) -> Rejection:
-        self.metrics.proof("rejected", r.reason)
+        self.metrics.proof("retry" if r.retryable else "rejected", r.reason)
         where = ""
         if auth is not None:
             where = f" job={_b58(auth.proof.job)} seq={auth.proof.seq}"
-        log.info("rejected%s reason=%s: %s", where, r.reason, r.message)
+        log.info("rejected%s reason=%s retry=%s: %s", where, r.reason, r.retryable, r.message)
         return r
 
     def _submit(self, obj: object) -> dict[str, Any]:
@@ -123,39 +168,31 @@ class Intake:
         except Rejection as r:
             raise self._reject(r) from None
         p = auth.proof
+        ok = {"job": _b58(p.job), "seq": p.seq}
+        if self.store.decision_of(p.job, p.seq, auth.hash) == "accepted":
+            self.metrics.proof("duplicate")
+            return {"status": "duplicate", **ok}
+        # Job assignment and key validity come before anything is stored or compared.
+        job = read("the job account", lambda: self.client.fetch_job(Pubkey.from_bytes(p.job)))
         try:
+            check_assignment(auth, job, self.cfg)
             self._check_key(auth)
         except Rejection as r:
             raise self._reject(r, auth) from None
-        ok = {"job": _b58(p.job), "seq": p.seq}
         with self._job_lock(p.job):
             stored = self.store.proofs_at(p.job, p.seq)
-            other = next((s for s in stored if s.hash != auth.hash), None)
-            if other is not None:
-                self.store.record_equivocation(auth, other.hash, self.clock())
-                self.metrics.proof("rejected", "equivocation")
-                log.critical("EQUIVOCATION job=%s seq=%d: two signed proofs %s and %s; "
-                             "evidence stored", ok["job"], p.seq, auth.hash.hex()[:16],
-                             other.hash.hex()[:16])
-                if self.on_equivocation is not None:
-                    self.on_equivocation(auth, other)
-                raise Equivocation(f"a different proof for job {ok['job']} seq {p.seq} was "
-                                   "already received; both are kept as slashing evidence")
-            if any(s.decision == "accepted" for s in stored):
+            if any(s.hash == auth.hash and s.decision == "accepted" for s in stored):
                 self.metrics.proof("duplicate")
                 return {"status": "duplicate", **ok}
-            job = read("the job account", lambda: self.client.fetch_job(Pubkey.from_bytes(p.job)))
-            state = self.store.job_state(p.job)
-            if state is None and job is not None:
-                state = baseline_state(job)
+            other = next((s for s in stored if s.hash != auth.hash), None)
+            if other is not None:
+                self._equivocation(auth, other, ok["job"])
+            state = self.store.job_state(p.job) or baseline_state(job)
             prev = self._prev_hash(p.job, p.seq)
             try:
-                if state is None:  # job missing on chain and never seen: check_window rejects
-                    state = baseline_state({"last_seq": 0, "settled_seconds": 0,
-                                            "last_window_end": 0})
                 verdict = check_window(auth, job, state, self.cfg, int(self.clock()), prev)
             except Rejection as r:
-                self.store.record_rejected(auth, r.reason, self.clock())
+                self._store_rejection(auth, r, state)
                 raise self._reject(r, auth) from None
             now = self.clock()
             self.store.record_accepted(auth, verdict, state, now)
@@ -167,6 +204,33 @@ class Intake:
         log.info("accepted job=%s seq=%d billable=%d cumulative=%d", ok["job"], p.seq,
                  p.billable_seconds, p.cumulative_seconds)
         return {"status": "accepted", **ok}
+
+    def _equivocation(self, auth: Authenticated, other: StoredProof, job_b58: str) -> None:
+        """Both proofs are signed by keys of the job's own provider (nothing else is ever
+        stored): keep the first pair as evidence, wake the reporter, answer 409."""
+        p = auth.proof
+        new = self.store.record_equivocation(auth, other.hash, self.clock())
+        self.metrics.proof("rejected", "equivocation")
+        if new:
+            log.critical("EQUIVOCATION job=%s seq=%d: two signed proofs %s and %s; evidence "
+                         "stored", job_b58, p.seq, auth.hash.hex()[:16], other.hash.hex()[:16])
+        if self.on_equivocation is not None:
+            self.on_equivocation(auth, other)
+        raise Equivocation(f"a different proof for job {job_b58} seq {p.seq} was already "
+                           "received; the first pair is kept as slashing evidence")
+
+    def _store_rejection(self, auth: Authenticated, r: Rejection, state: JobState) -> None:
+        """Keep a rejected proof (the worker signed it: its head must show it, and a
+        different proof for that seq is equivocation) only when it extends the job's stored
+        sequence and fits ``StoreLimits``; otherwise it is answered but never reserves its
+        (job, seq)."""
+        p = auth.proof
+        frontier = max(state.last_seq, self.store.max_seq(p.job))
+        why = "ahead" if p.seq > frontier + 1 else self.store.record_rejected(
+            auth, r.reason, self.clock(), self.limits)
+        if why is not None:
+            self.metrics.rejection_unstored(why)
+            log.info("rejected proof job=%s seq=%d not stored (%s)", _b58(p.job), p.seq, why)
 
     def _check_key(self, auth: Authenticated) -> None:
         provider = self.providers.get(auth.proof.provider)
@@ -187,3 +251,12 @@ class Intake:
         if accepted:
             return accepted[0].hash
         return stored[0].hash if len(stored) == 1 else None
+
+
+def _job_of(item: object) -> bytes | None:
+    """The job a batch item names, for holding back its later windows (None if the item
+    does not even parse; such an item is answered on its own)."""
+    try:
+        return decode_proof(parse_signed_proof(item).proof).job
+    except (Rejection, ProofDecodeError):
+        return None

@@ -1,7 +1,8 @@
 """Settlement: when to settle (pure ``due_reason``) and the crash-safe settler (I/O).
 
 Policy. A job's newest accepted receipt covers every second up to its cumulative total, so
-only that receipt is settled. It is due when (first match wins):
+only that receipt is settled. "Window" is the job's own ``terms.window_seconds`` (as last
+read from chain). It is due when (first match wins):
 
 * ``job_finishing``   the job is Finishing on chain (its settlement grace is short);
 * ``escrow_low``      after paying the accepted-but-unsettled seconds the escrow covers fewer
@@ -46,10 +47,14 @@ RETRYABLE_CHAIN_ERRORS = frozenset({"WindowEndInFuture"})
 SETTLEABLE_STATUSES = ("running", "finishing")
 
 
-def due_reason(c: SettleCandidate, policy: SettlePolicy, window_seconds: int,
-               now: float) -> str | None:
-    """Why candidate ``c`` should be settled now, or None (see the module docstring)."""
+def due_reason(c: SettleCandidate, policy: SettlePolicy, now: float) -> str | None:
+    """Why candidate ``c`` should be settled now, or None (see the module docstring).
+
+    The rules that are measured in windows (``escrow_low``, ``stale``) use the job's
+    ``terms.window_seconds`` from ``c.chain``; without chain facts only ``every_n_windows``
+    can apply (the settler always reads the chain before it asks)."""
     chain = c.chain
+    window = chain.window_seconds if chain is not None else 0
     if chain is not None:
         if chain.status not in SETTLEABLE_STATUSES:
             return None
@@ -57,11 +62,12 @@ def due_reason(c: SettleCandidate, policy: SettlePolicy, window_seconds: int,
             return "job_finishing"
         unsettled = max(0, c.accepted_cumulative - chain.settled_seconds)
         left = chain.escrow_remaining - unsettled * chain.rate_per_second
-        if left < policy.low_escrow_windows * window_seconds * chain.rate_per_second:
+        if left < policy.low_escrow_windows * window * chain.rate_per_second:
             return "escrow_low"
     if c.unsettled_windows >= policy.settle_every_windows:
         return "every_n_windows"
-    if now - c.oldest_unsettled_window_end >= policy.max_unsettled_age_windows * window_seconds:
+    if window > 0 and (now - c.oldest_unsettled_window_end
+                       >= policy.max_unsettled_age_windows * window):
         return "stale"
     return None
 
@@ -97,13 +103,12 @@ class Settler:
     """Turns due jobs into intents and intents into ``settle`` transactions."""
 
     def __init__(self, client: ChainClient, authority: Any, store: Store,
-                 window_seconds: int, policy: SettlePolicy | None = None,
+                 policy: SettlePolicy | None = None,
                  metrics: Metrics | None = None, clock: Callable[[], float] = time.time,
                  item_factory: Callable[..., Any] | None = None) -> None:
         self.client = client
         self.authority = authority
         self.store = store
-        self.window_seconds = window_seconds
         self.policy = policy or SettlePolicy()
         self.policy.validate()
         self.metrics = metrics or Metrics()
@@ -146,7 +151,8 @@ class Settler:
     def _plan(self, report: SettleReport, force: bool) -> None:
         now = self.clock()
         for c in self.store.settle_candidates():
-            if c.chain is None or now - c.chain_checked_at >= self.policy.chain_refresh_seconds:
+            if (c.chain is None or c.chain.window_seconds <= 0
+                    or now - c.chain_checked_at >= self.policy.chain_refresh_seconds):
                 info = self._refresh(c.job)
                 if info is None:
                     continue
@@ -155,7 +161,7 @@ class Settler:
                                     c.accepted_cumulative, info, now)
                 if c.latest.seq <= info.last_seq:
                     continue
-            reason = due_reason(c, self.policy, self.window_seconds, now)
+            reason = due_reason(c, self.policy, now)
             if force and reason is None and c.chain and c.chain.status in SETTLEABLE_STATUSES:
                 reason = "forced"
             if reason is None:

@@ -6,8 +6,15 @@
 one transaction. One connection is shared by the HTTP threads and the settlement thread
 under a lock (SQLite serialises writers anyway).
 
-Schema version ``SCHEMA_VERSION`` is kept in ``meta``; opening a database written by a
-newer version raises ``StoreError`` instead of guessing.
+Schema version ``SCHEMA_VERSION`` is kept in ``meta``; an older database is migrated in
+place, opening one written by a newer version raises ``StoreError`` instead of guessing.
+
+Bounds (``StoreLimits``): rejected proofs are capped per job (the lowest seqs that are not
+equivocation evidence are evicted first, so a job's newest proofs, which its head and a
+retry need, stay) and in total (beyond it new rejections are answered but not stored); a
+(job, seq) holds at most ``MAX_PROOFS_PER_SEQ`` different proofs (one evidence pair). The
+intake only stores proofs that passed authentication, the job-assignment check and the
+worker-key check, so what is stored for a job was signed by that job's provider.
 """
 
 from __future__ import annotations
@@ -25,7 +32,9 @@ from typing import Protocol
 from .errors import StoreError
 from .verify import Authenticated, JobState, Verdict
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+MAX_PROOFS_PER_SEQ = 2
+"""Different proofs kept for one (job, seq): the first and one conflicting (the evidence)."""
 
 INTENT_STATUSES = ("intended", "sent", "confirmed", "failed")
 OPEN_INTENT_STATUSES = ("intended", "sent")
@@ -48,6 +57,7 @@ CREATE TABLE IF NOT EXISTS proofs (
     PRIMARY KEY (job, seq, hash)
 );
 CREATE INDEX IF NOT EXISTS proofs_accepted ON proofs (job, decision, seq);
+CREATE INDEX IF NOT EXISTS proofs_by_decision ON proofs (decision, job);
 CREATE TABLE IF NOT EXISTS jobs (
     job BLOB PRIMARY KEY,
     last_seq INTEGER NOT NULL,
@@ -62,7 +72,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     escrow_remaining INTEGER NOT NULL DEFAULT 0,
     ended_at INTEGER NOT NULL DEFAULT 0,
     chain_checked_at REAL NOT NULL DEFAULT 0,
-    updated_at REAL NOT NULL
+    updated_at REAL NOT NULL,
+    window_seconds INTEGER NOT NULL DEFAULT 0
 );
 CREATE TABLE IF NOT EXISTS intents (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -154,8 +165,27 @@ class EquivocationCase:
 
 
 @dataclass(frozen=True)
+class StoreLimits:
+    """How much the store keeps of proofs that were not accepted (accepted proofs are the
+    job's paid history and are never dropped)."""
+
+    max_rejected_per_job: int = 1024
+    """Rejected proofs kept per job; beyond it the lowest seqs (never evidence) are evicted."""
+    max_rejected_total: int = 100_000
+    """Rejected proofs kept in all; beyond it new rejections are answered but not stored."""
+
+    def __post_init__(self) -> None:
+        if self.max_rejected_per_job < 1 or self.max_rejected_total < 1:
+            raise ValueError("StoreLimits values must be at least 1")
+
+
+DEFAULT_LIMITS = StoreLimits()
+
+
+@dataclass(frozen=True)
 class ChainJobInfo:
-    """The chain facts the settlement policy needs, as last read."""
+    """The chain facts the settlement policy needs, as last read (rate and window length
+    from the job's terms; ``window_seconds`` 0 = not read yet)."""
 
     status: str
     last_seq: int
@@ -163,6 +193,7 @@ class ChainJobInfo:
     rate_per_second: int
     escrow_remaining: int
     ended_at: int
+    window_seconds: int = 0
 
 
 @dataclass(frozen=True)
@@ -204,10 +235,14 @@ class Store(Protocol):
 
     def job_state(self, job: bytes) -> JobState | None: ...
     def proofs_at(self, job: bytes, seq: int) -> list[StoredProof]: ...
-    def record_rejected(self, auth: Authenticated, reason: str, now: float) -> None: ...
+    def decision_of(self, job: bytes, seq: int, hash: bytes) -> str | None: ...
+    def max_seq(self, job: bytes) -> int: ...
+    def head(self, job: bytes) -> StoredProof | None: ...
+    def record_rejected(self, auth: Authenticated, reason: str, now: float,
+                        limits: StoreLimits = DEFAULT_LIMITS) -> str | None: ...
     def record_accepted(self, auth: Authenticated, verdict: Verdict, baseline: JobState,
                         now: float) -> None: ...
-    def record_equivocation(self, auth: Authenticated, other_hash: bytes, now: float) -> None: ...
+    def record_equivocation(self, auth: Authenticated, other_hash: bytes, now: float) -> bool: ...
     def update_chain_info(self, job: bytes, info: ChainJobInfo, now: float) -> None: ...
     def equivocation_cases(self, *, open_only: bool = False) -> list[EquivocationCase]: ...
     def mark_equivocation_report(self, job: bytes, seq: int, status: str, now: float, *,
@@ -256,6 +291,14 @@ class SQLiteStore:
             elif int(row[0]) > SCHEMA_VERSION:
                 raise StoreError(f"database {self.path} has schema version {row[0]}, newer "
                                  f"than this validator ({SCHEMA_VERSION}); upgrade gpum-validator")
+            elif int(row[0]) < 2:
+                # v1 -> v2: the job's window length (from its terms) is kept for the
+                # settlement policy; chain_checked_at=0 makes the next pass re-read it.
+                self._db.execute("ALTER TABLE jobs ADD COLUMN window_seconds INTEGER NOT NULL "
+                                 "DEFAULT 0")
+                self._db.execute("UPDATE jobs SET chain_checked_at=0")
+                self._db.execute("UPDATE meta SET value=? WHERE key='schema_version'",
+                                 (str(SCHEMA_VERSION),))
             self._db.execute("COMMIT")
         except BaseException:
             if self._db.in_transaction:
@@ -314,10 +357,59 @@ class SQLiteStore:
             (p.job, p.seq, auth.hash, s.proof, s.proof_signature, s.receipt_signature,
              p.worker_key, p.cumulative_seconds, p.window_end, now, decision, reason))
 
-    def record_rejected(self, auth: Authenticated, reason: str, now: float) -> None:
-        """Store an authenticated proof with decision 'rejected' (never downgrades 'accepted')."""
+    def decision_of(self, job: bytes, seq: int, hash: bytes) -> str | None:
+        """The stored decision of exactly these proof bytes, or None."""
+        rows = self._q("SELECT decision FROM proofs WHERE job=? AND seq=? AND hash=?",
+                       (job, seq, hash))
+        return rows[0][0] if rows else None
+
+    def max_seq(self, job: bytes) -> int:
+        """The highest seq stored for ``job`` (accepted or rejected), 0 if none."""
+        return int(self._q("SELECT COALESCE(MAX(seq), 0) FROM proofs WHERE job=?",
+                           (job,))[0][0])
+
+    def head(self, job: bytes) -> StoredProof | None:
+        """The stored proof with the highest seq of ``job``, whatever its decision (at an
+        equivocated seq the accepted one, else the first received); None if none."""
+        rows = self._q(f"SELECT {self._PROOF_COLS} FROM proofs WHERE job=? "
+                       "ORDER BY seq DESC, decision='accepted' DESC, received_at, hash LIMIT 1",
+                       (job,))
+        return StoredProof(*rows[0]) if rows else None
+
+    def record_rejected(self, auth: Authenticated, reason: str, now: float,
+                        limits: StoreLimits = DEFAULT_LIMITS) -> str | None:
+        """Store an authenticated proof with decision 'rejected' (never downgrades
+        'accepted'; the same bytes again only update reason and time), within ``limits``.
+
+        Returns None when stored, else why not: ``"job_cap"`` (the job holds its maximum of
+        rejected proofs and none below this seq can be evicted: all are evidence or higher)
+        or ``"total_cap"``.
+        """
+        p = auth.proof
         with self._tx() as db:
+            if db.execute("SELECT 1 FROM proofs WHERE job=? AND seq=? AND hash=?",
+                          (p.job, p.seq, auth.hash)).fetchone():
+                self._upsert_proof(db, auth, "rejected", reason, now)
+                return None
+            total = db.execute("SELECT COUNT(*) FROM proofs WHERE decision='rejected'"
+                               ).fetchone()[0]
+            if total >= limits.max_rejected_total:
+                return "total_cap"
+            n = db.execute("SELECT COUNT(*) FROM proofs WHERE decision='rejected' AND job=?",
+                           (p.job,)).fetchone()[0]
+            excess = n - limits.max_rejected_per_job + 1
+            if excess > 0:
+                victims = db.execute(
+                    "SELECT seq, hash FROM proofs p WHERE decision='rejected' AND job=? "
+                    "AND seq<? AND NOT EXISTS (SELECT 1 FROM equivocations e "
+                    "WHERE e.job=p.job AND e.seq=p.seq) ORDER BY seq, received_at LIMIT ?",
+                    (p.job, p.seq, excess)).fetchall()
+                if len(victims) < excess:
+                    return "job_cap"
+                db.executemany("DELETE FROM proofs WHERE job=? AND seq=? AND hash=?",
+                               [(p.job, seq, h) for seq, h in victims])
             self._upsert_proof(db, auth, "rejected", reason, now)
+        return None
 
     def record_accepted(self, auth: Authenticated, verdict: Verdict, baseline: JobState,
                         now: float) -> None:
@@ -344,14 +436,21 @@ class SQLiteStore:
             db.executemany("INSERT OR IGNORE INTO missed_windows VALUES (?,?,?)",
                            [(p.job, s, now) for s in verdict.missed_seqs])
 
-    def record_equivocation(self, auth: Authenticated, other_hash: bytes, now: float) -> None:
-        """Store the conflicting proof (rejected, reason 'equivocation') and the evidence pair."""
+    def record_equivocation(self, auth: Authenticated, other_hash: bytes, now: float) -> bool:
+        """Store the conflicting proof (rejected, reason 'equivocation') and the evidence pair
+        with ``other_hash``, unless (job, seq) already holds ``MAX_PROOFS_PER_SEQ`` other
+        proofs (one pair is all the slash needs). True when a new evidence pair was stored."""
         p = auth.proof
         a, b = sorted((auth.hash, other_hash))
         with self._tx() as db:
+            hashes = {r[0] for r in db.execute("SELECT hash FROM proofs WHERE job=? AND seq=?",
+                                               (p.job, p.seq))}
+            if auth.hash not in hashes and len(hashes) >= MAX_PROOFS_PER_SEQ:
+                return False
             self._upsert_proof(db, auth, "rejected", "equivocation", now)
-            db.execute("INSERT OR IGNORE INTO equivocations VALUES (?,?,?,?,?,NULL)",
-                       (p.job, p.seq, a, b, now))
+            cur = db.execute("INSERT OR IGNORE INTO equivocations VALUES (?,?,?,?,?,NULL)",
+                             (p.job, p.seq, a, b, now))
+            return cur.rowcount == 1
 
     def equivocations(self) -> list[tuple[bytes, int, bytes, bytes, float, str | None]]:
         """Evidence pairs (job, seq, hash_a, hash_b, recorded_at, reported_signature)."""
@@ -410,10 +509,10 @@ class SQLiteStore:
         with self._tx() as db:
             db.execute(
                 "UPDATE jobs SET chain_status=?, chain_last_seq=?, settled_seconds=?, "
-                "rate_per_second=?, escrow_remaining=?, ended_at=?, chain_checked_at=? "
-                "WHERE job=?",
+                "rate_per_second=?, escrow_remaining=?, ended_at=?, window_seconds=?, "
+                "chain_checked_at=? WHERE job=?",
                 (info.status, info.last_seq, info.settled_seconds, info.rate_per_second,
-                 info.escrow_remaining, info.ended_at, now, job))
+                 info.escrow_remaining, info.ended_at, info.window_seconds, now, job))
 
     # ------------------------------------------------------------------ settlement
 
@@ -422,9 +521,10 @@ class SQLiteStore:
         with self._lock:
             jobs = self._q(
                 "SELECT job, cumulative_seconds, chain_status, chain_last_seq, settled_seconds, "
-                "rate_per_second, escrow_remaining, ended_at, chain_checked_at FROM jobs")
+                "rate_per_second, escrow_remaining, ended_at, window_seconds, chain_checked_at "
+                "FROM jobs")
             out = []
-            for (job, cum, st, cls, ss, rate, esc, ended, checked) in jobs:
+            for (job, cum, st, cls, ss, rate, esc, ended, ws, checked) in jobs:
                 # A failed intent also covers its receipt: a terminal failure is never retried
                 # with the same receipt (only a newer accepted receipt makes a new intent).
                 covered = self._q("SELECT COALESCE(MAX(seq_to), 0) FROM intents WHERE job=?",
@@ -436,7 +536,8 @@ class SQLiteStore:
                 if not rows:
                     continue
                 proofs = [StoredProof(*r) for r in rows]
-                chain = (ChainJobInfo(st, cls, ss, rate, esc, ended) if st is not None else None)
+                chain = (ChainJobInfo(st, cls, ss, rate, esc, ended, ws) if st is not None
+                         else None)
                 out.append(SettleCandidate(job, proofs[-1], covered, len(proofs),
                                            proofs[0].window_end, cum, chain, checked))
             return out

@@ -1,16 +1,19 @@
 """Proof verification: pure functions over decoded inputs and chain *views* (no I/O).
 
 The intake (``service.Intake``) calls them in this order, and every failure raises
-``Rejection`` with a stable ``reason`` code:
+``Rejection`` with a stable ``reason`` code (final, or retryable with ``retry_after``):
 
 1. ``authenticate``: the bytes are a canonical proof for this program and market, signed
    (proof and receipt) by the key the request names;
-2. ``check_worker_key``: that key is the provider's current key (unexpired at window_end)
-   or its previous key for windows that ended by its rotation, as the chain's
-   ``receipt_key_valid`` rule;
-3. (the intake resolves duplicates and equivocation against the store here;)
-4. ``check_window``: job status and assignment, sequence and hash chain, window timing,
-   GPU set, and the billable claim against ``health_bound`` and the cumulative total.
+2. ``check_assignment``: the job exists in this market and is assigned to ``proof.provider``;
+3. ``check_worker_key``: that key is the provider's current key (unexpired at window_end)
+   or one of its retired keys for a window that ended by that key's retirement, as the
+   chain's receipt-key rule;
+4. (the intake resolves duplicates and equivocation against the store here; only proofs
+   that passed 1-3 are ever stored or compared, so a stranger cannot occupy a (job, seq);)
+5. ``check_window``: job status, sequence and hash chain, window timing, GPU set, and the
+   billable claim against ``health_bound`` and the cumulative total, with the window
+   length, skew and health thresholds of the job's own ``terms`` (``job_rules``).
 
 Guarantee: a proof passing all of them yields a receipt that ``settle`` accepts against a
 job whose on-chain state is at or before this validator's last accepted receipt (same
@@ -39,6 +42,9 @@ from .config import HealthThresholds, VerifyConfig
 from .errors import Rejection
 from .schema import SignedProof
 
+CHAIN_LAG_RETRY_SECONDS = 5
+"""Retry-After of rejections that heal when this validator's RPC catches up."""
+
 
 def _pk(v: Any) -> bytes:
     """Raw 32 bytes of a solders Pubkey or bytes."""
@@ -50,6 +56,36 @@ def field_of(obj: Any, name: str) -> Any:
     if isinstance(obj, dict):
         return obj[name]
     return getattr(obj, name)
+
+
+def status_of(view: Any) -> str:
+    """A job's status as lower-case text, from a string, an enum or an anchorpy variant."""
+    value = field_of(view, "status")
+    if isinstance(value, str):
+        return value.lower()
+    name = getattr(value, "name", None)
+    return str(name if isinstance(name, str) else type(value).__name__).lower()
+
+
+@dataclass(frozen=True)
+class JobRules:
+    """How one job's windows are judged: fixed in ``job.terms`` at ``create_job``, so the
+    market's later parameter changes never apply to a running job."""
+
+    window_seconds: int
+    max_skew_seconds: int
+    health: HealthThresholds
+
+
+def job_rules(job: Any) -> JobRules:
+    """The ``JobRules`` of a Job view (``terms.window_seconds``, ``terms.max_skew_seconds``,
+    ``terms.temp_critical_c``, ``terms.ecc_uncorrected_max``)."""
+    t = field_of(job, "terms")
+    return JobRules(
+        window_seconds=int(field_of(t, "window_seconds")),
+        max_skew_seconds=int(field_of(t, "max_skew_seconds")),
+        health=HealthThresholds(temp_critical_c=int(field_of(t, "temp_critical_c")),
+                                ecc_uncorrected_max=int(field_of(t, "ecc_uncorrected_max"))))
 
 
 @dataclass(frozen=True)
@@ -119,23 +155,30 @@ def authenticate(signed: SignedProof, cfg: VerifyConfig) -> Authenticated:
 
 def worker_key_status(provider: Any, key: bytes, at: int) -> str:
     """'ok', 'expired' or 'unknown' for ``key`` signing a window that ends at ``at``, by the
-    program's rule: the current key unexpired at ``at``, or the previous key for a window that
-    ended by its rotation (``previous_key_retired_at``; the chain also bounds when such a
-    receipt may still settle, which settlement handles)."""
-    current = _pk(field_of(provider, "worker_key"))
-    expires = int(field_of(provider, "worker_key_expires_at"))
-    previous = _pk(field_of(provider, "previous_worker_key"))
-    retired_at = int(field_of(provider, "previous_key_retired_at"))
-    if key == current:
-        return "ok" if expires == 0 or at <= expires else "expired"
-    if previous != ZERO_HASH and key == previous:
-        return "ok" if at <= retired_at else "expired"
-    return "unknown"
+    program's receipt-key rule: the current key unexpired at ``at`` (expiry 0 = never), or a
+    key in ``retired_keys`` (all-zero key = empty slot) for a window that ended by its
+    ``retired_at``. The chain also bounds how long a retired key's receipt may still
+    *settle*; that is the settler's business, not the intake's."""
+    matched = False
+    if key == _pk(field_of(provider, "worker_key")):
+        expires = int(field_of(provider, "worker_key_expires_at"))
+        if expires == 0 or at <= expires:
+            return "ok"
+        matched = True
+    for slot in field_of(provider, "retired_keys") or ():
+        retired = _pk(field_of(slot, "key"))
+        if retired == ZERO_HASH or retired != key:
+            continue
+        if at <= int(field_of(slot, "retired_at")):
+            return "ok"
+        matched = True
+    return "expired" if matched else "unknown"
 
 
 def check_worker_key(auth: Authenticated, provider: Any | None, cfg: VerifyConfig) -> None:
     """The signing key belongs to the proof's provider; raises Rejection (provider_not_found,
-    wrong_market, unknown_worker_key, worker_key_expired)."""
+    wrong_market, unknown_worker_key [retryable: a rotation this validator's RPC has not
+    seen yet], worker_key_expired)."""
     p = auth.proof
     if provider is None:
         raise Rejection("provider_not_found", "no Provider account at proof.provider")
@@ -144,11 +187,30 @@ def check_worker_key(auth: Authenticated, provider: Any | None, cfg: VerifyConfi
     status = worker_key_status(provider, p.worker_key, p.window_end)
     if status == "unknown":
         raise Rejection("unknown_worker_key",
-                        "worker_key is neither the provider's current nor previous key on chain")
+                        "worker_key is neither the provider's current nor a retired key on "
+                        "chain; if it was just rotated, retry once the chain shows it",
+                        retry_after=CHAIN_LAG_RETRY_SECONDS)
     if status == "expired":
         raise Rejection("worker_key_expired",
                         "worker_key expired (or was rotated out) before window_end; "
                         "sign with the provider's current worker key")
+
+
+def check_assignment(auth: Authenticated, job: Any | None, cfg: VerifyConfig) -> None:
+    """The proof's job exists in this market and is assigned to ``proof.provider``.
+
+    Raises Rejection: ``job_not_found`` (retryable: the worker saw the job on its RPC, this
+    validator's RPC may lag), ``wrong_market``, ``wrong_provider``. Together with
+    ``check_worker_key`` this guarantees that only the job's own provider key can make the
+    intake store or compare anything for that job.
+    """
+    if job is None:
+        raise Rejection("job_not_found", "no Job account at proof.job (yet); retry once the "
+                        "validator's RPC has caught up", retry_after=CHAIN_LAG_RETRY_SECONDS)
+    if _pk(field_of(job, "market")) != cfg.market:
+        raise Rejection("wrong_market", "the job belongs to another market")
+    if _pk(field_of(job, "provider")) != auth.proof.provider:
+        raise Rejection("wrong_provider", "the job is assigned to another provider")
 
 
 def health_bound(proof: WindowProof, th: HealthThresholds) -> int:
@@ -184,33 +246,42 @@ def check_window(
     now: int,
     prev_hash_known: bytes | None,
 ) -> Verdict:
-    """Check one authenticated proof against the job and the job's accepted history.
+    """Check one authenticated proof against the job, its terms and its accepted history.
 
     ``prev_hash_known`` is the hash of the stored proof for ``seq - 1`` if any. Raises
-    Rejection with one of: job_not_found, wrong_market, wrong_provider, job_not_running,
-    window_after_job_end, stale_seq, prev_hash_mismatch, window_length, window_overlap
-    (window_start before the last accepted window_end, so window_end is after it too),
-    window_in_future, gpu_count_mismatch, gpu_uuids_changed,
-    billable_exceeds_health, cumulative_mismatch.
+    Rejection with one of: the ``check_assignment`` reasons, job_not_started (retryable),
+    job_not_running, window_after_job_end, stale_seq, seq_gap, prev_hash_mismatch,
+    window_length, window_overlap (window_start before the last accepted window_end, so
+    window_end is after it too), window_in_future (retryable: at most one window early),
+    window_far_in_future, gpu_count_mismatch, gpu_uuids_changed, billable_exceeds_health,
+    cumulative_mismatch.
     """
+    check_assignment(auth, job, cfg)
     p = auth.proof
-    if job is None:
-        raise Rejection("job_not_found", "no Job account at proof.job")
-    if _pk(field_of(job, "market")) != cfg.market:
-        raise Rejection("wrong_market", "the job belongs to another market")
-    if _pk(field_of(job, "provider")) != p.provider:
-        raise Rejection("wrong_provider", "the job is assigned to another provider")
-    status = str(field_of(job, "status")).lower()
+    rules = job_rules(job)
+    status = status_of(job)
     if status == "finishing":
         ended_at = int(field_of(job, "ended_at"))
         if p.window_end > ended_at:
             raise Rejection("window_after_job_end",
                             f"window_end {p.window_end} is after the job ended at {ended_at}")
+    elif status == "open":
+        raise Rejection("job_not_started", "the job is not Running on this validator's RPC "
+                        "yet; retry once the chain shows it accepted",
+                        retry_after=CHAIN_LAG_RETRY_SECONDS)
     elif status != "running":
         raise Rejection("job_not_running", f"the job is {status}, not running or finishing")
     if p.seq <= state.last_seq:
         raise Rejection("stale_seq",
                         f"seq {p.seq} is not after the last accepted seq {state.last_seq}")
+    skipped = p.seq - state.last_seq - 1
+    if skipped > 0 and skipped > p.window_start - state.last_window_end:
+        # Windows are contiguous and at least 1 s long, so k skipped windows need at least
+        # k seconds between the last accepted window and this one: a seq far ahead of the
+        # time it covers can never take the place of the honest sequence.
+        raise Rejection("seq_gap", f"seq {p.seq} skips {skipped} windows but starts "
+                        f"{p.window_start - state.last_window_end}s after the last accepted "
+                        "window")
     if p.seq == 1 and p.prev_proof_hash != ZERO_HASH:
         raise Rejection("prev_hash_mismatch", "the first proof of a job must have a zero "
                         "prev_proof_hash")
@@ -218,16 +289,22 @@ def check_window(
         raise Rejection("prev_hash_mismatch",
                         f"prev_proof_hash does not match the stored proof for seq {p.seq - 1}")
     length = p.window_end - p.window_start
-    max_len = cfg.window_seconds + cfg.max_skew_seconds
+    max_len = rules.window_seconds + rules.max_skew_seconds
     if not 1 <= length <= max_len:
-        raise Rejection("window_length", f"window length {length}s is outside [1, {max_len}]")
+        raise Rejection("window_length", f"window length {length}s is outside [1, {max_len}] "
+                        "(the job's terms.window_seconds + max_skew_seconds)")
     if p.window_start < state.last_window_end:
         raise Rejection("window_overlap", f"window_start {p.window_start} is before the last "
                         f"accepted window_end {state.last_window_end}")
-    if p.window_end > now + cfg.max_skew_seconds:
-        raise Rejection("window_in_future", f"window_end {p.window_end} is more than "
-                        f"{cfg.max_skew_seconds}s ahead of the validator clock ({now}); "
-                        "check the worker's clock (NTP)")
+    early = p.window_end - (now + rules.max_skew_seconds)
+    if early > rules.window_seconds:
+        raise Rejection("window_far_in_future", f"window_end {p.window_end} is {early}s beyond "
+                        f"the {rules.max_skew_seconds}s skew allowed ahead of the validator "
+                        f"clock ({now}); check the worker's clock (NTP)")
+    if early > 0:
+        raise Rejection("window_in_future", f"window_end {p.window_end} is {early}s beyond the "
+                        f"{rules.max_skew_seconds}s skew allowed ahead of the validator clock "
+                        f"({now}); retry in {early}s", retry_after=early)
     gpu_count = int(field_of(job, "gpu_count"))
     if len(p.gpus) != gpu_count:
         raise Rejection("gpu_count_mismatch",
@@ -236,11 +313,11 @@ def check_window(
     if state.gpu_uuids is not None and uuids != state.gpu_uuids:
         raise Rejection("gpu_uuids_changed",
                         "the GPU UUIDs differ from the job's earlier windows")
-    bound = health_bound(p, cfg.health)
+    bound = health_bound(p, rules.health)
     if p.billable_seconds > bound:
         raise Rejection("billable_exceeds_health",
                         f"billable_seconds {p.billable_seconds} exceeds the {bound}s the "
-                        "health policy allows for this window")
+                        "health policy of the job's terms allows for this window")
     expected = state.cumulative_seconds + p.billable_seconds
     if p.cumulative_seconds != expected:
         raise Rejection("cumulative_mismatch",

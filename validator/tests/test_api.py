@@ -6,8 +6,9 @@ import gpum_validator
 def test_public_api_is_pinned():
     assert sorted(gpum_validator.__all__) == sorted([
         "Authenticated", "ChainUnavailable", "ConfigError", "Equivocation", "HealthThresholds",
-        "Intake", "JobState", "Rejection", "SQLiteStore", "SettlePolicy", "SettlementLoop",
-        "Settler", "Store", "StoreError", "ValidatorError", "Verdict", "VerifyConfig",
-        "authenticate", "check_window", "check_worker_key", "due_reason", "health_bound"])
+        "Intake", "JobRules", "JobState", "Rejection", "SQLiteStore", "SettlePolicy",
+        "SettlementLoop", "Settler", "Store", "StoreError", "StoreLimits", "ValidatorError",
+        "Verdict", "VerifyConfig", "authenticate", "check_assignment", "check_window",
+        "check_worker_key", "due_reason", "health_bound", "job_rules"])
     for name in gpum_validator.__all__:
         assert hasattr(gpum_validator, name)

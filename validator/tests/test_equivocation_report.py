@@ -18,7 +18,6 @@ from vtestkit import (
     JOB,
     MARKET,
     PROGRAM,
-    WINDOW,
     WORKER_PUB,
     cfg,
     chain_of,
@@ -147,7 +146,7 @@ def test_unsendable_transaction_fails_after_bounded_attempts(tmp_path, chain, cl
 
 def test_settlement_loop_runs_the_reporter_when_woken(tmp_path, chain, clock):
     node = Node(tmp_path, chain, clock)
-    settler = Settler(chain, "authority", node.store, WINDOW, clock=lambda: clock[0])
+    settler = Settler(chain, "authority", node.store, clock=lambda: clock[0])
     loop = SettlementLoop(settler, interval=3600, reporter=node.reporter)
     loop.start()
     try:

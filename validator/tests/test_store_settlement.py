@@ -10,14 +10,14 @@ from gpum_validator.errors import StoreError
 from gpum_validator.service import Intake
 from gpum_validator.settlement import Settler, due_reason
 from gpum_validator.store import SCHEMA_VERSION, ChainJobInfo, SQLiteStore
-from vtestkit import JOB, T0, WINDOW, cfg, chain_of, make_proof, signed_json
+from vtestkit import JOB, T0, UUIDS, WINDOW, cfg, chain_of, gpu, make_proof, signed_json
 
 
 def setup(tmp_path, chain, clock, every=5):
     store = SQLiteStore(tmp_path / "v.sqlite")
     intake = Intake(cfg(), store, chain, clock=lambda: clock[0])
-    settler = Settler(chain, "authority", store, WINDOW,
-                      SettlePolicy(settle_every_windows=every), clock=lambda: clock[0])
+    settler = Settler(chain, "authority", store, SettlePolicy(settle_every_windows=every),
+                      clock=lambda: clock[0])
     return store, intake, settler
 
 
@@ -57,7 +57,7 @@ def test_rejected_proof_is_reevaluated_on_retry(tmp_path, chain, clock):
     _store, intake, _ = setup(tmp_path, chain, clock)
     p = chain_of(1)[0]
     chain.set_job(status="open")
-    assert intake.submit(signed_json(p))[1]["error"] == "job_not_running"
+    assert intake.submit(signed_json(p))[1]["error"] == "job_not_started"
     chain.set_job(status="running")
     assert intake.submit(signed_json(p))[1]["status"] == "accepted"
 
@@ -101,6 +101,23 @@ def test_schema_version_newer_is_refused(tmp_path):
         SQLiteStore(tmp_path / "v.sqlite")
 
 
+def test_v1_database_is_migrated_in_place(tmp_path, chain, clock):
+    store, intake, _ = setup(tmp_path, chain, clock)
+    feed(intake, chain_of(1))
+    store._db.execute("ALTER TABLE jobs DROP COLUMN window_seconds")  # the v1 layout
+    store._db.execute("UPDATE meta SET value='1' WHERE key='schema_version'")
+    store.close()
+    store = SQLiteStore(tmp_path / "v.sqlite")
+    assert store.summary()["schema_version"] == SCHEMA_VERSION == 2
+    (c,) = store.settle_candidates()
+    assert (c.chain.window_seconds, c.chain_checked_at) == (0, 0)  # re-read on the next pass
+    settler = Settler(chain, "authority", store, SettlePolicy(settle_every_windows=1),
+                      clock=lambda: clock[0])
+    assert settler.settle_now().confirmed == 1
+    assert store.settle_candidates() == [] and store.intents()[0].status == "confirmed"
+    store.close()
+
+
 def test_unwritable_db_is_store_error(tmp_path):
     with pytest.raises(StoreError, match="cannot open"):
         SQLiteStore(tmp_path / "missing-dir" / "v.sqlite")
@@ -114,10 +131,10 @@ def test_due_every_n_windows(tmp_path, chain, clock):
     pol = SettlePolicy(settle_every_windows=5)
     feed(intake, chain_of(4))
     (c,) = store.settle_candidates()
-    assert due_reason(c, pol, WINDOW, T0 + 300) is None
+    assert due_reason(c, pol, T0 + 300) is None
     feed(intake, chain_of(5)[4:])
     (c,) = store.settle_candidates()
-    assert due_reason(c, pol, WINDOW, T0 + 300) == "every_n_windows"
+    assert due_reason(c, pol, T0 + 300) == "every_n_windows"
 
 
 def test_due_finishing_low_escrow_stale(tmp_path, chain, clock):
@@ -127,18 +144,32 @@ def test_due_finishing_low_escrow_stale(tmp_path, chain, clock):
     (c,) = store.settle_candidates()
     from dataclasses import replace
     info = c.chain
-    assert due_reason(c, pol, WINDOW, T0 + 120) is None
-    assert due_reason(replace(c, chain=replace(info, status="finishing")), pol, WINDOW,
+    assert due_reason(c, pol, T0 + 120) is None
+    assert due_reason(replace(c, chain=replace(info, status="finishing")), pol,
                       T0 + 120) == "job_finishing"
     # 2 GPUs * 10/s: after paying 60 s, less than 2 windows left -> settle now
     low = replace(info, escrow_remaining=(60 + 119) * 10)
-    assert due_reason(replace(c, chain=low), pol, WINDOW, T0 + 120) == "escrow_low"
+    assert due_reason(replace(c, chain=low), pol, T0 + 120) == "escrow_low"
     ok = replace(info, escrow_remaining=(60 + 120) * 10)
-    assert due_reason(replace(c, chain=ok), pol, WINDOW, T0 + 120) is None
-    assert due_reason(c, pol, WINDOW, T0 + 60 + 10 * WINDOW) == "stale"
+    assert due_reason(replace(c, chain=ok), pol, T0 + 120) is None
+    assert due_reason(c, pol, T0 + 60 + 10 * WINDOW) == "stale"
     done = replace(info, status="completed")
-    assert due_reason(replace(c, chain=done), pol, WINDOW, T0 + 10**6) is None
+    assert due_reason(replace(c, chain=done), pol, T0 + 10**6) is None
     assert isinstance(info, ChainJobInfo)
+    assert due_reason(replace(c, chain=None), pol, T0 + 10**6) is None  # window unknown
+
+
+def test_policy_windows_are_the_job_terms_window(tmp_path, chain, clock):
+    chain.set_terms(window_seconds=30, max_skew_seconds=0)
+    store, intake, _ = setup(tmp_path, chain, clock)
+    p = make_proof(1, window_end=T0 + 30, billable=30, cumulative=30,
+                   gpus=tuple(gpu(u, 30) for u in UUIDS))
+    assert intake.submit(signed_json(p))[1]["status"] == "accepted"
+    (c,) = store.settle_candidates()
+    assert c.chain.window_seconds == 30 and c.chain.rate_per_second == 10
+    pol = SettlePolicy(settle_every_windows=5)
+    assert due_reason(c, pol, T0 + 30 + 10 * 30 - 1) is None
+    assert due_reason(c, pol, T0 + 30 + 10 * 30) == "stale"
 
 
 # ------------------------------------------------------------------ settler
@@ -182,7 +213,7 @@ def test_crash_after_intent_before_send_resends(tmp_path, chain, clock):
     store.add_intent(c.latest, 1, clock[0])  # recorded, then the process "dies"
     store.close()
     store2 = SQLiteStore(tmp_path / "v.sqlite")
-    settler2 = Settler(chain, "authority", store2, WINDOW, clock=lambda: clock[0])
+    settler2 = Settler(chain, "authority", store2, clock=lambda: clock[0])
     r = settler2.settle_now()
     assert (r.intended, r.confirmed) == (0, 1)
     assert len(chain.settle_calls) == 1 and chain.jobs[JOB].last_seq == 1
@@ -197,7 +228,7 @@ def test_crash_after_send_does_not_resend(tmp_path, chain, clock):
     chain.set_job(last_seq=1, settled_seconds=60, last_window_end=T0 + 60)  # it landed
     store.close()
     store2 = SQLiteStore(tmp_path / "v.sqlite")
-    r = Settler(chain, "authority", store2, WINDOW, clock=lambda: clock[0]).settle_now()
+    r = Settler(chain, "authority", store2, clock=lambda: clock[0]).settle_now()
     assert (r.already_settled, chain.settle_calls) == (1, [])
     assert store2.intents()[0].status == "confirmed"
 

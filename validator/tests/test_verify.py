@@ -17,14 +17,16 @@ from gpum_validator.config import HealthThresholds
 from gpum_validator.errors import Rejection
 from gpum_validator.schema import parse_signed_proof
 from gpum_validator.verify import (
+    JobRules,
     JobState,
     authenticate,
     check_window,
     check_worker_key,
     health_bound,
+    job_rules,
+    status_of,
     worker_key_status,
 )
-from solders.pubkey import Pubkey
 from vtestkit import (
     OTHER_KEY,
     OTHER_PUB,
@@ -32,6 +34,7 @@ from vtestkit import (
     UUIDS,
     WINDOW,
     WORKER_PUB,
+    JobTerms,
     cfg,
     chain_of,
     gpu,
@@ -39,6 +42,7 @@ from vtestkit import (
     make_proof,
     pk,
     provider_view,
+    retired,
     signed_json,
 )
 
@@ -136,19 +140,34 @@ def test_current_key_expired_before_window_end():
     assert reason(check_worker_key, auth_of(p), bad, cfg()) == "worker_key_expired"
 
 
-def test_previous_key_only_for_windows_ended_by_its_rotation():
+def test_retired_key_only_for_windows_ended_by_its_retirement():
     p = make_proof()
-    rotated = {"worker_key": pk(OTHER_PUB), "previous_worker_key": pk(WORKER_PUB)}
-    check_worker_key(auth_of(p), provider_view(previous_key_retired_at=p.window_end, **rotated),
-                     cfg())
-    late = provider_view(previous_key_retired_at=p.window_end - 1, **rotated)
+    for slot in range(4):  # any of the four slots
+        keys = [(bytes([60 + i] * 32), 2**40) for i in range(slot)] + [(WORKER_PUB, p.window_end)]
+        ok = provider_view(worker_key=pk(OTHER_PUB), retired_keys=retired(*keys))
+        check_worker_key(auth_of(p), ok, cfg())
+    late = provider_view(worker_key=pk(OTHER_PUB),
+                         retired_keys=retired((WORKER_PUB, p.window_end - 1)))
     assert reason(check_worker_key, auth_of(p), late, cfg()) == "worker_key_expired"
 
 
-def test_default_previous_key_never_matches():
-    pv = provider_view(worker_key=pk(OTHER_PUB), previous_worker_key=Pubkey.default(),
-                       previous_key_retired_at=2**62)
+def test_empty_retired_slot_never_matches():
+    pv = provider_view(worker_key=pk(OTHER_PUB), retired_keys=retired((bytes(32), 2**62)))
     assert worker_key_status(pv, bytes(32), T0) == "unknown"
+
+
+def test_expired_current_key_still_valid_through_a_retired_slot():
+    p = make_proof()
+    pv = provider_view(worker_key_expires_at=p.window_end - 1,
+                       retired_keys=retired((WORKER_PUB, p.window_end)))
+    assert worker_key_status(pv, WORKER_PUB, p.window_end) == "ok"
+
+
+def test_unknown_worker_key_is_retryable():
+    pv = provider_view(worker_key=pk(OTHER_PUB))
+    with pytest.raises(Rejection) as ei:
+        check_worker_key(auth_of(make_proof()), pv, cfg())
+    assert ei.value.retryable and ei.value.http_status == 425
 
 
 # ------------------------------------------------------------------ window checks
@@ -177,9 +196,41 @@ def test_wrong_provider():
     assert reason(win, make_proof(), job_view(provider=pk(bytes([1] * 32)))) == "wrong_provider"
 
 
-@pytest.mark.parametrize("status", ["open", "completed", "cancelled", "failed"])
-def test_job_not_running(status):
-    assert reason(win, make_proof(), job_view(status=status)) == "job_not_running"
+@pytest.mark.parametrize("status", ["completed", "cancelled", "failed", "declined"])
+def test_job_not_running_is_final(status):
+    with pytest.raises(Rejection) as ei:
+        win(make_proof(), job_view(status=status))
+    assert ei.value.reason == "job_not_running" and not ei.value.retryable
+
+
+def test_open_job_is_not_started_and_retryable():
+    with pytest.raises(Rejection) as ei:
+        win(make_proof(), job_view(status="open"))
+    assert ei.value.reason == "job_not_started" and ei.value.retry_after > 0
+
+
+def test_job_not_found_is_retryable():
+    with pytest.raises(Rejection) as ei:
+        check_window(auth_of(make_proof()), None, FRESH, cfg(), NOW, None)
+    assert ei.value.reason == "job_not_found" and ei.value.retryable
+
+
+def test_status_of_enum_like_values():
+    class Running:  # an anchorpy enum variant: the type name is the status
+        pass
+
+    class Named:
+        name = "Declined"
+
+    assert status_of({"status": Running()}) == "running"
+    assert status_of({"status": Named()}) == "declined"
+    assert status_of(job_view(status="Finishing")) == "finishing"
+
+
+def test_job_rules_come_from_terms():
+    j = job_view(terms=JobTerms(window_seconds=30, max_skew_seconds=2, temp_critical_c=80,
+                                ecc_uncorrected_max=3))
+    assert job_rules(j) == JobRules(30, 2, HealthThresholds(80, 3))
 
 
 def test_finishing_job_accepts_windows_up_to_ended_at():
@@ -195,6 +246,19 @@ def test_stale_seq():
     assert reason(win, ps[1], state=st) == "stale_seq"
     assert reason(win, make_proof(0, window_start=T0, window_end=T0 + 60, cumulative=60)) \
         == "stale_seq"
+
+
+def test_seq_gap_needs_the_time_it_skips():
+    st = JobState(1, WINDOW, T0 + WINDOW, tuple(sorted(UUIDS)))
+    # seq 4 skips 2 windows: they need >= 2 s between the last window and this one
+    ok = make_proof(4, prev=bytes([1] * 32), window_start=T0 + WINDOW + 2,
+                    window_end=T0 + 2 * WINDOW, billable=10, cumulative=WINDOW + 10,
+                    gpus=tuple(gpu(u, WINDOW - 2) for u in UUIDS))
+    assert win(ok, state=st).missed_seqs == (2, 3)
+    bad = make_proof(4, prev=bytes([1] * 32), window_start=T0 + WINDOW + 1,
+                     window_end=T0 + 2 * WINDOW, billable=10, cumulative=WINDOW + 10,
+                     gpus=tuple(gpu(u, WINDOW - 1) for u in UUIDS))
+    assert reason(win, bad, state=st) == "seq_gap"
 
 
 def test_gap_is_reported_as_missed_windows():
@@ -218,6 +282,14 @@ def test_window_length_bounds():
     assert reason(win, p) == "window_length"
 
 
+def test_window_length_and_skew_are_the_job_terms():
+    short = job_view(terms=JobTerms(window_seconds=30, max_skew_seconds=0))
+    p = make_proof(window_end=T0 + 30, billable=30, cumulative=30,
+                   gpus=tuple(gpu(u, 30) for u in UUIDS))
+    win(p, short)
+    assert reason(win, make_proof(), short) == "window_length"
+
+
 def test_window_overlap():
     st = JobState(1, WINDOW, T0 + WINDOW, tuple(sorted(UUIDS)))
     p = make_proof(2, prev=ZERO_HASH, window_start=T0 + WINDOW - 1)
@@ -230,7 +302,15 @@ def test_window_overlap():
 def test_window_in_future():
     p = make_proof()
     win(p, now=p.window_end - 5)
-    assert reason(win, p, now=p.window_end - 6) == "window_in_future"
+    with pytest.raises(Rejection) as ei:
+        win(p, now=p.window_end - 6)
+    assert (ei.value.reason, ei.value.retry_after) == ("window_in_future", 1)
+    with pytest.raises(Rejection) as ei:  # one whole window early: still retryable
+        win(p, now=p.window_end - 5 - WINDOW)
+    assert (ei.value.reason, ei.value.retry_after) == ("window_in_future", WINDOW)
+    with pytest.raises(Rejection) as ei:  # more than that: the worker's clock is wrong
+        win(p, now=p.window_end - 6 - WINDOW)
+    assert (ei.value.reason, ei.value.retryable) == ("window_far_in_future", False)
 
 
 def test_gpu_count_mismatch():

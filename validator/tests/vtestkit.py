@@ -1,26 +1,19 @@
 """Test support: keys, a proof builder, and ``FakeChain`` (unit tests only).
 
 ``FakeChain`` implements the slice of ``GpuMarketClient`` the validator uses
-(docs/sdk-api.md) over the SDK's own view dataclasses and error types, and applies the
-program's settle rules 3-4 (seq, cumulative, window_end) so duplicate settlement is caught.
+(docs/sdk-api.md) with the SDK's error types and its own view dataclasses in the account
+shapes of docs/.hardening-contract.md (``job.terms``, ``provider.retired_keys``, status
+``declined``); the validator reads views only through ``field_of``, so these stand in for
+the SDK's views and anchorpy objects alike. It applies the program's settle rules 3-4 (seq,
+cumulative, window_end) so duplicate settlement is caught.
 """
 
 from __future__ import annotations
 
 import base64
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from gpu_market.accounts import (
-    GpuSpec,
-    JobView,
-    MarketParams,
-    MarketTotals,
-    MarketView,
-    ProviderView,
-    Reputation,
-    Unbonding,
-)
 from gpu_market.errors import GpuMarketError, RpcUnavailable
 from gpu_market.proof import (
     ZERO_HASH,
@@ -62,8 +55,7 @@ def b58(b: bytes) -> str:
 
 
 def cfg(**kw: Any) -> VerifyConfig:
-    return replace(VerifyConfig(program_id=PROGRAM, market=MARKET, window_seconds=WINDOW,
-                                max_skew_seconds=5), **kw)
+    return replace(VerifyConfig(program_id=PROGRAM, market=MARKET), **kw)
 
 
 def gpu(uuid: str, length: int = WINDOW, **kw: Any) -> GpuWindow:
@@ -111,36 +103,104 @@ def chain_of(n: int, **kw: Any) -> list[WindowProof]:
     return out
 
 
+@dataclass(frozen=True)
+class JobTerms:
+    """``job.terms``: fixed at create_job."""
+
+    rate_per_second: int = 10
+    fee_bps: int = 500
+    burn_bps: int = 5000
+    window_seconds: int = WINDOW
+    max_missed_windows: int = 10
+    grace_seconds: int = 3600
+    max_skew_seconds: int = 5
+    settle_quorum: int = 1
+    downtime_slash_bps: int = 100
+    equivocation_slash_bps: int = 1000
+    reporter_reward_bps: int = 1000
+    temp_critical_c: int = 95
+    ecc_uncorrected_max: int = 0
+
+
+@dataclass(frozen=True)
+class JobView:
+    market: Pubkey
+    user: Pubkey
+    provider: Pubkey
+    job_id: int
+    gpu_count: int
+    terms: JobTerms
+    deposited: int
+    settled_seconds: int
+    paid_provider: int
+    paid_treasury: int
+    burned: int
+    refunded: int
+    status: str
+    created_at: int
+    started_at: int
+    ended_at: int
+    last_seq: int
+    last_receipt_hash: bytes
+    last_window_end: int
+    bump: int = 255
+    escrow_bump: int = 254
+    address: Pubkey | None = None
+
+
+@dataclass(frozen=True)
+class RetiredWorkerKey:
+    key: Pubkey
+    retired_at: int
+
+
+EMPTY_SLOTS = tuple(RetiredWorkerKey(Pubkey.default(), 0) for _ in range(4))
+
+
+@dataclass(frozen=True)
+class ProviderView:
+    market: Pubkey
+    owner: Pubkey
+    worker_key: Pubkey
+    worker_key_expires_at: int
+    retired_keys: tuple[RetiredWorkerKey, ...] = EMPTY_SLOTS
+    status: str = "active"
+    stake: int = 10**9
+    gpus_in_use: int = 2
+    last_equivocation_slash_at: int = 0
+    address: Pubkey | None = None
+
+
+@dataclass(frozen=True)
+class MarketView:
+    authority: Pubkey
+    params: dict[str, int] = field(default_factory=dict)
+    address: Pubkey | None = None
+
+
+def retired(*keys: tuple[bytes, int]) -> tuple[RetiredWorkerKey, ...]:
+    """``retired_keys`` holding ``(key, retired_at)`` pairs, the other slots empty."""
+    slots = [RetiredWorkerKey(pk(k), at) for k, at in keys]
+    return tuple(slots) + EMPTY_SLOTS[len(slots):]
+
+
 def job_view(**kw: Any) -> JobView:
     base = JobView(market=pk(MARKET), user=pk(bytes([3] * 32)), provider=pk(PROVIDER), job_id=1,
-                gpu_count=2, rate_per_second=10, deposited=10 * 2 * 3600, settled_seconds=0,
-                paid_provider=0, paid_treasury=0, burned=0, refunded=0, status="running",
-                created_at=T0 - 10, started_at=T0, ended_at=0, last_seq=0,
-                last_receipt_hash=bytes(32), last_window_end=T0, bump=255, escrow_bump=254,
-                address=pk(JOB))
+                   gpu_count=2, terms=JobTerms(), deposited=10 * 2 * 3600, settled_seconds=0,
+                   paid_provider=0, paid_treasury=0, burned=0, refunded=0, status="running",
+                   created_at=T0 - 10, started_at=T0, ended_at=0, last_seq=0,
+                   last_receipt_hash=bytes(32), last_window_end=T0, address=pk(JOB))
     return replace(base, **kw)
 
 
 def provider_view(**kw: Any) -> ProviderView:
     base = ProviderView(market=pk(MARKET), owner=pk(bytes([5] * 32)), worker_key=pk(WORKER_PUB),
-                worker_key_expires_at=0, previous_worker_key=Pubkey.default(),
-                previous_key_retired_at=0,
-                spec=GpuSpec("H100", 8, 81920, "eu"), price_per_gpu_second=5, status="active",
-                stake=10**9, unbonding=Unbonding(0, 0), gpus_in_use=2,
-                reputation=Reputation(0, 0, 0, 0, 0), bump=255, address=pk(PROVIDER))
+                        worker_key_expires_at=0, address=pk(PROVIDER))
     return replace(base, **kw)
 
 
 def market_view() -> MarketView:
-    params = MarketParams(fee_bps=500, burn_bps=5000, min_stake_per_gpu=1, unbonding_seconds=0,
-                          window_seconds=WINDOW, settle_quorum=1, max_missed_windows=10,
-                          downtime_slash_bps=100, equivocation_slash_bps=1000,
-                          reporter_reward_bps=1000, validator_min_bond=1, max_skew_seconds=5)
-    d = Pubkey.default()
-    return MarketView(authority=d, creator=d, pending_authority=d, id=1, stake_mint=d, payment_mint=d,
-                      stake_vault=d, treasury=d, params=params, paused=False,
-                      totals=MarketTotals(0, 0, 0, 0, 0, 0), bump=255, stake_vault_bump=254,
-                      address=pk(MARKET))
+    return MarketView(authority=Pubkey.default(), address=pk(MARKET))
 
 
 class FakeChain:
@@ -195,7 +255,7 @@ class FakeChain:
                 if bad:
                     raise GpuMarketError(ERROR_CODES[name], name, name, [])
             billed = it.cumulative_seconds - j.settled_seconds
-            pay = billed * j.rate_per_second
+            pay = billed * j.terms.rate_per_second
             updated[bytes(it.job)] = replace(j, last_seq=it.seq,
                                              settled_seconds=it.cumulative_seconds,
                                              last_window_end=it.window_end,
@@ -238,5 +298,9 @@ class FakeChain:
 
     def set_job(self, **kw: Any) -> None:
         self.jobs[JOB] = replace(self.jobs[JOB], **kw)
+
+    def set_terms(self, job: bytes = JOB, **kw: Any) -> None:
+        """Change fields of a job's terms (as if it had been created with them)."""
+        self.jobs[job] = replace(self.jobs[job], terms=replace(self.jobs[job].terms, **kw))
 
 
