@@ -9,11 +9,24 @@ Three threads share nothing but the sample buffer (locked) and a wake-up event:
   each signed proof in the outbox before anything is sent;
 * sender: delivers outbox rows to every validator (``sender.Sender``).
 
-Windows of a job are contiguous: window ``seq`` is ``[started_at + (seq-1)*W,
-started_at + seq*W)`` with ``W`` fixed per job at its first proof (stored in the outbox).
-Windows the worker did not observe (it was down) are still proven, with 0 samples and 0
-billable seconds, so seq has no gaps and every second of the job is accounted for. A
-Finishing job's last window ends at its ``ended_at``.
+Windows of a job are contiguous: each starts at the previous one's end and lasts the job's
+``terms.window_seconds`` (for a ``--job`` job without terms: the length stored at its first
+proof). Windows the worker did not observe (it was down) are still proven, with 0 samples
+and 0 billable seconds, so seq has no gaps and every second of the job is accounted for. A
+Finishing job's last window ends at its ``ended_at``. Billing health thresholds
+(``temp_critical_c``, ``ecc_uncorrected_max``) are the job's terms too.
+
+Guarantees of the main loop:
+
+* Never signs a (job, seq) it cannot prove it has not signed before. A job is proven from
+  the outbox's chain state only when that state is at least as far as the chain's
+  ``last_seq`` and every head a validator answered; otherwise (no local state: lost disk,
+  new key with a fresh database; or a stale one: a restored backup) it resumes after what
+  the validators and the chain hold (``heads.resume_point``), and signs nothing for the job
+  until *every* configured validator answered (it keeps sampling and retries each poll).
+* A job keeps its GPUs until its source shows it ended (a terminal status, or an account
+  that stays closed for ``ABSENT_CONFIRMATIONS`` polls); a job missing from one listing, or
+  a failing source, changes nothing.
 """
 
 from __future__ import annotations
@@ -24,7 +37,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import httpx
 from gpu_market.proof import (
@@ -39,9 +52,10 @@ from gpu_market.receipt import sign
 
 from .errors import JobSourceError, WorkerError
 from .gpu import GpuBackend, GpuInfo, GpuSample, discover, read_sample
+from .heads import Head, HeadsIncomplete, HeadSource, resume_point
 from .health import DEFAULT_THRESHOLDS, Thresholds, describe, sample_flags
-from .jobs import AssignedJob, JobSource, assign_gpus
-from .keys import WorkerKey
+from .jobs import LIVE_STATUSES, TERMINAL_STATUSES, AssignedJob, JobSource, assign_gpus
+from .keys import WorkerKey, b58encode
 from .outbox import JobChain, Outbox
 from .sender import RetryPolicy, Sender
 from .window import aggregate_gpu, billable_seconds
@@ -49,6 +63,8 @@ from .window import aggregate_gpu, billable_seconds
 log = logging.getLogger("gpum_worker.agent")
 
 MAX_CATCH_UP_PER_ROUND = 1000
+ABSENT_CONFIRMATIONS = 3
+"""Polls in a row that must find a job's account gone before its GPUs are released."""
 
 
 class SampleBuffer:
@@ -120,6 +136,7 @@ class Agent:
         thresholds: Thresholds = DEFAULT_THRESHOLDS,
         poll_seconds: float = 10.0,
         close_grace_s: float | None = None,
+        heads: HeadSource,
     ) -> None:
         if window_seconds < 1:
             raise WorkerError("window_seconds must be at least 1")
@@ -136,7 +153,11 @@ class Agent:
         self.close_grace_s = close_grace_s if close_grace_s is not None else min(0.4, iv / 2)
         self.buffer = SampleBuffer()
         self.gpus: list[GpuInfo] = []
+        self.heads = heads
         self.active: dict[bytes, ActiveJob] = {}
+        self._absent: dict[bytes, int] = {}  # job -> polls in a row its account was gone
+        self._missing_noted: set[bytes] = set()  # live jobs missing from the listing (logged)
+        self._waiting: dict[bytes, str] = {}  # job -> why it is not proven yet (logged once)
         self._gpu_log: dict[str, _GpuLogState] = {}
         self.on_record: Callable[[], None] = lambda: None
         self._main_done = threading.Event()
@@ -196,27 +217,30 @@ class Agent:
     # ------------------------------------------------------------------ jobs
 
     def poll_jobs(self, now: float) -> None:
-        """Refresh the job list; a failing job source keeps the current jobs running."""
+        """Refresh the job list; a failing or incomplete source keeps the current jobs."""
         try:
-            jobs = [j for j in self.job_source.assigned_jobs()
-                    if j.status in ("open", "running", "finishing")]
+            listed = {j.job: j for j in self.job_source.assigned_jobs()
+                      if j.status in LIVE_STATUSES}
         except JobSourceError as e:
             log.warning("job source failed, keeping current jobs: %s", e)
             return
-        listed = {j.job for j in jobs}
-        for job_key in list(self.active):
-            if job_key not in listed:
-                log.info("job %s is no longer assigned/running; stopping its proofs",
-                         self.active[job_key].job.job_b58)
-                self._drop(job_key)
         stored = self.outbox.assignments()
-        for stale in set(stored) - listed:
-            self.outbox.release(stale)
-            del stored[stale]
+        for job_key in listed:
+            self._absent.pop(job_key, None)
+            self._missing_noted.discard(job_key)
+        for job_key in (set(self.active) | set(stored)) - set(listed):
+            if self._ended(job_key):
+                self._drop(job_key)
+                stored.pop(job_key, None)
+            elif job_key in self.active:  # keep proving it from the last view we had
+                listed[job_key] = self.active[job_key].job
+        jobs = list(listed.values())
         assignment, starved = assign_gpus(jobs, [g.uuid for g in self.gpus], stored)
         for j in starved:
-            log.error("job %s needs %d GPU(s) but only %d are free here; not taking it",
-                      j.job_b58, j.gpu_count, len(self.gpus) - sum(map(len, assignment.values())))
+            free = len(self.gpus) - len({u for us in stored.values() for u in us}
+                                        | {u for us in assignment.values() for u in us})
+            self._wait(j, f"needs {j.gpu_count} GPU(s) but only {free} are free here; not "
+                          "taking it", logging.ERROR)
         for j in jobs:
             uuids = assignment.get(j.job)
             if uuids is None:
@@ -232,27 +256,122 @@ class Agent:
                     log.warning("cannot accept job %s yet: %s", j.job_b58, e)
                 continue
             if j.started_at is None:
-                log.warning("job %s is %s but has no started_at; waiting", j.job_b58, j.status)
+                self._wait(j, f"is {j.status} but has no started_at; waiting")
                 continue
             cur = self.active.get(j.job)
             if cur is not None:
                 cur.job = j
                 continue
-            chain = self.outbox.ensure_job(j.job, j.started_at, self.window_seconds)
-            if chain.window_seconds != self.window_seconds:
-                log.warning("job %s keeps its window length of %ds (configured: %ds)",
-                            j.job_b58, chain.window_seconds, self.window_seconds)
+            chain = self._chain_to_extend(j)
+            if chain is None:
+                continue
             missing = [u for u in uuids if u not in {g.uuid for g in self.gpus}]
             if missing:
                 log.error("job %s: assigned GPU(s) %s are not present on this machine; their "
                           "windows are not billable", j.job_b58, ", ".join(missing))
             self.active[j.job] = ActiveJob(job=j, uuids=tuple(uuids), chain=chain)
+            self._waiting.pop(j.job, None)
             log.info("job %s: proving from seq %d, window start %d", j.job_b58,
                      chain.last_seq + 1, chain.last_window_end)
 
+    def _ended(self, job_key: bytes) -> bool:
+        """True only when the source shows the job ended (see the module docstring)."""
+        try:
+            status = self.job_source.job_status(job_key)
+        except JobSourceError as e:
+            log.warning("job %s is not listed and its status cannot be read (%s); keeping "
+                        "its GPUs", b58encode(job_key), e)
+            return False
+        if status in TERMINAL_STATUSES:
+            log.info("job %s is %s; releasing its GPUs", b58encode(job_key), status)
+            return True
+        if status is None:
+            n = self._absent[job_key] = self._absent.get(job_key, 0) + 1
+            if n >= ABSENT_CONFIRMATIONS:
+                log.info("job %s: account closed (%d polls in a row); releasing its GPUs",
+                         b58encode(job_key), n)
+                return True
+            log.warning("job %s: account not found (%d/%d); keeping its GPUs until that is "
+                        "confirmed", b58encode(job_key), n, ABSENT_CONFIRMATIONS)
+            return False
+        self._absent.pop(job_key, None)
+        if job_key not in self._missing_noted:
+            self._missing_noted.add(job_key)
+            log.warning("job %s is %s on chain but missing from the job list; keeping its "
+                        "GPUs%s", b58encode(job_key), status,
+                        " and proving it" if job_key in self.active else "")
+        return False
+
     def _drop(self, job_key: bytes) -> None:
         self.active.pop(job_key, None)
+        self._absent.pop(job_key, None)
+        self._missing_noted.discard(job_key)
+        self._waiting.pop(job_key, None)
         self.outbox.release(job_key)
+
+    def _wait(self, j: AssignedJob, why: str, level: int = logging.WARNING) -> None:
+        """Log once per reason that job ``j`` is not proven yet."""
+        if self._waiting.get(j.job) != why:
+            self._waiting[j.job] = why
+            log.log(level, "job %s %s", j.job_b58, why)
+
+    def _window_seconds(self, job: AssignedJob, chain: JobChain | None = None) -> int:
+        if job.terms is not None:
+            return job.terms.window_seconds
+        return chain.window_seconds if chain is not None else self.window_seconds
+
+    def _thresholds(self, job: AssignedJob) -> Thresholds:
+        """Billing thresholds from the job's terms; warning levels from the configuration."""
+        t = job.terms
+        if t is None:
+            return self.thresholds
+        return replace(self.thresholds, temp_critical_c=t.temp_critical_c,
+                       temp_warn_c=min(self.thresholds.temp_warn_c, t.temp_critical_c),
+                       ecc_uncorrected_max=t.ecc_uncorrected_max)
+
+    def _chain_to_extend(self, j: AssignedJob) -> JobChain | None:
+        """The chain state the next proof of ``j`` extends, or None: do not sign yet.
+
+        The local state is used only if neither the chain nor any validator that answered
+        holds a higher seq. Otherwise every validator must answer, and the job resumes after
+        the highest seq anyone holds (``heads.resume_point``).
+        """
+        assert j.started_at is not None
+        local = self.outbox.job_chain(j.job)
+        heads: list[Head] | None
+        try:
+            keys = self.job_source.worker_keys() | {self.key.pubkey}
+            heads = self.heads.heads(j.job, j.provider, keys)
+            problem = ""
+        except (HeadsIncomplete, JobSourceError) as e:
+            heads, problem = None, str(e)
+        if local is None:
+            why = "has no local chain state (a new job, or a lost or new database)"
+        else:
+            ahead = max((h.proof.seq for h in heads or ()), default=0)
+            if j.last_seq <= local.last_seq and ahead <= local.last_seq:
+                if j.terms is None and local.window_seconds != self.window_seconds:
+                    log.warning("job %s keeps its window length of %ds (configured: %ds)",
+                                j.job_b58, local.window_seconds, self.window_seconds)
+                return local
+            why = (f"is behind in this outbox (last seq {local.last_seq}; chain {j.last_seq}, "
+                   f"validators {ahead}): a restored backup, or another worker with this key?")
+        if heads is None:
+            self._wait(j, f"{why}; not every validator told where its proofs stand "
+                          f"({problem}); signing nothing for it until they do",
+                       logging.WARNING if local is None else logging.ERROR)
+            return None
+        if local is not None:
+            log.error("job %s %s Resuming after the highest seq held elsewhere", j.job_b58, why)
+        point = resume_point(started_at=j.started_at, chain_last_seq=j.last_seq,
+                             chain_last_window_end=j.last_window_end,
+                             chain_settled_seconds=j.settled_seconds, heads=heads)
+        chain = self.outbox.resume_job(j.job, j.started_at, self._window_seconds(j), point)
+        if point.last_seq:
+            log.warning("job %s: resumed from the validators (%d head(s)) and the chain: last "
+                        "seq %d, cumulative %ds, next window from %d", j.job_b58, len(heads),
+                        chain.last_seq, chain.cumulative, chain.last_window_end)
+        return chain
 
     # ------------------------------------------------------------------ windows
 
@@ -262,10 +381,9 @@ class Agent:
         ends = [e for e in ends if e is not None]
         return min(ends) + self.close_grace_s if ends else None
 
-    @staticmethod
-    def _next_end(a: ActiveJob) -> int | None:
+    def _next_end(self, a: ActiveJob) -> int | None:
         start = a.chain.last_window_end
-        end = start + a.chain.window_seconds
+        end = start + self._window_seconds(a.job, a.chain)
         if a.job.ended_at is not None:
             end = min(end, a.job.ended_at)
         return end if end > start else None
@@ -294,9 +412,10 @@ class Agent:
     def _prove(self, a: ActiveJob, start: int, end: int) -> WindowProof:
         results = []
         procs: list[tuple[str, int, int | None]] = []
+        th = self._thresholds(a.job)
         for uuid in a.uuids:
             samples, ecc_base = self.buffer.window(uuid, start, end)
-            results.append(aggregate_gpu(uuid, samples, start, end, self.thresholds, ecc_base))
+            results.append(aggregate_gpu(uuid, samples, start, end, th, ecc_base))
             for s in samples:
                 if s.ok and s.processes:
                     procs.extend((uuid, pid, used) for pid, used in s.processes)
@@ -333,6 +452,12 @@ class Agent:
         deadline = None if run_seconds is None else time.time() + run_seconds
         wake = threading.Event()
         self.on_record = wake.set
+        if self.outbox.rotated_from is not None:
+            log.warning("worker key changed from %s to %s (rotate_worker_key): new windows are "
+                        "signed by the new key; %d pending proof(s) signed by the old key are "
+                        "still delivered as signed", b58encode(self.outbox.rotated_from),
+                        self.key.pubkey_b58,
+                        self.outbox.pending_by_key().get(self.outbox.rotated_from, 0))
         for v in self.outbox.sync_validators():
             log.warning("validator %s is no longer configured; its undelivered proofs are "
                         "dropped for it", v)
@@ -389,7 +514,7 @@ class Agent:
                      outbox_factory: Callable[[], Outbox]) -> None:
         outbox = outbox_factory()
         client = client_factory()
-        sender = Sender(outbox, self.key.pubkey, client, policy)
+        sender = Sender(outbox, client, policy)
         try:
             while not stop.is_set():
                 wake.clear()

@@ -137,7 +137,9 @@ def _parse_job(spec: str) -> tuple[str, int]:
 @click.option("--db", help="Outbox SQLite path [GPUM_WORKER_DB].")
 @click.option("--validator", "validators", multiple=True,
               help="Validator base URL, repeatable [GPUM_WORKER_VALIDATORS, comma-separated].")
-@click.option("--window-seconds", type=int, help="Window length, 1..3600 (default 60).")
+@click.option("--window-seconds", type=int,
+              help="Window length of --job jobs, 1..3600 (default 60); chain jobs use their "
+                   "terms.")
 @click.option("--sample-interval-ms", type=int, help="Sample interval (default 1000).")
 @click.option("--poll-seconds", type=float, help="Job list refresh period (default 10).")
 @click.option("--rpc-url", help="Solana RPC URL for the chain job source.")
@@ -148,28 +150,34 @@ def _parse_job(spec: str) -> tuple[str, int]:
               help="Prove this job instead of reading jobs from chain (repeatable).")
 @click.option("--job-started-at", type=int,
               help="With --job: the job's start (unix seconds; default: first run's time).")
+@click.option("--previous-worker-key", "previous_keys", multiple=True, metavar="B58",
+              help="With --job: an earlier worker key of this provider (repeatable); proofs "
+                   "it signed are trusted when resuming a job (with chain jobs, the "
+                   "provider's retired keys are read from chain).")
 @click.option("--simulate", is_flag=True, help="Use simulated GPUs (never implicit).")
 @click.option("--gpus", type=int, default=None, help="Simulated GPU count (with --simulate).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Simulation seed.")
 @click.option("--run-seconds", type=float, help="Stop after this many seconds.")
 @click.option("--log-level", help="debug | info | warning | error [GPUM_WORKER_LOG_LEVEL].")
 def run(config_path: Path | None, jobs: tuple[str, ...], job_started_at: int | None,
-        simulate: bool, gpus: int | None, seed: int, run_seconds: float | None,
-        **flags: Any) -> None:
+        previous_keys: tuple[str, ...], simulate: bool, gpus: int | None, seed: int,
+        run_seconds: float | None, **flags: Any) -> None:
     """Sample GPUs, prove each assigned job's windows and deliver the proofs."""
     try:
-        _run(config_path, jobs, job_started_at, simulate, gpus, seed, run_seconds, flags)
+        _run(config_path, jobs, job_started_at, previous_keys, simulate, gpus, seed,
+             run_seconds, flags)
     except WorkerError as e:
         _fail(str(e))
 
 
 def _run(config_path: Path | None, job_specs: tuple[str, ...], job_started_at: int | None,
-         simulate: bool, gpus: int | None, seed: int, run_seconds: float | None,
-         flags: dict[str, Any]) -> None:
+         previous_keys: tuple[str, ...], simulate: bool, gpus: int | None, seed: int,
+         run_seconds: float | None, flags: dict[str, Any]) -> None:
     import httpx
 
     from .agent import Agent
     from .config import load_toml, resolve
+    from .heads import HttpHeadSource
     from .jobs import AssignedJob, ChainJobSource, JobSource, StaticJobSource
     from .keys import decode_pubkey, load_worker_key
     from .outbox import Outbox
@@ -189,6 +197,13 @@ def _run(config_path: Path | None, job_specs: tuple[str, ...], job_started_at: i
                               ("--provider", cfg.provider)) if v is None]
     if job_specs and missing:
         raise ConfigError(f"--job needs {', '.join(missing)}")
+    if previous_keys and not job_specs:
+        raise ConfigError("--previous-worker-key only applies with --job (chain jobs read the "
+                          "provider's retired keys from chain)")
+    try:
+        trusted = [decode_pubkey(k, "--previous-worker-key") for k in previous_keys]
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
     if not job_specs and (missing or not cfg.rpc_url):
         need = missing + ([] if cfg.rpc_url else ["--rpc-url"])
         raise ConfigError(f"reading jobs from chain needs {', '.join(need)} (or pass --job)")
@@ -210,31 +225,35 @@ def _run(config_path: Path | None, job_specs: tuple[str, ...], job_started_at: i
             static.append(AssignedJob(job=job, market=cfg.market, program_id=cfg.program_id,
                                       provider=cfg.provider, gpu_count=count, status="running",
                                       started_at=started))
-        source = StaticJobSource(static)
+        source = StaticJobSource(static, worker_keys=trusted)
     else:
         source = ChainJobSource.connect(cfg.rpc_url, cfg.program_id, cfg.provider, key)
 
-    agent = Agent(backend=backend, job_source=source, outbox=outbox, key=key,
-                  window_seconds=cfg.window_seconds, sample_interval_ms=cfg.sample_interval_ms,
-                  thresholds=cfg.thresholds, poll_seconds=cfg.poll_seconds)
-    agent.start()
-    log.info("worker %s started: %s backend, %d GPU(s), window %ds, validators %s",
-             key.pubkey_b58, backend.kind, len(agent.gpus), cfg.window_seconds,
-             ", ".join(cfg.validators))
-    stop = threading.Event()
-
-    def _on_signal(signum: int, _frame: Any) -> None:
-        log.info("signal %d received; stopping", signum)
-        stop.set()
-
-    signal.signal(signal.SIGTERM, _on_signal)
-    signal.signal(signal.SIGINT, _on_signal)
+    head_client = httpx.Client(timeout=cfg.retry.timeout_s)
     try:
+        agent = Agent(backend=backend, job_source=source, outbox=outbox, key=key,
+                      window_seconds=cfg.window_seconds,
+                      sample_interval_ms=cfg.sample_interval_ms, thresholds=cfg.thresholds,
+                      poll_seconds=cfg.poll_seconds,
+                      heads=HttpHeadSource(head_client, cfg.validators, cfg.retry.timeout_s))
+        agent.start()
+        log.info("worker %s started: %s backend, %d GPU(s), window %ds, validators %s",
+                 key.pubkey_b58, backend.kind, len(agent.gpus), cfg.window_seconds,
+                 ", ".join(cfg.validators))
+        stop = threading.Event()
+
+        def _on_signal(signum: int, _frame: Any) -> None:
+            log.info("signal %d received; stopping", signum)
+            stop.set()
+
+        signal.signal(signal.SIGTERM, _on_signal)
+        signal.signal(signal.SIGINT, _on_signal)
         agent.run(validators_client=lambda: httpx.Client(timeout=cfg.retry.timeout_s),
                   policy=cfg.retry,
                   outbox_factory=lambda: Outbox(cfg.db, key.pubkey, cfg.validators),
                   stop=stop, run_seconds=run_seconds)
     finally:
+        head_client.close()
         counts = outbox.counts()
         outbox.close()
         log.info("stopped; outbox: %s", counts)

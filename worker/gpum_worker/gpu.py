@@ -6,10 +6,20 @@ specifics:
 
 * ``NVMLError_NotSupported``                         -> ``MetricNotSupported`` (absent metric)
 * ``GpuIsLost``, ``GpuNotFound``, ``DriverNotLoaded``,
-  ``Uninitialized`` during a read                    -> ``GpuLost`` (the GPU is flagged lost)
+  ``Uninitialized``, ``LibRmVersionMismatch`` during
+  a read                                             -> ``GpuLost`` (the GPU is flagged lost)
 * any other ``NVMLError`` during a read             -> ``NvmlCallFailed`` (metric absent,
                                                        NVML_ERROR flag, logged)
-* any ``NVMLError`` from ``nvmlInit``                 -> ``NvmlUnavailable`` (fatal, clear text)
+* any ``NVMLError`` from the first ``nvmlInit``       -> ``NvmlUnavailable`` (fatal, clear text)
+
+Driver reloads: after ``Uninitialized``, ``DriverNotLoaded`` or ``LibRmVersionMismatch``
+(NVML as a whole is gone) every call reports the GPU lost without touching NVML until the
+backend has shut NVML down and initialised it again; after ``GpuIsLost`` (one GPU) the
+other GPUs keep being read and a re-initialisation is attempted too. Attempts back off:
+the first at once, then 1 s doubling to ``reinit_cap_s`` (60 s) while the errors keep
+coming; the backoff resets after ``2 * reinit_cap_s`` without such an error. After a
+re-initialisation handles are looked up by UUID, so a GPU keeps its identity when the
+driver numbers the devices differently.
 
 ``read_sample`` turns one round of backend calls into an immutable ``GpuSample``; it never
 raises for a GPU-level failure. Nothing here ever falls back to simulated data.
@@ -18,6 +28,7 @@ raises for a GPU-level failure. Nothing here ever falls back to simulated data.
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -192,10 +203,22 @@ class NvmlBackend:
 
     kind = "nvml"
 
-    def __init__(self, nvml: Any = None) -> None:
+    def __init__(self, nvml: Any = None, *, clock: Any = time.monotonic,
+                 reinit_base_s: float = 1.0, reinit_cap_s: float = 60.0) -> None:
         self._nv = nvml
         self._handles: dict[int, Any] = {}
+        self._uuids: dict[int, str] = {}
         self._initialized = False
+        self._clock = clock
+        self.reinit_base_s = reinit_base_s
+        self.reinit_cap_s = reinit_cap_s
+        self.reinits = 0
+        """Successful re-initialisations so far."""
+        self._reinit_reason: str | None = None  # a re-init is wanted, and why
+        self._blocked = False  # NVML as a whole is unusable until re-initialised
+        self._reinit_attempts = 0
+        self._next_reinit_at = 0.0
+        self._last_trigger_at: float | None = None
 
     def init(self) -> None:
         if self._nv is None:
@@ -224,6 +247,7 @@ class NvmlBackend:
 
     def _call(self, what: str, index: int | None, fn: Any, *args: Any) -> Any:
         nv = self._nv
+        self._maybe_reinit()
         try:
             return fn(*args)
         except nv.NVMLError as e:
@@ -235,13 +259,80 @@ class NvmlBackend:
         text = _nvml_text(nv, e)
         if isinstance(e, nv.NVMLError_NotSupported):
             return MetricNotSupported(f"{where}: not supported")
-        lost = (nv.NVMLError_GpuIsLost, nv.NVMLError_GpuNotFound,
-                nv.NVMLError_DriverNotLoaded, nv.NVMLError_Uninitialized)
-        if isinstance(e, lost):
+        whole = (nv.NVMLError_DriverNotLoaded, nv.NVMLError_Uninitialized,
+                 nv.NVMLError_LibRmVersionMismatch)
+        if isinstance(e, whole):
+            self._want_reinit(f"{where}: {text}", blocking=True)
+            return GpuLost(f"{where}: {text}")
+        if isinstance(e, nv.NVMLError_GpuIsLost):
+            self._want_reinit(f"{where}: {text}", blocking=False)
+            return GpuLost(f"{where}: {text}")
+        if isinstance(e, nv.NVMLError_GpuNotFound) or (
+                what == "get handle" and isinstance(e, nv.NVMLError_NotFound)):
             if index is not None:
                 self._handles.pop(index, None)
             return GpuLost(f"{where}: {text}")
         return NvmlCallFailed(f"{where}: {text}")
+
+    # ------------------------------------------------------------------ re-initialisation
+
+    def _want_reinit(self, reason: str, *, blocking: bool) -> None:
+        """Schedule a shutdown + init; ``blocking``: NVML is unusable until it succeeds."""
+        now = self._clock()
+        quiet = (self._last_trigger_at is None
+                 or now - self._last_trigger_at >= 2 * self.reinit_cap_s)
+        self._last_trigger_at = now
+        if quiet:
+            self._reinit_attempts = 0
+        if self._reinit_reason is None:
+            log.log(logging.ERROR if quiet else logging.DEBUG,
+                    "NVML failed (%s); re-initialising NVML (a driver reload or a GPU "
+                    "reset?); until then the GPUs concerned are not billable", reason)
+            self._reinit_reason = reason
+            self._next_reinit_at = max(self._next_reinit_at, now)
+        self._blocked = self._blocked or blocking
+        if blocking:
+            self._handles.clear()
+
+    def _maybe_reinit(self) -> None:
+        """Re-initialise NVML when one is wanted and its backoff has passed.
+
+        Raises ``GpuLost`` while NVML as a whole is unusable, so no call reaches it.
+        """
+        if self._reinit_reason is None:
+            return
+        now = self._clock()
+        if now < self._next_reinit_at:
+            if self._blocked:
+                raise GpuLost(f"NVML is unavailable ({self._reinit_reason}); next "
+                              f"re-initialisation in {self._next_reinit_at - now:.1f}s")
+            return
+        nv = self._nv
+        self._reinit_attempts += 1
+        delay = min(self.reinit_cap_s,
+                    self.reinit_base_s * 2 ** min(self._reinit_attempts - 1, 30))
+        self._next_reinit_at = now + delay
+        self._handles.clear()
+        if self._initialized:
+            try:
+                nv.nvmlShutdown()
+            except nv.NVMLError:
+                pass  # the old library state is gone anyway
+            self._initialized = False
+        try:
+            nv.nvmlInit()
+        except nv.NVMLError as e:
+            self._blocked = True
+            log.warning("NVML re-initialisation %d failed (%s); next try in %.0fs",
+                        self._reinit_attempts, _nvml_text(nv, e), delay)
+            raise GpuLost(f"NVML re-initialisation failed: {_nvml_text(nv, e)}") from e
+        self._initialized = True
+        self.reinits += 1
+        log.log(logging.WARNING if self._blocked or self._reinit_attempts == 1
+                else logging.DEBUG, "NVML re-initialised (attempt %d) after: %s",
+                self._reinit_attempts, self._reinit_reason)
+        self._reinit_reason = None
+        self._blocked = False
 
     def driver_version(self) -> str | None:
         try:
@@ -257,15 +348,23 @@ class NvmlBackend:
             raise NvmlUnavailable(_NO_DRIVER_HINT.format(detail=str(e))) from e
 
     def _h(self, index: int) -> Any:
+        self._maybe_reinit()  # first, so no handle from before a re-init is handed out
         h = self._handles.get(index)
         if h is None:
-            h = self._call("get handle", index, self._nv.nvmlDeviceGetHandleByIndex, index)
+            uuid = self._uuids.get(index)
+            if self.reinits and uuid is not None:  # indexes may have changed: find by UUID
+                h = self._call("get handle", index, self._nv.nvmlDeviceGetHandleByUUID, uuid)
+            else:
+                h = self._call("get handle", index, self._nv.nvmlDeviceGetHandleByIndex,
+                               index)
             self._handles[index] = h
         return h
 
     def uuid(self, index: int) -> str:
         v = self._call("uuid", index, self._nv.nvmlDeviceGetUUID, self._h(index))
-        return v.decode() if isinstance(v, bytes) else str(v)
+        uuid = v.decode() if isinstance(v, bytes) else str(v)
+        self._uuids.setdefault(index, uuid)  # the identity of index ``index`` from now on
+        return uuid
 
     def name(self, index: int) -> str:
         v = self._call("name", index, self._nv.nvmlDeviceGetName, self._h(index))

@@ -4,7 +4,8 @@
 * ``ChainJobSource``: jobs of this provider read from chain through the SDK
   (``gpu_market.client.GpuMarketClient``), imported lazily so the worker runs without it.
 
-``assign_gpus`` (pure) gives each job the first free GPUs by index.
+``assign_gpus`` (pure) gives each job the first free GPUs by index and never hands out a
+GPU that a stored assignment still books.
 """
 
 from __future__ import annotations
@@ -18,6 +19,23 @@ from .errors import JobSourceError
 from .keys import WorkerKey, b58encode
 
 JOB_STATUSES = ("open", "running", "finishing")
+LIVE_STATUSES = frozenset(JOB_STATUSES)
+TERMINAL_STATUSES = frozenset({"completed", "cancelled", "failed", "declined", "removed"})
+"""Statuses after which a job never books GPUs again ("removed": gone from a static list)."""
+
+
+@dataclass(frozen=True)
+class JobTerms:
+    """The part of a job's on-chain ``terms`` (fixed at ``create_job``) the worker obeys.
+
+    Window length and the billing health thresholds of a job come from here, never from
+    the market's current parameters or the worker's configuration.
+    """
+
+    window_seconds: int
+    max_skew_seconds: int
+    temp_critical_c: int
+    ecc_uncorrected_max: int
 
 
 @dataclass(frozen=True)
@@ -25,7 +43,10 @@ class AssignedJob:
     """A job assigned to this provider, as the worker needs it (raw 32-byte keys).
 
     ``started_at`` is set once the job is Running (unix seconds). ``ended_at`` is set for a
-    Finishing job: the worker's last window then ends at ``ended_at``.
+    Finishing job: the worker's last window then ends at ``ended_at``. ``terms`` is None only
+    for jobs without an on-chain account (``--job``): the worker's configuration stands in.
+    ``last_seq`` / ``last_window_end`` / ``settled_seconds`` are the chain's view of the
+    last settled receipt (0 before the first settlement).
     """
 
     job: bytes
@@ -36,6 +57,10 @@ class AssignedJob:
     status: str
     started_at: int | None = None
     ended_at: int | None = None
+    terms: JobTerms | None = None
+    last_seq: int = 0
+    last_window_end: int = 0
+    settled_seconds: int = 0
 
     @property
     def job_b58(self) -> str:
@@ -44,24 +69,51 @@ class AssignedJob:
 
 class JobSource(Protocol):
     def assigned_jobs(self) -> list[AssignedJob]:
-        """Jobs of this provider that are open, running or finishing. Raises JobSourceError."""
+        """Jobs of this provider that are open, running or finishing. Raises JobSourceError.
+
+        A listing may be incomplete (a lagging or failing RPC node); the agent never ends a
+        job because it is missing here, only on ``job_status``.
+        """
+        ...
+
+    def job_status(self, job: bytes) -> str | None:
+        """The job's current status read directly (lower case), or None when no such
+        account exists (closed). Raises JobSourceError when it cannot tell."""
         ...
 
     def accept(self, job: AssignedJob) -> None:
         """Accept an Open job with the worker key (Open -> Running). Raises JobSourceError."""
         ...
 
+    def worker_keys(self) -> frozenset[bytes]:
+        """Every worker key of this provider: current and retired. Raises JobSourceError."""
+        ...
+
 
 class StaticJobSource:
-    """A fixed job list; ``accept`` marks an open job running with ``started_at = now``."""
+    """A fixed job list; ``accept`` marks an open job running with ``started_at = now``.
 
-    def __init__(self, jobs: Iterable[AssignedJob], clock: Callable[[], float] = time.time):
+    A job removed from the list has ended ("removed"). ``worker_keys`` are the provider's
+    other worker keys (e.g. retired ones) whose proofs the worker may resume from; the
+    agent always trusts its own key.
+    """
+
+    def __init__(self, jobs: Iterable[AssignedJob], clock: Callable[[], float] = time.time,
+                 worker_keys: Iterable[bytes] = ()):
         self._jobs = {j.job: j for j in jobs}
         self._clock = clock
+        self._worker_keys = frozenset(worker_keys)
         self.accepted: list[bytes] = []
 
     def assigned_jobs(self) -> list[AssignedJob]:
         return list(self._jobs.values())
+
+    def job_status(self, job: bytes) -> str | None:
+        cur = self._jobs.get(job)
+        return "removed" if cur is None else cur.status
+
+    def worker_keys(self) -> frozenset[bytes]:
+        return self._worker_keys
 
     def accept(self, job: AssignedJob) -> None:
         cur = self._jobs.get(job.job)
@@ -83,8 +135,11 @@ class ChainJobSource:
 
     Expects ``client.list_jobs(provider: Pubkey, statuses=(...)) -> list[JobView]`` where a
     JobView has ``pubkey``/``address``, ``market``, ``gpu_count``, ``status`` (str or enum
-    with a name), ``started_at`` and optionally ``ended_at``; and
-    ``client.accept_job(signer: Keypair, job: Pubkey)`` (docs/sdk-api.md).
+    with a name), ``started_at``, ``ended_at``, ``terms`` (JobTerms), ``last_seq``,
+    ``last_window_end`` and ``settled_seconds``; ``client.fetch_job(Pubkey)``,
+    ``client.fetch_provider(Pubkey)`` (``worker_key``, ``retired_keys``) and
+    ``client.accept_job(signer: Keypair, job: Pubkey)`` (docs/sdk-api.md). Fields are read
+    as attributes or mapping keys, so anchorpy objects and SDK views both work.
     """
 
     def __init__(self, client: Any, provider: bytes, program_id: bytes, key: WorkerKey) -> None:
@@ -112,20 +167,50 @@ class ChainJobSource:
     def assigned_jobs(self) -> list[AssignedJob]:
         try:
             views = self._client.list_jobs(_pubkey(self._provider), statuses=JOB_STATUSES)
+            return [self._to_job(v) for v in views]
         except Exception as e:
             raise JobSourceError(f"listing jobs failed: {e}") from e
-        return [self._to_job(v) for v in views]
 
     def _to_job(self, v: Any) -> AssignedJob:
-        key = getattr(v, "pubkey", None) or v.address
-        status = v.status
-        status = str(getattr(status, "name", status)).lower()
+        key = _field(v, "pubkey", None) or _field(v, "address")
         return AssignedJob(
-            job=bytes(key), market=bytes(v.market), program_id=self._program_id,
-            provider=self._provider, gpu_count=int(v.gpu_count), status=status,
-            started_at=_opt_int(getattr(v, "started_at", None)),
-            ended_at=_opt_int(getattr(v, "ended_at", None)),
+            job=bytes(key), market=bytes(_field(v, "market")), program_id=self._program_id,
+            provider=self._provider, gpu_count=int(_field(v, "gpu_count")),
+            status=_status(_field(v, "status")),
+            started_at=_opt_int(_field(v, "started_at", None)),
+            ended_at=_opt_int(_field(v, "ended_at", None)),
+            terms=job_terms(_field(v, "terms", None)),
+            last_seq=int(_field(v, "last_seq", 0) or 0),
+            last_window_end=int(_field(v, "last_window_end", 0) or 0),
+            settled_seconds=int(_field(v, "settled_seconds", 0) or 0),
         )
+
+    def job_status(self, job: bytes) -> str | None:
+        try:
+            v = self._client.fetch_job(_pubkey(job))
+        except Exception as e:
+            raise JobSourceError(f"reading job {b58encode(job)} failed: {e}") from e
+        return None if v is None else _status(_field(v, "status"))
+
+    def worker_keys(self) -> frozenset[bytes]:
+        """The provider's current worker key and every non-empty ``retired_keys`` slot."""
+        try:
+            p = self._client.fetch_provider(_pubkey(self._provider))
+            if p is None:
+                raise JobSourceError(f"no Provider account at {b58encode(self._provider)}")
+            keys = {bytes(_field(p, "worker_key"))}
+            for slot in _field(p, "retired_keys", None) or ():
+                keys.add(bytes(_field(slot, "key")))
+            # SDKs from before ``retired_keys`` expose the single previous key.
+            prev = _field(p, "previous_worker_key", None)
+            if prev is not None:
+                keys.add(bytes(prev))
+        except JobSourceError:
+            raise
+        except Exception as e:
+            raise JobSourceError(f"reading the provider's worker keys failed: {e}") from e
+        keys.discard(bytes(32))  # empty slots
+        return frozenset(keys)
 
     def accept(self, job: AssignedJob) -> None:
         from solders.keypair import Keypair
@@ -134,6 +219,41 @@ class ChainJobSource:
             self._client.accept_job(Keypair.from_bytes(self._key.secret_bytes), _pubkey(job.job))
         except Exception as e:
             raise JobSourceError(f"accepting job {job.job_b58} failed: {e}") from e
+
+
+_MISSING = object()
+
+
+def _field(obj: Any, name: str, default: Any = _MISSING) -> Any:
+    """``name`` of an SDK view or anchorpy object (attribute) or of a mapping (key)."""
+    if isinstance(obj, Mapping):
+        value = obj.get(name, default)
+    else:
+        value = getattr(obj, name, default)
+    if value is _MISSING:
+        raise AttributeError(f"{type(obj).__name__} has no field {name!r}")
+    return value
+
+
+def _status(value: Any) -> str:
+    """A JobStatus as lower-case text: from a string, an enum, or an anchorpy variant."""
+    name = getattr(value, "name", None)
+    if name is None and not isinstance(value, str):
+        name = type(value).__name__
+    return str(name if name is not None else value).lower()
+
+
+def job_terms(terms: Any) -> JobTerms | None:
+    """``JobTerms`` from the on-chain ``job.terms`` (None when the view has none: an SDK
+    that predates per-job terms; the worker's configuration then stands in)."""
+    if terms is None:
+        return None
+    return JobTerms(
+        window_seconds=int(_field(terms, "window_seconds")),
+        max_skew_seconds=int(_field(terms, "max_skew_seconds")),
+        temp_critical_c=int(_field(terms, "temp_critical_c")),
+        ecc_uncorrected_max=int(_field(terms, "ecc_uncorrected_max")),
+    )
 
 
 def _pubkey(raw: bytes) -> Any:
@@ -158,15 +278,18 @@ def assign_gpus(
 
     ``gpu_uuids`` are this machine's usable GPUs in index order; ``existing`` the stored
     assignments. A job keeps its stored assignment; a new job gets the first ``gpu_count``
-    GPUs (by index) not used by another job, in the order ``jobs`` lists them. Returns
-    (assignment per job, jobs that could not get enough free GPUs).
+    GPUs (by index) not used by another job, in the order ``jobs`` lists them. GPUs of every
+    stored assignment stay booked, listed job or not: only releasing the assignment (when
+    the chain shows the job ended) frees them. Returns (assignment per job, jobs that could
+    not get enough free GPUs).
     """
     out: dict[bytes, tuple[str, ...]] = {}
     used: set[str] = set()
+    for uuids in existing.values():
+        used.update(uuids)
     for j in jobs:
         if j.job in existing:
             out[j.job] = tuple(existing[j.job])
-            used.update(existing[j.job])
     starved: list[AssignedJob] = []
     for j in jobs:
         if j.job in out:

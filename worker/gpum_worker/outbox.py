@@ -9,7 +9,11 @@ Guarantees:
   a job always has ``seq = last_seq + 1`` and ``prev_proof_hash = last_hash``: a (job, seq)
   is never signed twice with different contents.
 * A proof is deleted only after every configured validator acknowledged it.
-* The database belongs to one worker key; opening it with another key is refused.
+* Each stored proof keeps the key that signed it and is delivered as signed. Opening the
+  database with another worker key (after ``rotate_worker_key`` on chain) is allowed: the
+  chains continue under the new key and the old key's pending proofs are still delivered.
+  The keys that ever signed here are listed in ``worker_keys``.
+* ``resume_job`` only ever moves a job's chain forward (higher ``last_seq``), never back.
 * GPU assignments per job are stored here, so they survive restarts.
 
 Each thread opens its own ``Outbox`` (sqlite3 connections are per thread).
@@ -26,9 +30,10 @@ from pathlib import Path
 from gpu_market.proof import ZERO_HASH, WindowProof
 
 from .errors import OutboxError
-from .keys import b58encode
+from .heads import ResumePoint
+from .keys import b58decode, b58encode
 
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION = "2"
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -50,8 +55,10 @@ CREATE TABLE IF NOT EXISTS outbox(
     proof BLOB NOT NULL, proof_hash BLOB NOT NULL,
     proof_sig BLOB NOT NULL, receipt_sig BLOB NOT NULL,
     created_at REAL NOT NULL,
+    worker_key BLOB NOT NULL,
     PRIMARY KEY(job, seq)
 );
+CREATE TABLE IF NOT EXISTS worker_keys(key BLOB PRIMARY KEY, first_used_at REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS deliveries(
     job BLOB NOT NULL, seq INTEGER NOT NULL, validator TEXT NOT NULL,
     state TEXT NOT NULL CHECK(state IN ('pending', 'rejected', 'equivocation')),
@@ -87,6 +94,8 @@ class OutboxItem:
     receipt_sig: bytes
     attempts: int
     state: str
+    worker_key: bytes
+    """The key that signed ``proof_sig`` and ``receipt_sig``."""
 
 
 class Outbox:
@@ -95,6 +104,8 @@ class Outbox:
         self.path = str(path)
         self.validators = tuple(validators)
         self._clock = clock
+        self.rotated_from: bytes | None = None
+        """The key this database was used with before, when this open switched keys."""
         try:
             self._db = sqlite3.connect(self.path, isolation_level=None, timeout=30.0)
             self._db.execute("PRAGMA journal_mode=WAL")
@@ -114,18 +125,34 @@ class Outbox:
         return _Tx(self._db)
 
     def _check_owner(self, worker_key: bytes) -> None:
+        """Record ``worker_key`` as the current signer; migrate a schema-1 database."""
         with self._tx():
             row = self._db.execute("SELECT value FROM meta WHERE key='worker_key'").fetchone()
-            if row is None:
-                self._db.execute("INSERT INTO meta VALUES('worker_key', ?)",
+            before = None if row is None else b58decode(row[0])
+            cols = [r[1] for r in self._db.execute("PRAGMA table_info(outbox)")]
+            if "worker_key" not in cols:  # schema 1: every stored proof is the old key's
+                self._db.execute("ALTER TABLE outbox ADD COLUMN worker_key BLOB")
+                self._db.execute("UPDATE outbox SET worker_key=?", (before or worker_key,))
+            self._db.execute("INSERT OR REPLACE INTO meta VALUES('schema', ?)",
+                             (SCHEMA_VERSION,))
+            if before is not None:
+                self._db.execute("INSERT OR IGNORE INTO worker_keys VALUES(?, 0)", (before,))
+            self._db.execute("INSERT OR IGNORE INTO worker_keys VALUES(?, ?)",
+                             (worker_key, self._clock()))
+            if before != worker_key:
+                self._db.execute("INSERT OR REPLACE INTO meta VALUES('worker_key', ?)",
                                  (b58encode(worker_key),))
-                self._db.execute("INSERT OR REPLACE INTO meta VALUES('schema', ?)",
-                                 (SCHEMA_VERSION,))
-            elif row[0] != b58encode(worker_key):
-                raise OutboxError(
-                    f"outbox {self.path} belongs to worker key {row[0]}, not "
-                    f"{b58encode(worker_key)}; use the matching key or another --db"
-                )
+                self.rotated_from = before
+
+    def worker_keys(self) -> list[bytes]:
+        """Every key that was this database's signer, oldest first."""
+        return [r[0] for r in self._db.execute(
+            "SELECT key FROM worker_keys ORDER BY first_used_at, key")]
+
+    def pending_by_key(self) -> dict[bytes, int]:
+        """Undelivered proofs per signing key."""
+        return dict(self._db.execute(
+            "SELECT worker_key, COUNT(*) FROM outbox GROUP BY worker_key").fetchall())
 
     # ------------------------------------------------------------------ chain state
 
@@ -141,6 +168,26 @@ class Outbox:
             self._db.execute(
                 "INSERT OR IGNORE INTO jobs VALUES(?, ?, ?, 0, ?, 0, ?)",
                 (job, started_at, window_seconds, ZERO_HASH, started_at))
+        chain = self.job_chain(job)
+        assert chain is not None
+        return chain
+
+    def resume_job(self, job: bytes, started_at: int, window_seconds: int,
+                   point: ResumePoint) -> JobChain:
+        """Set ``job``'s chain to ``point`` if that is ahead of what is stored (or nothing is).
+
+        Used when the validators or the chain hold more of the job than this database: the
+        chain state only ever moves to a higher ``last_seq``, so a seq once stored here or
+        seen elsewhere is never handed out again.
+        """
+        with self._tx():
+            self._db.execute(
+                "INSERT INTO jobs VALUES(?, ?, ?, ?, ?, ?, ?) ON CONFLICT(job) DO UPDATE SET "
+                "last_seq=excluded.last_seq, last_hash=excluded.last_hash, "
+                "cumulative=excluded.cumulative, last_window_end=excluded.last_window_end "
+                "WHERE excluded.last_seq > jobs.last_seq",
+                (job, started_at, window_seconds, point.last_seq, point.last_hash,
+                 point.cumulative, point.last_window_end))
         chain = self.job_chain(job)
         assert chain is not None
         return chain
@@ -162,9 +209,11 @@ class Outbox:
                 raise OutboxError(
                     f"proof seq {proof.seq} does not extend the stored chain of job "
                     f"{b58encode(proof.job)} (last seq {last_seq}); refusing to store it")
-            self._db.execute("INSERT INTO outbox VALUES(?, ?, ?, ?, ?, ?, ?)",
-                             (proof.job, proof.seq, proof_bytes, proof_hash, proof_sig,
-                              receipt_sig, now))
+            self._db.execute(
+                "INSERT INTO outbox(job, seq, proof, proof_hash, proof_sig, receipt_sig, "
+                "created_at, worker_key) VALUES(?, ?, ?, ?, ?, ?, ?, ?)",
+                (proof.job, proof.seq, proof_bytes, proof_hash, proof_sig, receipt_sig, now,
+                 proof.worker_key))
             self._db.executemany(
                 "INSERT INTO deliveries(job, seq, validator, state, next_attempt_at) "
                 "VALUES(?, ?, ?, 'pending', ?)",
@@ -206,7 +255,7 @@ class Outbox:
         """Deliveries to ``validator`` due at ``now`` (pending or rejected), oldest first."""
         rows = self._db.execute(
             "SELECT o.job, o.seq, o.proof, o.proof_hash, o.proof_sig, o.receipt_sig, "
-            "d.attempts, d.state FROM deliveries d JOIN outbox o USING(job, seq) "
+            "d.attempts, d.state, o.worker_key FROM deliveries d JOIN outbox o USING(job, seq) "
             "WHERE d.validator=? AND d.state IN ('pending', 'rejected') "
             "AND d.next_attempt_at<=? ORDER BY o.created_at, o.job, o.seq LIMIT ?",
             (validator, now, limit)).fetchall()

@@ -4,12 +4,17 @@ Outcome of one delivery attempt (``classify``):
 
 * 200 with ``status`` "accepted" or "duplicate"          -> ack (delivery row removed)
 * 409 or ``error`` "equivocation"                       -> kept, never retried, logged CRITICAL
-* other 4xx (except 408/429), or an item ``error``        -> kept as rejected, logged ERROR,
+* a body (or batch item) with ``"retry": true``, 5xx,    -> transient: retried with exponential
+  408, 425, 429, timeouts, connection errors, bad JSON      backoff ``min(cap, base *
+                                                            2**(n-1))``, jittered to 50-100 %
+                                                            (1 s doubling to 60 s: within the
+                                                            window, not an hour later)
+* other 4xx, or an item ``error``                        -> kept as rejected, logged ERROR,
                                                             retried only every
                                                             ``rejected_retry_s`` (default 1 h)
-* 5xx, 408, 429, timeouts, connection errors, bad JSON   -> retried with exponential backoff
-                                                            ``min(cap, base * 2**(n-1))``,
-                                                            jittered to 50-100 %
+
+One disagreement never ends anything: no answer deletes a proof a validator has not
+acknowledged.
 
 Several due proofs for one validator go in one ``/v1/proofs/batch`` request (at most 64);
 a validator answering the batch route with 404/405/501 or a 4xx gets single requests.
@@ -57,6 +62,14 @@ class Outcome:
     message: str
 
 
+TRANSIENT_STATUS = frozenset({408, 425, 429})
+"""4xx answers that mean "not now" (timeout, too early, rate limited): retried soon."""
+
+
+def _says_retry(body: Any) -> bool:
+    return isinstance(body, dict) and body.get("retry") is True
+
+
 def classify(status_code: int, body: Any) -> Outcome:
     """Map an HTTP answer for one proof to an outcome (pure)."""
     msg = _body_message(body)
@@ -66,7 +79,8 @@ def classify(status_code: int, body: Any) -> Outcome:
         return Outcome("retry", f"unexpected 200 body: {msg}")
     if status_code == 409 or (isinstance(body, dict) and body.get("error") == "equivocation"):
         return Outcome("equivocation", f"HTTP {status_code}: {msg}")
-    if 400 <= status_code < 500 and status_code not in (408, 429):
+    if (400 <= status_code < 500 and status_code not in TRANSIENT_STATUS
+            and not _says_retry(body)):
         return Outcome("reject", f"HTTP {status_code}: {msg}")
     return Outcome("retry", f"HTTP {status_code}: {msg}")
 
@@ -77,6 +91,8 @@ def classify_item(item: Any) -> Outcome:
         return Outcome("ack", str(item["status"]))
     if isinstance(item, dict) and item.get("error") == "equivocation":
         return Outcome("equivocation", _body_message(item))
+    if _says_retry(item):
+        return Outcome("retry", _body_message(item))
     if isinstance(item, dict) and "error" in item:
         return Outcome("reject", _body_message(item))
     return Outcome("retry", f"malformed batch result {item!r:.200}")
@@ -90,24 +106,24 @@ def _body_message(body: Any) -> str:
     return f"{body!r:.200}"
 
 
-def signed_proof_json(item: OutboxItem, worker_key: bytes) -> dict[str, str]:
-    """The SignedProof JSON object of docs/wire-formats.md."""
+def signed_proof_json(item: OutboxItem) -> dict[str, str]:
+    """The SignedProof JSON object of docs/wire-formats.md, naming the key that signed it
+    (after a key rotation, older outbox rows carry the retired key)."""
     return {
         "proof": base64.b64encode(item.proof).decode(),
         "proof_signature": base64.b64encode(item.proof_sig).decode(),
         "receipt_signature": base64.b64encode(item.receipt_sig).decode(),
-        "worker_key": b58encode(worker_key),
+        "worker_key": b58encode(item.worker_key),
     }
 
 
 class Sender:
     """Sends due outbox items to every validator; one call of ``deliver_once`` = one round."""
 
-    def __init__(self, outbox: Outbox, worker_key: bytes, client: httpx.Client,
+    def __init__(self, outbox: Outbox, client: httpx.Client,
                  policy: RetryPolicy = DEFAULT_RETRY, rng: random.Random | None = None,
                  clock=time.time) -> None:
         self.outbox = outbox
-        self.worker_key = worker_key
         self.client = client
         self.policy = policy
         self.rng = rng or random.Random()
@@ -153,7 +169,7 @@ class Sender:
         return r.status_code, body
 
     def _send_single(self, v: str, it: OutboxItem) -> tuple[int, bool]:
-        res = self._post(v.rstrip("/") + "/v1/proofs", signed_proof_json(it, self.worker_key))
+        res = self._post(v.rstrip("/") + "/v1/proofs", signed_proof_json(it))
         if isinstance(res, str):
             self._apply(v, it, Outcome("retry", res))
             return 0, False
@@ -162,7 +178,7 @@ class Sender:
         return (1 if out.kind == "ack" else 0), True
 
     def _send_batch(self, v: str, items: list[OutboxItem]) -> tuple[int, bool]:
-        payload = {"proofs": [signed_proof_json(it, self.worker_key) for it in items]}
+        payload = {"proofs": [signed_proof_json(it) for it in items]}
         res = self._post(v.rstrip("/") + "/v1/proofs/batch", payload)
         if isinstance(res, str):
             for it in items:
@@ -179,7 +195,8 @@ class Sender:
                 if o.kind != "ack":
                     self._apply(v, it, o)
             return len(acks), True
-        if 400 <= status < 500 and status not in (408, 429):
+        if (400 <= status < 500 and status not in TRANSIENT_STATUS
+                and not _says_retry(body)):
             log.warning("validator %s refused the batch route (HTTP %d); sending singly", v,
                         status)
             self._single_only.add(v)

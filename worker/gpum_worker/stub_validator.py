@@ -3,9 +3,16 @@
 It speaks the worker -> validator HTTP format of docs/wire-formats.md: it decodes each
 proof, checks both signatures, deduplicates by (job, seq, hash) ("duplicate"), answers
 409 "equivocation" to a different proof for a stored (job, seq), and records what it
-accepted. Fault injection: ``delay_s`` before answering, ``drop_every`` (close every n-th
+accepted. It also serves ``GET /v1/jobs/<job base58>/head``: 200 with the stored proof of
+the job's highest seq, whatever its decision, or 404 ``{"error": "job_unknown"}``.
+
+Fault injection: ``delay_s`` before answering a POST, ``drop_every`` (close every n-th POST
 connection without an answer, after storing the proof, as a crash between storing and
-answering would) and ``fail_status`` (answer every request with that status).
+answering would), ``fail_status`` (answer every request with that status), ``head_status``
+(answer only head requests with that status), ``head_override`` (serve this body as a job's
+head: a lying validator), ``transient`` (answers given to the next POSTs before looking at
+them, e.g. ``(425, {...})``), ``reject_if(proof) -> error code or None`` (store the proof
+with decision "rejected" and answer 400 with that code).
 """
 
 from __future__ import annotations
@@ -13,11 +20,13 @@ from __future__ import annotations
 import base64
 import json
 import threading
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from gpu_market.proof import (
     ProofFormatError,
+    WindowProof,
     decode_proof,
     proof_hash,
     receipt_for_proof,
@@ -25,7 +34,7 @@ from gpu_market.proof import (
 )
 from gpu_market.receipt import verify
 
-from .keys import b58decode
+from .keys import b58decode, b58encode
 
 
 class StubValidator:
@@ -34,15 +43,25 @@ class StubValidator:
         self.delay_s = delay_s
         self.drop_every = drop_every
         self.fail_status = fail_status
+        self.head_status: int | None = None
+        self.head_override: dict[bytes, tuple[int, Any]] = {}
+        self.transient: list[tuple[int, Any]] = []
+        self.reject_if: Callable[[WindowProof], str | None] | None = None
         self.lock = threading.Lock()
         self.stored: dict[tuple[bytes, int], bytes] = {}
+        """(job, seq) -> proof hash of the first proof stored for it."""
         self.proofs: dict[tuple[bytes, int], Any] = {}
+        self.signed: dict[tuple[bytes, int], dict[str, Any]] = {}
+        """(job, seq) -> the SignedProof JSON stored, plus its "decision"."""
+        self.seen: dict[tuple[bytes, int], set[bytes]] = {}
+        """(job, seq) -> every distinct proof hash ever received for it (equivocations too)."""
         self.accepted = 0
         self.duplicates = 0
         self.equivocations = 0
         self.requests = 0
+        self.head_requests = 0
         self.request_seen = threading.Event()
-        """Set when a request arrives (before the injected delay); tests clear it."""
+        """Set when a POST arrives (before the injected delay); tests clear it."""
         self._stop = threading.Event()
         stub = self
 
@@ -52,15 +71,33 @@ class StubValidator:
             def log_message(self, *args: Any) -> None:
                 pass
 
+            def do_GET(self) -> None:
+                with stub.lock:
+                    stub.head_requests += 1
+                status = stub.fail_status or stub.head_status
+                if status is not None:
+                    return self._reply(status, {"error": "injected", "message": "x"})
+                parts = self.path.split("/")
+                if len(parts) != 5 or parts[:3] != ["", "v1", "jobs"] or parts[4] != "head":
+                    return self._reply(404, {"error": "not_found", "message": self.path})
+                try:
+                    job = b58decode(parts[3])
+                except ValueError:
+                    return self._reply(400, {"error": "bad_job", "message": "base58"})
+                self._reply(*stub.head(job))
+
             def do_POST(self) -> None:
                 n = int(self.headers.get("Content-Length", "0"))
                 body = self.rfile.read(n)
                 with stub.lock:
                     stub.requests += 1
                     count = stub.requests
+                    canned = stub.transient.pop(0) if stub.transient else None
                 stub.request_seen.set()
                 if stub.fail_status is not None:
                     return self._reply(stub.fail_status, {"error": "injected", "message": "x"})
+                if canned is not None:
+                    return self._reply(*canned)
                 try:
                     payload = json.loads(body)
                 except ValueError:
@@ -106,6 +143,17 @@ class StubValidator:
         self.server.shutdown()
         self.server.server_close()
 
+    def head(self, job: bytes) -> tuple[int, Any]:
+        """The head answer for ``job``: (status, JSON body)."""
+        with self.lock:
+            if job in self.head_override:
+                return self.head_override[job]
+            seqs = [s for (j, s) in self.signed if j == job]
+            if not seqs:
+                return 404, {"error": "job_unknown", "message": "no proof stored for this job"}
+            sp = self.signed[(job, max(seqs))]
+        return 200, {"job": b58encode(job), "seq": max(seqs), **sp}
+
     def handle(self, sp: Any) -> tuple[int, dict[str, Any]]:
         """Verify and store one SignedProof JSON object."""
         try:
@@ -122,11 +170,20 @@ class StubValidator:
             return 400, {"error": "bad_signature", "message": "receipt signature invalid"}
         h = proof_hash(raw)
         key = (p.job, p.seq)
+        rejection = self.reject_if(p) if self.reject_if is not None else None
         with self.lock:
+            self.seen.setdefault(key, set()).add(h)
             have = self.stored.get(key)
             if have is None:
                 self.stored[key] = h
                 self.proofs[key] = p
+                self.signed[key] = {
+                    "proof": sp["proof"], "proof_signature": sp["proof_signature"],
+                    "receipt_signature": sp["receipt_signature"],
+                    "worker_key": sp["worker_key"],
+                    "decision": "rejected" if rejection else "accepted"}
+                if rejection:
+                    return 400, {"error": rejection, "message": "rejected by the stub"}
                 self.accepted += 1
                 status = "accepted"
             elif have == h:
@@ -135,4 +192,4 @@ class StubValidator:
             else:
                 self.equivocations += 1
                 return 409, {"error": "equivocation", "message": "different proof stored"}
-        return 200, {"status": status, "job": sp["worker_key"], "seq": p.seq}
+        return 200, {"status": status, "job": b58encode(p.job), "seq": p.seq}

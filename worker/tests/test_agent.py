@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from fakes import FakeBackend, FakeGpu
+from fakes import FakeBackend, FakeGpu, NoHeads
 from gpu_market.proof import (
     HEALTH_GPU_LOST,
     HEALTH_NVML_ERROR,
     HEALTH_SAMPLES_MISSING,
+    HEALTH_TEMP_CRITICAL,
     ZERO_HASH,
     process_list_hash,
     proof_hash,
@@ -40,7 +42,8 @@ def make(tmp_path: Path, key: WorkerKey, jobs: list[AssignedJob], n_gpus: int = 
     backend = backend or FakeBackend([FakeGpu(f"GPU-{i}") for i in range(n_gpus)])
     src = StaticJobSource(jobs, clock=lambda: T0)
     ob = Outbox(tmp_path / "o.sqlite", key.pubkey, ["http://v"])
-    a = Agent(backend=backend, job_source=src, outbox=ob, key=key, window_seconds=W)
+    a = Agent(backend=backend, job_source=src, outbox=ob, key=key, window_seconds=W,
+              heads=NoHeads())
     a.start()
     return a, backend, src
 
@@ -204,3 +207,84 @@ def test_job_source_failure_keeps_jobs(tmp_path: Path, key: WorkerKey) -> None:
     a.poll_jobs(T0 + 1)
     assert job(1).job in a.active
     assert len(run_seconds(a, T0, T0 + W)) == 1
+
+
+# ---------------------------------------------------------------------------- issue 7
+
+
+class ChainLikeSource:
+    """A job source whose listing and per-job status differ, as a flaky RPC's can."""
+
+    def __init__(self, listing: list[AssignedJob]) -> None:
+        self.listing = listing
+        self.status: dict[bytes, str | None] = {j.job: j.status for j in listing}
+        self.status_calls = 0
+
+    def assigned_jobs(self) -> list[AssignedJob]:
+        return list(self.listing)
+
+    def job_status(self, job: bytes) -> str | None:
+        self.status_calls += 1
+        return self.status.get(job)
+
+    def accept(self, job: AssignedJob) -> None:
+        raise AssertionError("no open job here")
+
+    def worker_keys(self) -> frozenset[bytes]:
+        return frozenset()
+
+
+@pytest.mark.parametrize("how_it_ends", ["completed", "account-closed"])
+def test_gpus_stay_booked_until_the_chain_shows_the_job_ended(
+        tmp_path: Path, key: WorkerKey, how_it_ends: str) -> None:
+    a, _, _ = make(tmp_path, key, [], n_gpus=2)
+    src = ChainLikeSource([job(1, gpus=2)])
+    a.job_source = src
+    a.poll_jobs(T0)
+    assert a.active[job(1).job].uuids == ("GPU-0", "GPU-1")
+    src.listing = []  # the RPC momentarily lists nothing; the job is still Running
+    a.poll_jobs(T0 + 1)
+    src.listing = [job(2, gpus=1)]
+    src.status[job(2).job] = "running"
+    a.poll_jobs(T0 + 2)
+    assert job(1).job in a.active and job(2).job not in a.active  # no GPU taken from job 1
+    assert a.outbox.assignments() == {job(1).job: ("GPU-0", "GPU-1")}
+    assert len(run_seconds(a, T0, T0 + W)) == 1  # job 1 is still proven
+    # A restart while the listing is still incomplete keeps the booking too.
+    a.outbox.close()
+    a, _, _ = make(tmp_path, key, [], n_gpus=2)
+    a.job_source = src
+    a.poll_jobs(T0 + W)
+    assert job(2).job not in a.active
+    assert a.outbox.assignments()[job(1).job] == ("GPU-0", "GPU-1")
+    # The chain shows the end: only then are the GPUs given to another job.
+    if how_it_ends == "completed":
+        src.status[job(1).job] = "completed"
+        a.poll_jobs(T0 + W + 1)
+    else:  # closed accounts read as None; a lagging RPC node can say so once or twice
+        src.status[job(1).job] = None
+        for t in range(3):
+            assert job(2).job not in a.active
+            a.poll_jobs(T0 + W + 1 + t)
+    assert job(1).job not in a.active
+    assert a.active[job(2).job].uuids == ("GPU-0",)
+
+
+def test_window_and_health_thresholds_come_from_the_job_terms(tmp_path: Path,
+                                                              key: WorkerKey) -> None:
+    """The agent is configured with W=10 and 95 C; the job's terms say 5 s and 60 C."""
+    from gpum_worker.jobs import JobTerms
+
+    terms = JobTerms(window_seconds=5, max_skew_seconds=2, temp_critical_c=60,
+                     ecc_uncorrected_max=0)
+    hot = replace(job(1), terms=terms)
+    cool = replace(job(2), terms=replace(terms, temp_critical_c=61))
+    a, _, _ = make(tmp_path, key, [hot, cool], n_gpus=2)  # both GPUs read 60 C
+    a.poll_jobs(T0)
+    proofs = run_seconds(a, T0, T0 + 10)
+    by_job = {(p.job[0], p.seq): p for p in proofs}
+    assert sorted(by_job) == [(1, 1), (1, 2), (2, 1), (2, 2)]
+    assert all(p.window_end - p.window_start == 5 for p in proofs)
+    assert by_job[(1, 1)].billable_seconds == 0  # 60 C is critical for this job
+    assert by_job[(1, 1)].health_flags & HEALTH_TEMP_CRITICAL
+    assert by_job[(2, 1)].billable_seconds == 5

@@ -6,7 +6,7 @@ import types
 
 import pynvml
 import pytest
-from fakes import MIB, FakeBackend, FakeGpu
+from fakes import MIB, FakeBackend, FakeGpu, FakeNvml
 from gpum_worker.errors import GpuLost, MetricNotSupported, NvmlCallFailed, NvmlUnavailable
 from gpum_worker.gpu import GpuInfo, NvmlBackend, discover, read_sample
 from gpum_worker.simulate import SimulatedBackend
@@ -201,3 +201,46 @@ def test_simulated_backend_deterministic_and_drifting() -> None:
 def test_simulated_gpu_count_bounds() -> None:
     with pytest.raises(ValueError):
         SimulatedBackend(0, 1)
+
+
+# ---------------------------------------------------------------------------- driver reload
+
+
+def _reloading_backend() -> tuple[NvmlBackend, FakeNvml, list[float]]:
+    nv = FakeNvml({"GPU-a": 50, "GPU-b": 70})
+    now = [0.0]
+    nv.clock = lambda: now[0]
+    b = NvmlBackend(nv, clock=lambda: now[0], reinit_base_s=1.0, reinit_cap_s=8.0)
+    b.init()
+    return b, nv, now
+
+
+def test_nvml_reinitialized_with_backoff_after_driver_reload() -> None:
+    b, nv, now = _reloading_backend()
+    gpus = discover(b)
+    assert [read_sample(b, g, 0.0).temp_c for g in gpus] == [50, 70]
+    nv.reload_driver(down_inits=3, reorder=True)  # the module needs 3 tries to come back
+    ok_at: dict[float, list[int | None]] = {}
+    for step in range(2, 41):  # read every 0.5 s for 20 s
+        now[0] = step / 2
+        samples = [read_sample(b, g, now[0]) for g in gpus]
+        ok_at[now[0]] = [s.temp_c if s.ok else None for s in samples]
+    # First try at once, then after 1, 2 and 4 s (backoff doubling): success at t=8.
+    assert nv.init_calls == [0.0, 1.0, 2.0, 4.0, 8.0]
+    assert nv.shutdown_calls >= 1  # shut down before each re-init
+    assert all(v == [None, None] for t, v in ok_at.items() if t < 8)  # lost: not billable
+    # Handles are re-acquired by UUID: indexes changed, the readings did not.
+    assert all(v == [50, 70] for t, v in ok_at.items() if t >= 8)
+
+
+def test_nvml_reinit_is_rate_limited_when_one_gpu_stays_lost() -> None:
+    b, nv, now = _reloading_backend()
+    gpus = discover(b)
+    nv.lost.add("GPU-b")  # fell off the bus for good
+    good = 0
+    for t in range(1, 301):
+        now[0] = float(t)
+        good += read_sample(b, gpus[0], now[0]).ok
+        assert not read_sample(b, gpus[1], now[0]).ok
+    assert len(nv.init_calls) <= 1 + 4 + 300 // 8  # backoff capped at 8 s
+    assert good >= 290  # the healthy GPU is read between re-inits

@@ -206,3 +206,16 @@ def test_run_job_needs_chain_ids(tmp_path: Path) -> None:
                                          "--simulate", "--job",
                                          "11111111111111111111111111111112"])
     assert r.exit_code == 1 and "--job needs --program-id" in r.output
+
+
+def test_run_previous_worker_key_only_with_job(tmp_path: Path) -> None:
+    k = _key(tmp_path)
+    pk = "11111111111111111111111111111112"
+    base = ["run", "--key", str(k), "--db", str(tmp_path / "o.db"), "--validator",
+            "http://h:1", "--simulate", "--program-id", pk, "--market", pk, "--provider", pk]
+    r = CliRunner().invoke(cli_mod.cli, [*base, "--rpc-url", "http://h:2",
+                                         "--previous-worker-key", pk])
+    assert r.exit_code == 1 and "only applies with --job" in r.output
+    r = CliRunner().invoke(cli_mod.cli, [*base, "--job", pk, "--previous-worker-key", "nope!"])
+    assert r.exit_code == 1 and "--previous-worker-key" in r.output
+    assert "Traceback" not in r.output

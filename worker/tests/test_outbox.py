@@ -89,10 +89,49 @@ def test_record_refuses_a_proof_that_does_not_extend_chain(tmp_path: Path, key: 
     assert ob.counts()["proofs"] == 1
 
 
-def test_outbox_owned_by_one_key(tmp_path: Path, key: WorkerKey) -> None:
-    Outbox(tmp_path / "o.sqlite", key.pubkey, [V1]).close()
-    with pytest.raises(OutboxError, match="belongs to worker key"):
-        Outbox(tmp_path / "o.sqlite", b"\x09" * 32, [V1])
+def test_outbox_follows_a_rotated_key(tmp_path: Path, key: WorkerKey) -> None:
+    """Reopening with another key keeps the chain and each proof's signer."""
+    ob = Outbox(tmp_path / "o.sqlite", key.pubkey, [V1])
+    _record_n(ob, key, 2)
+    assert ob.rotated_from is None
+    ob.close()
+    new = b"\x09" * 32
+    ob = Outbox(tmp_path / "o.sqlite", new, [V1])
+    assert ob.rotated_from == key.pubkey
+    assert ob.worker_keys() == [key.pubkey, new]
+    assert ob.pending_by_key() == {key.pubkey: 2}
+    assert [it.worker_key for it in ob.due(V1, 1e12, 64)] == [key.pubkey] * 2
+    assert ob.job_chain(JOB).last_seq == 2  # the chain continues under the new key
+    ob.close()
+    assert Outbox(tmp_path / "o.sqlite", new, [V1]).rotated_from is None
+
+
+def test_schema_1_database_is_migrated(tmp_path: Path, key: WorkerKey) -> None:
+    """An outbox written before proofs kept their signer: its rows are the old key's."""
+    db = tmp_path / "o.sqlite"
+    ob = Outbox(db, key.pubkey, [V1])
+    _record_n(ob, key, 1)
+    ob.close()
+    raw = sqlite3.connect(db)
+    raw.executescript("DROP TABLE worker_keys; ALTER TABLE outbox DROP COLUMN worker_key; "
+                      "UPDATE meta SET value='1' WHERE key='schema';")
+    raw.close()
+    ob = Outbox(db, b"\x09" * 32, [V1])
+    assert [it.worker_key for it in ob.due(V1, 1e12, 64)] == [key.pubkey]
+    assert ob.rotated_from == key.pubkey
+
+
+def test_resume_job_only_moves_forward(tmp_path: Path, key: WorkerKey) -> None:
+    from gpum_worker.heads import ResumePoint
+
+    ob = Outbox(tmp_path / "o.sqlite", key.pubkey, [V1])
+    _record_n(ob, key, 3)
+    before = ob.job_chain(JOB)
+    assert ob.resume_job(JOB, 0, 60, ResumePoint(2, b"\x01" * 32, 1, 1)) == before
+    assert ob.resume_job(JOB, 0, 60, ResumePoint(3, b"\x01" * 32, 1, 1)) == before
+    after = ob.resume_job(JOB, 0, 60, ResumePoint(9, b"\x01" * 32, 500, 600))
+    assert (after.last_seq, after.last_hash, after.cumulative, after.last_window_end) == (
+        9, b"\x01" * 32, 500, 600)
 
 
 def test_unusable_db_path_is_clear_error(tmp_path: Path, key: WorkerKey) -> None:
@@ -153,7 +192,7 @@ class FakeValidators:
 
 def _sender(ob: Outbox, key: WorkerKey, fv: FakeValidators, clock: Clock, **kw) -> Sender:
     client = httpx.Client(transport=httpx.MockTransport(fv))
-    return Sender(ob, key.pubkey, client, RetryPolicy(**kw), random.Random(1), clock)
+    return Sender(ob, client, RetryPolicy(**kw), random.Random(1), clock)
 
 
 def test_delete_only_after_every_validator_acked(tmp_path: Path, key: WorkerKey) -> None:
@@ -304,3 +343,54 @@ def test_classify_table() -> None:
     assert classify(500, {}).kind == "retry"
     assert classify_item({"error": "stale"}).kind == "reject"
     assert classify_item("junk").kind == "retry"
+
+
+@pytest.mark.parametrize("answer", [
+    (425, {"error": "too_early", "message": "the job is not Running on chain yet"}),
+    (503, {"error": "busy"}),
+    (429, {"error": "rate_limited"}),
+    (400, {"error": "chain_lag", "message": "retry", "retry": True}),
+    (422, {"error": "job_not_running", "retry": True}),
+], ids=["425", "503", "429", "400-retry", "422-retry"])
+def test_transient_rejections_retried_within_the_window(tmp_path: Path, key: WorkerKey,
+                                                        answer: tuple) -> None:
+    """Retryable answers back off (1 s doubling, 60 s cap = one window), never 1 h."""
+    clock = Clock()
+    ob = Outbox(tmp_path / "o.sqlite", key.pubkey, [V1], clock)
+    _record_n(ob, key, 1)
+    fv = FakeValidators()
+    fv.script[V1] = [answer] * 4 + [(200, {"status": "accepted"})]
+    s = _sender(ob, key, fv, clock)
+    t0 = clock.t
+    while ob.counts()["proofs"]:
+        s.deliver_once()
+        assert ob.counts()["rejected"] == 0
+        nxt = ob.next_due_at()
+        if nxt is not None:
+            clock.t = nxt
+    assert len(fv.requests) == 5
+    assert clock.t - t0 <= 1 + 2 + 4 + 8  # four backoffs, well inside one 60 s window
+
+
+def test_transient_batch_item_retried(tmp_path: Path, key: WorkerKey) -> None:
+    clock = Clock()
+    ob = Outbox(tmp_path / "o.sqlite", key.pubkey, [V1], clock)
+    _record_n(ob, key, 2)
+    fv = FakeValidators()
+    fv.script[V1] = [(200, {"results": [{"status": "accepted"},
+                                        {"error": "chain_lag", "retry": True}]})]
+    fv.default[V1] = "auto"
+    s = _sender(ob, key, fv, clock)
+    assert s.deliver_once() == 1
+    assert ob.counts()["rejected"] == 0 and ob.next_due_at() - clock.t <= 1
+    clock.t += 1
+    assert s.deliver_once() == 1 and ob.counts()["proofs"] == 0
+
+
+def test_classify_retryable_answers() -> None:
+    assert classify(425, {"error": "too_early"}).kind == "retry"
+    assert classify(400, {"error": "x", "retry": True}).kind == "retry"
+    assert classify(400, {"error": "x", "retry": False}).kind == "reject"
+    assert classify(409, {"error": "equivocation", "retry": True}).kind == "equivocation"
+    assert classify_item({"error": "x", "retry": True}).kind == "retry"
+    assert classify_item({"error": "equivocation", "retry": True}).kind == "equivocation"

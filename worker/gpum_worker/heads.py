@@ -1,0 +1,191 @@
+"""Where a job's proof chain stands outside this machine: validators' heads and the chain.
+
+A worker that has no trustworthy local chain state for a running job (a lost or replaced
+outbox database, a new machine, a restored backup) must not start again from seq 1: every
+re-signed (job, seq) with other contents is an equivocation that slashes the provider. It
+resumes instead after everything the job's validators and the chain hold:
+
+    GET /v1/jobs/<job base58>/head  -> 200 {"job", "seq", "proof", "proof_signature",
+                                            "receipt_signature", "worker_key", "decision"}
+                                        (the stored proof with the highest seq, whatever
+                                        its decision)
+                                     -> 404 {"error": "job_unknown"} (nothing stored)
+
+Guarantees:
+
+* ``HttpHeadSource.heads`` returns only when *every* configured validator answered with a
+  verified head or ``job_unknown``; anything else (down, timeout, 5xx, another 404, a head
+  that does not verify) raises ``HeadsIncomplete`` and the caller signs nothing for the job.
+  Billing of the time until the validators answer is lost, never billed twice.
+* A head is trusted only if its proof decodes, is for this job and provider, and both its
+  proof and receipt signatures verify under a worker key of this provider (current or
+  retired). It was therefore really signed by this provider, so it proves that its seq is
+  taken; a validator that serves an older head than it holds is covered by the others, one
+  that serves a newer one only makes the worker skip seqs (safe).
+* ``resume_point`` (pure) starts after the highest seq any source holds, so no seq held
+  anywhere is signed again, and continues the hash chain, cumulative total and window grid
+  from the highest head.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import logging
+from collections.abc import Collection, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import httpx
+from gpu_market.proof import (
+    ZERO_HASH,
+    ProofFormatError,
+    WindowProof,
+    decode_proof,
+    proof_hash,
+    receipt_for_proof,
+    verify_proof,
+)
+from gpu_market.receipt import verify
+
+from .keys import b58decode, b58encode
+
+log = logging.getLogger("gpum_worker.heads")
+
+
+@dataclass(frozen=True)
+class Head:
+    """A verified head: the highest-seq proof one validator stores for a job."""
+
+    validator: str
+    proof: WindowProof
+    hash: bytes
+    decision: str
+
+
+class BadHead(ValueError):
+    """A head answer that cannot be trusted (malformed, not this job's, not our signature)."""
+
+
+class HeadsIncomplete(Exception):
+    """Not every validator gave a usable head; the worker must not sign for the job."""
+
+    def __init__(self, problems: Sequence[str]) -> None:
+        super().__init__("; ".join(problems))
+        self.problems = tuple(problems)
+
+
+class HeadSource(Protocol):
+    def heads(self, job: bytes, provider: bytes, keys: Collection[bytes]) -> list[Head]:
+        """Verified heads of every validator that stores something for ``job``.
+
+        Raises ``HeadsIncomplete`` unless every validator answered usably.
+        """
+        ...
+
+
+def verify_head(validator: str, body: Any, job: bytes, provider: bytes,
+                keys: Collection[bytes]) -> Head:
+    """Check one 200 head answer (pure); ``BadHead`` saying what is wrong."""
+    if not isinstance(body, dict):
+        raise BadHead("the head answer is not a JSON object")
+    try:
+        raw = base64.b64decode(body["proof"], validate=True)
+        psig = base64.b64decode(body["proof_signature"], validate=True)
+        rsig = base64.b64decode(body["receipt_signature"], validate=True)
+        signer = b58decode(body["worker_key"])
+        p = decode_proof(raw)
+    except (KeyError, TypeError, ValueError, binascii.Error, ProofFormatError) as e:
+        raise BadHead(f"malformed head: {e}") from None
+    if body.get("job") != b58encode(job) or p.job != job:
+        raise BadHead("the head is for another job")
+    if p.provider != provider:
+        raise BadHead("the head proof names another provider")
+    if body.get("seq") != p.seq:
+        raise BadHead(f"the head says seq {body.get('seq')!r} but its proof has {p.seq}")
+    if signer != p.worker_key or signer not in keys:
+        raise BadHead(f"the head is signed by {b58encode(p.worker_key)}, not a worker key "
+                         "of this provider")
+    if not verify_proof(signer, psig, raw) or not verify(signer, rsig,
+                                                         receipt_for_proof(p, raw)):
+        raise BadHead("the head's signatures do not verify")
+    return Head(validator=validator, proof=p, hash=proof_hash(raw),
+                decision=str(body.get("decision", "")))
+
+
+class HttpHeadSource:
+    """Asks every configured validator for a job's head, all at once, over HTTP."""
+
+    def __init__(self, client: httpx.Client, validators: Sequence[str],
+                 timeout_s: float = 10.0) -> None:
+        self.client = client
+        self.validators = tuple(validators)
+        self.timeout_s = timeout_s
+
+    def heads(self, job: bytes, provider: bytes, keys: Collection[bytes]) -> list[Head]:
+        with ThreadPoolExecutor(max_workers=max(1, len(self.validators))) as pool:
+            answers = list(pool.map(lambda v: self._one(v, job, provider, keys),
+                                    self.validators))
+        problems = [a for a in answers if isinstance(a, str)]
+        if problems:
+            raise HeadsIncomplete(problems)
+        return [a for a in answers if isinstance(a, Head)]
+
+    def _one(self, v: str, job: bytes, provider: bytes,
+             keys: Collection[bytes]) -> Head | str | None:
+        """A verified head, None (job_unknown), or the problem as text."""
+        url = f"{v.rstrip('/')}/v1/jobs/{b58encode(job)}/head"
+        try:
+            r = self.client.get(url, timeout=self.timeout_s)
+        except httpx.HTTPError as e:
+            return f"{v}: {type(e).__name__}: {e}"
+        try:
+            body = r.json()
+        except ValueError:
+            body = None
+        if r.status_code == 404 and isinstance(body, dict) and body.get("error") == "job_unknown":
+            return None
+        if r.status_code != 200:
+            return f"{v}: HTTP {r.status_code} {str(body)[:120]}"
+        try:
+            return verify_head(v, body, job, provider, keys)
+        except BadHead as e:
+            return f"{v}: {e}"
+
+
+@dataclass(frozen=True)
+class ResumePoint:
+    """The chain state the next proof of a job extends (see ``outbox.JobChain``)."""
+
+    last_seq: int
+    last_hash: bytes
+    cumulative: int
+    last_window_end: int
+
+
+def resume_point(*, started_at: int, chain_last_seq: int, chain_last_window_end: int,
+                 chain_settled_seconds: int, heads: Sequence[Head]) -> ResumePoint:
+    """Where to continue a job after every seq the chain and the validators hold (pure).
+
+    * next seq = max(chain ``last_seq``, every head's seq) + 1;
+    * prev hash = sha256 of the highest head's proof (the hash chain continues). When the
+      chain is ahead of every head (the validators lost proofs), no validator holds the
+      proof the link would point at, so none can check it: zero hash;
+    * cumulative = the highest head's ``cumulative_seconds`` (at least the chain's settled
+      total);
+    * the next window starts at the latest of the highest head's ``window_end``, the chain's
+      ``last_window_end`` and the job's start, so no time is claimed twice.
+    """
+    best = max(heads, key=lambda h: h.proof.seq, default=None)
+    head_seq = best.proof.seq if best is not None else 0
+    end = max(started_at, chain_last_window_end,
+              max((h.proof.window_end for h in heads), default=started_at))
+    if best is not None and head_seq >= chain_last_seq:
+        return ResumePoint(head_seq, best.hash,
+                           max(best.proof.cumulative_seconds, chain_settled_seconds), end)
+    if chain_last_seq > 0:
+        cumulative = max(chain_settled_seconds,
+                         best.proof.cumulative_seconds if best is not None else 0)
+        return ResumePoint(chain_last_seq, ZERO_HASH, cumulative, end)
+    return ResumePoint(0, ZERO_HASH, 0, started_at)
