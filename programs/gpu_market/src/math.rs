@@ -11,33 +11,29 @@ pub const BPS_DENOMINATOR: u64 = 10_000;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MathOverflow;
 
-/// `floor(amount * bps / 10000)`, computed in u128. `bps` above 10000 is rejected.
-pub fn bps_of(amount: u64, bps: u16) -> Result<u64, MathOverflow> {
+/// `amount * bps / 10000` in u128, rounded down, or up with `round_up`. `bps` above 10000 is
+/// rejected, so the result never exceeds `amount`.
+fn bps_scaled(amount: u64, bps: u16, round_up: bool) -> Result<u64, MathOverflow> {
     if u64::from(bps) > BPS_DENOMINATOR {
         return Err(MathOverflow);
     }
-    let product = u128::from(amount)
+    let bias = if round_up { BPS_DENOMINATOR.checked_sub(1).ok_or(MathOverflow)? } else { 0 };
+    let quotient = u128::from(amount)
         .checked_mul(u128::from(bps))
-        .ok_or(MathOverflow)?;
-    let quotient = product
-        .checked_div(u128::from(BPS_DENOMINATOR))
+        .and_then(|product| product.checked_add(u128::from(bias)))
+        .and_then(|biased| biased.checked_div(u128::from(BPS_DENOMINATOR)))
         .ok_or(MathOverflow)?;
     u64::try_from(quotient).map_err(|_| MathOverflow)
 }
 
-/// `ceil(amount * bps / 10000)`, computed in u128. `bps` above 10000 is rejected.
+/// `floor(amount * bps / 10000)`.
+pub fn bps_of(amount: u64, bps: u16) -> Result<u64, MathOverflow> {
+    bps_scaled(amount, bps, false)
+}
+
+/// `ceil(amount * bps / 10000)`.
 pub fn bps_of_ceil(amount: u64, bps: u16) -> Result<u64, MathOverflow> {
-    if u64::from(bps) > BPS_DENOMINATOR {
-        return Err(MathOverflow);
-    }
-    let product = u128::from(amount)
-        .checked_mul(u128::from(bps))
-        .ok_or(MathOverflow)?;
-    let quotient = product
-        .checked_add(u128::from(BPS_DENOMINATOR).checked_sub(1).ok_or(MathOverflow)?)
-        .and_then(|p| p.checked_div(u128::from(BPS_DENOMINATOR)))
-        .ok_or(MathOverflow)?;
-    u64::try_from(quotient).map_err(|_| MathOverflow)
+    bps_scaled(amount, bps, true)
 }
 
 /// Seconds the escrow can still pay for at `rate` per second (`floor(balance / rate)`).
