@@ -2,6 +2,8 @@
 GPUs, explicit --simulate) and gpum-validator, as separate processes over real HTTP/RPC.
 
 This is the demo's flow (gpu_market.demo): every figure it returns is read back from the chain.
+The demo market has 2 s windows and max_missed_windows 2, so a finished job's settlement grace
+(terms.grace_seconds) is 8 s before `gpum job complete` and `gpum job close`.
 """
 
 from __future__ import annotations
@@ -33,6 +35,9 @@ def test_one_job_paid_end_to_end(tmp_path: Path) -> None:
     assert summary["refunded"] > 0
     assert summary["deposited"] == 50 * 10**6
     assert summary["conserved"] is True
+    # finish -> grace of (max_missed_windows + 2) windows -> `gpum job complete` -> close
+    assert summary["gpus_in_use_after_complete"] == 0
+    assert any(line.startswith("job completed") for line in lines), lines
     # Every process was stopped: their logs exist and the demo returned.
     for name in ("localnet", "validator", "worker"):
         assert (tmp_path / f"{name}.log").exists()

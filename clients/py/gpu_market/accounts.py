@@ -4,8 +4,14 @@ Fields are named as in the IDL (snake_case). Pubkeys are ``solders.pubkey.Pubkey
 lower-case strings (``JobView.status`` in ``JOB_STATUSES``, ``ProviderView.status`` in
 ``PROVIDER_STATUSES``, ``ValidatorView.status`` in ``{"active", "exiting"}``); fixed-size
 zero-padded byte strings (``gpu_model``, ``region``) are ``str``; ``[u8; 32]`` hashes are
-``bytes``. Every view also carries ``address`` (the account's key, None when decoded from bare
-bytes).
+``bytes``; fixed-size arrays of structs (``retired_keys``) are tuples. Every view also carries
+``address`` (the account's key, None when decoded from bare bytes).
+
+Pure helpers mirror the program's time rules, so clients can tell in advance what the chain
+will accept: :func:`effective_params` (``Market::params_at``), :func:`announced_params`,
+:func:`grace_seconds` (``MarketParams::grace_seconds``), ``JobView.settlement_over`` /
+``grace_ends_at`` / ``expirable_after`` (``close_job``, ``complete_job``, ``expire_job``) and
+``ProviderView.key_signs_window`` (``Provider::key_signs_window``).
 """
 
 from __future__ import annotations
@@ -18,20 +24,25 @@ from solders.pubkey import Pubkey
 from .codec import Codec, default_codec
 
 __all__ = [
+    "DEFAULT_MARKET_PARAMS",
     "GPU_MODEL_LEN",
     "JOB_STATUSES",
     "PROVIDER_STATUSES",
     "REGION_LEN",
+    "TERMINAL_JOB_STATUSES",
     "EquivocationRecordView",
     "GpuSpec",
+    "JobTerms",
     "JobView",
     "MarketParams",
     "MarketTotals",
     "MarketView",
     "ProviderView",
     "Reputation",
+    "RetiredWorkerKey",
     "Unbonding",
     "ValidatorView",
+    "announced_params",
     "decode_account",
     "decode_equivocation_record",
     "decode_fixed_str",
@@ -39,10 +50,15 @@ __all__ = [
     "decode_market",
     "decode_provider",
     "decode_validator",
+    "effective_params",
     "encode_fixed_str",
+    "grace_seconds",
+    "min_deposit",
 ]
 
-JOB_STATUSES = ("open", "running", "finishing", "completed", "cancelled", "failed")
+JOB_STATUSES = ("open", "running", "finishing", "completed", "cancelled", "failed", "declined")
+TERMINAL_JOB_STATUSES = frozenset({"completed", "cancelled", "failed", "declined"})
+"""Statuses in which a job holds no GPUs and ``close_job`` refunds at once."""
 PROVIDER_STATUSES = ("active", "paused", "jailed")
 GPU_MODEL_LEN = 32
 REGION_LEN = 16
@@ -77,6 +93,41 @@ class MarketParams:
     reporter_reward_bps: int
     validator_min_bond: int
     max_skew_seconds: int
+    temp_critical_c: int
+    ecc_uncorrected_max: int
+
+
+DEFAULT_MARKET_PARAMS: dict[str, int] = {
+    "fee_bps": 500,  # 5% platform fee
+    "burn_bps": 5_000,  # half of the fee is burned
+    "min_stake_per_gpu": 0,
+    "unbonding_seconds": 14 * 24 * 3600,
+    "window_seconds": 60,
+    "settle_quorum": 1,
+    "max_missed_windows": 10,
+    "downtime_slash_bps": 100,
+    "equivocation_slash_bps": 5_000,
+    "reporter_reward_bps": 1_000,
+    "validator_min_bond": 0,
+    "max_skew_seconds": 5,
+    "temp_critical_c": 95,
+    "ecc_uncorrected_max": 0,
+}
+"""Market parameters used by ``initialize_market`` for every key the caller leaves out
+(every ``MarketParams`` field, in its order)."""
+
+
+def grace_seconds(params: MarketParams) -> int:
+    """``window_seconds * (max_missed_windows + 2)``: how long after a job ends receipts up to
+    its end still settle (``close_job`` and ``complete_job`` wait for it). A job created under
+    ``params`` gets this as ``terms.grace_seconds``."""
+    return params.window_seconds * (params.max_missed_windows + 2)
+
+
+def min_deposit(params: MarketParams, price_per_gpu_second: int, gpu_count: int) -> int:
+    """The smallest deposit ``create_job`` accepts: one window at the job's rate
+    (``price_per_gpu_second * gpu_count * window_seconds``; ``math::min_deposit``)."""
+    return price_per_gpu_second * gpu_count * params.window_seconds
 
 
 @dataclass(frozen=True)
@@ -100,11 +151,34 @@ class MarketView:
     stake_vault: Pubkey
     treasury: Pubkey
     params: MarketParams
+    pending_params: MarketParams
+    params_effective_at: int
     paused: bool
     totals: MarketTotals
     bump: int
     stake_vault_bump: int
     address: Pubkey | None = None
+
+    @property
+    def booked_stake(self) -> int:
+        """Provider stake and validator bonds (with their unbonding) the stake vault must hold;
+        its balance may be larger (donations), and ``sweep_vault`` moves the difference."""
+        return self.totals.staked + self.totals.bonded
+
+
+def effective_params(market: MarketView, now: int) -> MarketParams:
+    """The parameters in force at unix time ``now`` (``Market::params_at``): the announced
+    ``pending_params`` once ``params_effective_at`` (non-zero) has come, else ``params``.
+    Use it for anything priced or checked at ``now`` (a job created now gets these terms)."""
+    if market.params_effective_at != 0 and now >= market.params_effective_at:
+        return market.pending_params
+    return market.params
+
+
+def announced_params(market: MarketView) -> MarketParams:
+    """The most recently announced parameters (in force now or from ``params_effective_at``):
+    the base a partial ``update_params`` is merged onto, so it never undoes a pending change."""
+    return market.pending_params if market.params_effective_at != 0 else market.params
 
 
 @dataclass(frozen=True)
@@ -131,13 +205,26 @@ class Reputation:
 
 
 @dataclass(frozen=True)
+class RetiredWorkerKey:
+    """A worker key replaced by a rotation: it signs only windows that ended by
+    ``retired_at``. ``key == Pubkey.default()`` marks an empty slot."""
+
+    key: Pubkey
+    retired_at: int
+
+    @property
+    def empty(self) -> bool:
+        return self.key == Pubkey.default()
+
+
+@dataclass(frozen=True)
 class ProviderView:
     market: Pubkey
     owner: Pubkey
     worker_key: Pubkey
     worker_key_expires_at: int
-    previous_worker_key: Pubkey
-    previous_key_retired_at: int
+    retired_keys: tuple[RetiredWorkerKey, ...]
+    last_equivocation_slash_at: int
     spec: GpuSpec
     price_per_gpu_second: int
     status: str
@@ -154,6 +241,22 @@ class ProviderView:
         """GPUs not held by Open/Running/Finishing jobs."""
         return max(0, self.spec.gpu_count - self.gpus_in_use)
 
+    @property
+    def retired_worker_keys(self) -> list[RetiredWorkerKey]:
+        """The occupied retired-key slots, newest first."""
+        return [r for r in self.retired_keys if not r.empty]
+
+    def key_signs_window(self, key: Pubkey, window_end: int) -> bool:
+        """Whether ``key`` signed a window ending at ``window_end`` for this provider
+        (``Provider::key_signs_window``): the current key, unexpired then, or a retired key for
+        a window that ended by its retirement."""
+        current = key == self.worker_key and (
+            self.worker_key_expires_at == 0 or window_end <= self.worker_key_expires_at
+        )
+        return current or any(
+            r.key == key and window_end <= r.retired_at for r in self.retired_worker_keys
+        )
+
 
 @dataclass(frozen=True)
 class ValidatorView:
@@ -168,13 +271,39 @@ class ValidatorView:
 
 
 @dataclass(frozen=True)
+class JobTerms:
+    """A job's economic terms, fixed at ``create_job`` from the market parameters in force
+    then and the provider's price; nothing changes them afterwards."""
+
+    rate_per_second: int
+    fee_bps: int
+    burn_bps: int
+    window_seconds: int
+    max_missed_windows: int
+    grace_seconds: int
+    max_skew_seconds: int
+    settle_quorum: int
+    downtime_slash_bps: int
+    equivocation_slash_bps: int
+    reporter_reward_bps: int
+    temp_critical_c: int
+    ecc_uncorrected_max: int
+
+    @property
+    def missed_windows_seconds(self) -> int:
+        """``window_seconds * max_missed_windows``: the silence after which a Running job may
+        be slashed for downtime; also how long a retired worker key's receipts still settle."""
+        return self.window_seconds * self.max_missed_windows
+
+
+@dataclass(frozen=True)
 class JobView:
     market: Pubkey
     user: Pubkey
     provider: Pubkey
     job_id: int
     gpu_count: int
-    rate_per_second: int
+    terms: JobTerms
     deposited: int
     settled_seconds: int
     paid_provider: int
@@ -192,6 +321,40 @@ class JobView:
     escrow_bump: int
     address: Pubkey | None = None
 
+    @property
+    def booked_escrow(self) -> int:
+        """``deposited - paid_provider - paid_treasury - burned - refunded``: what the books
+        say is still in escrow. The escrow's token balance may be larger (donations); settle
+        pays only from the booked part, and the refund returns all of it to the user."""
+        return self.deposited - self.paid_provider - self.paid_treasury - self.burned - self.refunded
+
+    @property
+    def grace_ends_at(self) -> int | None:
+        """For a Finishing job, ``ended_at + terms.grace_seconds``: receipts up to ``ended_at``
+        settle until then, and ``close_job`` / ``complete_job`` succeed only strictly after it.
+        None for other statuses."""
+        if self.status != "finishing":
+            return None
+        return self.ended_at + self.terms.grace_seconds
+
+    def settlement_over(self, now: int) -> bool:
+        """Whether no settlement is possible any more at unix time ``now``
+        (``Job::settlement_over``): ``close_job`` may refund, and a Finishing job may be
+        completed. Open and Running jobs: False; Completed, Cancelled, Failed, Declined: True."""
+        if self.status in TERMINAL_JOB_STATUSES:
+            return True
+        grace_end = self.grace_ends_at
+        return grace_end is not None and now > grace_end
+
+    @property
+    def expirable_after(self) -> int | None:
+        """For a Running job, the unix time after which anyone may ``expire_job`` it if no
+        receipt settles meanwhile: ``last_window_end + missed_windows_seconds + grace_seconds``
+        (strictly after). None for other statuses."""
+        if self.status != "running":
+            return None
+        return self.last_window_end + self.terms.missed_windows_seconds + self.terms.grace_seconds
+
 
 def _variant(value: Any) -> tuple[str, Any]:
     """(lower-case variant name, the variant object) of a decoded borsh enum."""
@@ -202,8 +365,11 @@ def _fields(obj: Any, names: list[str]) -> dict[str, Any]:
     return {n: getattr(obj, n) for n in names}
 
 
+def _params(d: Any) -> MarketParams:
+    return MarketParams(**_fields(d, list(MarketParams.__dataclass_fields__)))
+
+
 def _market(d: Any, address: Pubkey | None) -> MarketView:
-    params = MarketParams(**_fields(d.params, list(MarketParams.__dataclass_fields__)))
     totals = MarketTotals(**_fields(d.totals, list(MarketTotals.__dataclass_fields__)))
     return MarketView(
         authority=d.authority,
@@ -214,7 +380,9 @@ def _market(d: Any, address: Pubkey | None) -> MarketView:
         payment_mint=d.payment_mint,
         stake_vault=d.stake_vault,
         treasury=d.treasury,
-        params=params,
+        params=_params(d.params),
+        pending_params=_params(d.pending_params),
+        params_effective_at=d.params_effective_at,
         paused=bool(d.paused),
         totals=totals,
         bump=d.bump,
@@ -230,8 +398,8 @@ def _provider(d: Any, address: Pubkey | None) -> ProviderView:
         owner=d.owner,
         worker_key=d.worker_key,
         worker_key_expires_at=d.worker_key_expires_at,
-        previous_worker_key=d.previous_worker_key,
-        previous_key_retired_at=d.previous_key_retired_at,
+        retired_keys=tuple(RetiredWorkerKey(r.key, r.retired_at) for r in d.retired_keys),
+        last_equivocation_slash_at=d.last_equivocation_slash_at,
         spec=GpuSpec(
             gpu_model=decode_fixed_str(bytes(d.spec.gpu_model)),
             gpu_count=d.spec.gpu_count,
@@ -264,9 +432,11 @@ def _validator(d: Any, address: Pubkey | None) -> ValidatorView:
 
 
 def _job(d: Any, address: Pubkey | None) -> JobView:
-    names = [n for n in JobView.__dataclass_fields__ if n not in ("status", "address", "last_receipt_hash")]
+    special = ("status", "address", "last_receipt_hash", "terms")
+    names = [n for n in JobView.__dataclass_fields__ if n not in special]
     return JobView(
         **_fields(d, names),
+        terms=JobTerms(**_fields(d.terms, list(JobTerms.__dataclass_fields__))),
         status=_variant(d.status)[0],
         last_receipt_hash=bytes(d.last_receipt_hash),
         address=address,

@@ -26,6 +26,17 @@ import click
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 
+from .constants import (
+    MAX_ECC_UNCORRECTED,
+    MAX_FEE_BPS,
+    MAX_MISSED_WINDOWS,
+    MAX_QUORUM,
+    MAX_REPORTER_REWARD_BPS,
+    MAX_SKEW_SECONDS,
+    MAX_UNBONDING_SECONDS,
+    MAX_WINDOW_SECONDS,
+    TEMP_CRITICAL_RANGE_C,
+)
 from .units import AmountError, format_ui_amount, parse_ui_amount
 
 __all__ = ["cli", "load_keypair", "main", "resolve_url"]
@@ -159,8 +170,20 @@ class Env:
         if self.output == "json":
             click.echo(json.dumps(data, default=str, sort_keys=False))
         else:
-            for line in text_lines if text_lines is not None else [f"{k}: {v}" for k, v in data.items()]:
+            for line in text_lines if text_lines is not None else _text_lines(data):
                 click.echo(line)
+
+
+def _text_lines(data: dict[str, Any], indent: str = "") -> list[str]:
+    """``key: value`` lines; nested dicts indented under their key."""
+    lines = []
+    for k, v in data.items():
+        if isinstance(v, dict) and v:
+            lines.append(f"{indent}{k}:")
+            lines.extend(_text_lines(v, indent + "  "))
+        else:
+            lines.append(f"{indent}{k}: {v}")
+    return lines
 
 
 def _common(f: Callable) -> Callable:
@@ -214,6 +237,53 @@ def _market(env: Env, market: Pubkey):
     return m
 
 
+def _param_options(defaults: bool) -> Callable[[Callable], Callable]:
+    """One option per market parameter, bounded as the program bounds it (``state/market.rs``).
+    ``defaults``: show and use DEFAULT_MARKET_PARAMS (market init); else None = unchanged."""
+    from .accounts import DEFAULT_MARKET_PARAMS as D
+
+    options = [
+        ("--fee-bps", click.IntRange(0, MAX_FEE_BPS), None),
+        ("--burn-bps", click.IntRange(0, 10_000), None),
+        ("--min-stake-per-gpu", None, "Stake-mint UI units."),
+        ("--unbonding-seconds", click.IntRange(0, MAX_UNBONDING_SECONDS),
+         "Also the delay before a parameter change takes effect."),
+        ("--window-seconds", click.IntRange(1, MAX_WINDOW_SECONDS), None),
+        ("--settle-quorum", click.IntRange(1, MAX_QUORUM), None),
+        ("--max-missed-windows", click.IntRange(1, MAX_MISSED_WINDOWS),
+         "A job's grace after it ends is (this + 2) windows."),
+        ("--downtime-slash-bps", click.IntRange(0, 10_000), None),
+        ("--equivocation-slash-bps", click.IntRange(0, 10_000), None),
+        ("--reporter-reward-bps", click.IntRange(0, MAX_REPORTER_REWARD_BPS), None),
+        ("--validator-min-bond", None, "Stake-mint UI units."),
+        ("--max-skew-seconds", click.IntRange(0, MAX_SKEW_SECONDS), None),
+        ("--temp-critical-c", click.IntRange(*TEMP_CRITICAL_RANGE_C),
+         "A window in which a GPU reached this temperature bills at most length - 1 seconds."),
+        ("--ecc-uncorrected-max", click.IntRange(0, MAX_ECC_UNCORRECTED),
+         "Uncorrected ECC errors a GPU may report in a window and still bill."),
+    ]  # fmt: skip
+
+    def decorate(f: Callable) -> Callable:
+        for flag, kind, help_ in reversed(options):
+            key = flag[2:].replace("-", "_")
+            default: Any = None
+            if defaults:
+                default = str(D[key]) if kind is None else D[key]
+            f = click.option(flag, type=kind, default=default, show_default=defaults, help=help_)(f)
+        return f
+
+    return decorate
+
+
+def _now(env: Env) -> int:
+    """The chain's clock (what the program's deadlines are measured by)."""
+    return env.client.chain_time()
+
+
+def _params_dict(params: Any) -> dict[str, Any]:
+    return dict(vars(params))
+
+
 # ----------------------------------------------------------------------------- commands
 
 
@@ -239,18 +309,7 @@ def market() -> None:
     default=None,
     help="Payment-mint token account for fees (default: your ATA, created if missing).",
 )
-@click.option("--fee-bps", type=click.IntRange(0, 2500), default=500, show_default=True)
-@click.option("--burn-bps", type=click.IntRange(0, 10000), default=5000, show_default=True)
-@click.option("--min-stake-per-gpu", default="0", show_default=True, help="Stake-mint UI units.")
-@click.option("--unbonding-seconds", type=click.IntRange(0), default=14 * 24 * 3600, show_default=True)
-@click.option("--window-seconds", type=click.IntRange(1, 3600), default=60, show_default=True)
-@click.option("--settle-quorum", type=click.IntRange(1, 255), default=1, show_default=True)
-@click.option("--max-missed-windows", type=click.IntRange(1), default=10, show_default=True)
-@click.option("--downtime-slash-bps", type=click.IntRange(0, 10000), default=100, show_default=True)
-@click.option("--equivocation-slash-bps", type=click.IntRange(0, 10000), default=5000, show_default=True)
-@click.option("--reporter-reward-bps", type=click.IntRange(0, 10000), default=1000, show_default=True)
-@click.option("--validator-min-bond", default="0", show_default=True, help="Stake-mint UI units.")
-@click.option("--max-skew-seconds", type=click.IntRange(0, 300), default=5, show_default=True)
+@_param_options(defaults=True)
 def market_init(env: Env, market_id: int, stake_mint: Pubkey, payment_mint: Pubkey,
                 treasury: Pubkey | None, min_stake_per_gpu: str, validator_min_bond: str,
                 **params: int) -> None:  # fmt: skip
@@ -277,10 +336,23 @@ def market_init(env: Env, market_id: int, stake_mint: Pubkey, payment_mint: Pubk
 @_common
 @_market_option
 def market_status(env: Env, market: Pubkey) -> None:
-    """Show a market's parameters and totals."""
+    """Show a market's parameters in force, announced changes and when they take effect, and
+    its totals."""
+    from .accounts import effective_params
+
     m = _market(env, market)
+    now = _now(env)
     sd = env.client.mint_decimals(m.stake_mint)
     pd_ = env.client.mint_decimals(m.payment_mint)
+    in_force = effective_params(m, now)
+    pending = None
+    if m.params_effective_at != 0 and now < m.params_effective_at:
+        current, new = _params_dict(in_force), _params_dict(m.pending_params)
+        pending = {
+            "effective_at": m.params_effective_at,
+            "effective_in_seconds": m.params_effective_at - now,
+            "changes": {k: f"{current[k]} -> {new[k]}" for k in new if new[k] != current[k]},
+        }
     data = {
         "market": str(market),
         "authority": str(m.authority),
@@ -289,7 +361,9 @@ def market_status(env: Env, market: Pubkey) -> None:
         "payment_mint": str(m.payment_mint),
         "treasury": str(m.treasury),
         "paused": m.paused,
-        "params": vars(m.params).copy(),
+        "chain_time": now,
+        "params": _params_dict(in_force),
+        "pending_params": pending,
         "totals": {
             "staked": format_ui_amount(m.totals.staked, sd),
             "bonded": format_ui_amount(m.totals.bonded, sd),
@@ -298,6 +372,8 @@ def market_status(env: Env, market: Pubkey) -> None:
             "jobs": m.totals.jobs,
         },
     }
+    if env.output != "json" and pending is None:
+        data["pending_params"] = "none"
     env.emit(data)
 
 
@@ -377,6 +453,9 @@ def provider_status(env: Env, market: Pubkey, owner: Pubkey | None) -> None:
             "provider": str(address),
             "owner": str(p.owner),
             "worker_key": str(p.worker_key),
+            "worker_key_expires_at": p.worker_key_expires_at or "never",
+            "retired_worker_keys": [f"{r.key} (retired at {r.retired_at})"
+                                    for r in p.retired_worker_keys],
             "status": p.status if p.jailed_until is None else f"jailed until {p.jailed_until}",
             "gpu_model": p.spec.gpu_model,
             "gpus": f"{p.gpus_in_use}/{p.spec.gpu_count} in use",
@@ -416,7 +495,7 @@ def validator_register(env: Env, market: Pubkey, bond: str) -> None:
 
 @cli.group()
 def job() -> None:
-    """Create, inspect, top up, finish, cancel, expire and close jobs."""
+    """Create, inspect, top up, finish, cancel, decline, expire, complete and close jobs."""
 
 
 @job.command("create")
@@ -433,7 +512,15 @@ def job_create(env: Env, market: Pubkey, provider_: Pubkey, gpu_count: int, depo
     """Open a job on a provider and escrow the deposit from your payment ATA."""
     kp = env.keypair
     m = _market(env, market)
-    base = _amount(deposit, env.client.mint_decimals(m.payment_mint), "'--deposit'")
+    decimals = env.client.mint_decimals(m.payment_mint)
+    base = _amount(deposit, decimals, "'--deposit'")
+    need = env.client.min_deposit(market, provider_, gpu_count)
+    if base < need:
+        raise click.BadParameter(
+            f"{deposit} is less than one window at this provider's rate for {gpu_count} GPU(s): "
+            f"deposit at least {format_ui_amount(need, decimals)}",
+            param_hint="'--deposit'",
+        )
     job_id = int(time.time() * 1000) if job_id is None else job_id
     sig, address = env.client.create_job(kp, market, provider_, job_id, gpu_count, base)
     env.emit({"job": str(address), "job_id": job_id, "signature": str(sig)})
@@ -450,52 +537,93 @@ def _job_view(env: Env, address: Pubkey):
 @_common
 @click.argument("job_address", metavar="JOB", type=PUBKEY)
 def job_status(env: Env, job_address: Pubkey) -> None:
-    """Show a job's state and money flows."""
+    """Show a job's state, its terms (fixed at creation) and money flows."""
+    from . import pda
+    from .errors import AccountNotFound
+
     j = _job_view(env, job_address)
     m = _market(env, j.market)
     d = env.client.mint_decimals(m.payment_mint)
-    escrow = None
-    from . import pda
-
     try:
-        escrow = env.client.token_balance(pda.escrow_pda(job_address, env.client.program_id))
-    except Exception:  # noqa: BLE001 - a missing escrow is shown as unknown
+        escrow: int | None = env.client.token_balance(pda.escrow_pda(job_address, env.client.program_id))
+    except AccountNotFound:
         escrow = None
-    env.emit(
-        {
-            "job": str(job_address),
-            "status": j.status,
-            "user": str(j.user),
-            "provider": str(j.provider),
-            "gpu_count": j.gpu_count,
-            "rate_per_second": format_ui_amount(j.rate_per_second, d),
-            "deposited": format_ui_amount(j.deposited, d),
-            "settled_seconds": j.settled_seconds,
-            "paid_provider": format_ui_amount(j.paid_provider, d),
-            "paid_treasury": format_ui_amount(j.paid_treasury, d),
-            "burned": format_ui_amount(j.burned, d),
-            "refunded": format_ui_amount(j.refunded, d),
-            "escrow": None if escrow is None else format_ui_amount(escrow, d),
-            "last_seq": j.last_seq,
-            "started_at": j.started_at,
-            "ended_at": j.ended_at,
-        }
-    )
+    terms = _params_dict(j.terms)
+    terms["rate_per_second"] = format_ui_amount(j.terms.rate_per_second, d)
+    data: dict[str, Any] = {
+        "job": str(job_address),
+        "status": j.status,
+        "user": str(j.user),
+        "provider": str(j.provider),
+        "gpu_count": j.gpu_count,
+        "terms": terms,
+        "deposited": format_ui_amount(j.deposited, d),
+        "settled_seconds": j.settled_seconds,
+        "paid_provider": format_ui_amount(j.paid_provider, d),
+        "paid_treasury": format_ui_amount(j.paid_treasury, d),
+        "burned": format_ui_amount(j.burned, d),
+        "refunded": format_ui_amount(j.refunded, d),
+        "booked_escrow": format_ui_amount(j.booked_escrow, d),
+        "escrow": None if escrow is None else format_ui_amount(escrow, d),
+        "last_seq": j.last_seq,
+        "last_window_end": j.last_window_end,
+        "created_at": j.created_at,
+        "started_at": j.started_at,
+        "ended_at": j.ended_at,
+    }
+    if escrow is not None and escrow > j.booked_escrow:
+        data["escrow_surplus"] = format_ui_amount(escrow - j.booked_escrow, d)
+    if j.grace_ends_at is not None:
+        data["grace_ends_at"] = j.grace_ends_at  # close / complete strictly after
+    if j.expirable_after is not None:
+        data["expirable_after"] = j.expirable_after  # expire strictly after
+    env.emit(data)
 
 
-def _job_action(name: str, method: str, doc: str) -> None:
+def _require_settlement_over(env: Env, job_address: Pubkey, command: str) -> None:
+    """CliError, before anything is sent, when ``command`` would fail on the job's state or
+    grace (the chain's clock decides, as on chain)."""
+    j = _job_view(env, job_address)
+    if j.status in ("open", "running"):
+        hint = "`gpum job cancel` or have the provider decline it" if j.status == "open" else (
+            "`gpum job finish` it first")
+        raise CliError(f"job {job_address} is {j.status}: {command} needs a finished job; {hint}")
+    if command == "complete" and j.status != "finishing":
+        raise CliError(f"job {job_address} is {j.status}, not finishing: nothing to complete")
+    grace_end = j.grace_ends_at
+    if grace_end is not None:
+        now = _now(env)
+        if now <= grace_end:
+            raise CliError(
+                f"job {job_address} is in its settlement grace until {grace_end} (chain time "
+                f"{now}): run `gpum job {command}` again in {grace_end - now + 1} s"
+            )
+
+
+def _job_action(name: str, method: str, doc: str, precheck: bool = False) -> None:
     @job.command(name, help=doc)
     @_common
     @click.argument("job_address", metavar="JOB", type=PUBKEY)
     def command(env: Env, job_address: Pubkey) -> None:
         kp = env.keypair
+        if precheck:
+            _require_settlement_over(env, job_address, name)
         sig = getattr(env.client, method)(kp, job_address)
         env.emit({"job": str(job_address), "signature": str(sig)})
 
 
 _job_action("accept", "accept_job", "Start an Open job (worker key or provider owner).")
-_job_action("finish", "finish_job", "Stop billing a Running job (user or provider owner).")
-_job_action("close", "close_job", "Refund the rest and close a finished job (user).")
+_job_action("finish", "finish_job",
+            "Stop billing a Running job (user or provider owner); receipts up to now still "
+            "settle during the job's grace (terms.grace_seconds).")  # fmt: skip
+_job_action("close", "close_job",
+            "Refund the rest and close a job (user): at once when completed, cancelled, "
+            "declined or failed; after its grace when finishing.", precheck=True)  # fmt: skip
+_job_action("decline", "decline_job",
+            "Refuse an Open job (provider owner or worker key); the user's close refunds it.")
+_job_action("complete", "complete_job",
+            "Complete a finishing job whose grace is over, freeing the provider's GPUs "
+            "(anyone); the user's close refunds the rest.", precheck=True)  # fmt: skip
 
 
 # ----------------------------------------------------------------------------- governance
@@ -517,21 +645,13 @@ _market_flag("unpause", False, "Resume new registrations and jobs (market author
 @market.command("update-params")
 @_common
 @_market_option
-@click.option("--fee-bps", type=click.IntRange(0, 2500), default=None)
-@click.option("--burn-bps", type=click.IntRange(0, 10000), default=None)
-@click.option("--min-stake-per-gpu", default=None, help="Stake-mint UI units.")
-@click.option("--unbonding-seconds", type=click.IntRange(0), default=None)
-@click.option("--window-seconds", type=click.IntRange(1, 3600), default=None)
-@click.option("--settle-quorum", type=click.IntRange(1, 255), default=None)
-@click.option("--max-missed-windows", type=click.IntRange(1), default=None)
-@click.option("--downtime-slash-bps", type=click.IntRange(0, 10000), default=None)
-@click.option("--equivocation-slash-bps", type=click.IntRange(0, 10000), default=None)
-@click.option("--reporter-reward-bps", type=click.IntRange(0, 10000), default=None)
-@click.option("--validator-min-bond", default=None, help="Stake-mint UI units.")
-@click.option("--max-skew-seconds", type=click.IntRange(0, 300), default=None)
+@_param_options(defaults=False)
 def market_update_params(env: Env, market: Pubkey, min_stake_per_gpu: str | None,
                          validator_min_bond: str | None, **params: int | None) -> None:  # fmt: skip
-    """Change the given market parameters; the others keep their values (market authority)."""
+    """Announce new values for the given market parameters; the others keep their announced
+    values. They take effect unbonding_seconds (of the parameters in force) after the
+    announcement, at once when that is 0; jobs already created keep their terms (market
+    authority)."""
     changes: dict[str, int] = {k: v for k, v in params.items() if v is not None}
     if not changes and min_stake_per_gpu is None and validator_min_bond is None:
         raise click.UsageError("nothing to update: pass at least one parameter option")
@@ -542,7 +662,60 @@ def market_update_params(env: Env, market: Pubkey, min_stake_per_gpu: str | None
         if validator_min_bond is not None:
             changes["validator_min_bond"] = _amount(validator_min_bond, decimals, "'--validator-min-bond'", True)
     sig = env.client.update_params(env.keypair, market, changes)
-    env.emit({"market": str(market), "updated": changes, "signature": str(sig)})
+    m = _market(env, market)
+    effective_at = m.params_effective_at or "now"
+    env.emit({"market": str(market), "announced": changes, "effective_at": effective_at,
+              "signature": str(sig)})  # fmt: skip
+
+
+@market.command("set-treasury")
+@_common
+@_market_option
+@click.argument("account", metavar="ACCOUNT", type=PUBKEY)
+def market_set_treasury(env: Env, market: Pubkey, account: Pubkey) -> None:
+    """Make ACCOUNT (a token account of the market's payment mint) receive the fees, at once
+    (market authority)."""
+    from . import tokens
+    from .constants import TOKEN_PROGRAM_ID
+
+    m = _market(env, market)
+    info = env.client.account_info(account)
+    parsed = None
+    if info is not None and info[0] == TOKEN_PROGRAM_ID:
+        try:
+            parsed = tokens.parse_token_account(info[1])
+        except ValueError:
+            parsed = None
+    if parsed is None or parsed.mint != m.payment_mint:
+        raise CliError(
+            f"{account} is not a token account of the payment mint {m.payment_mint}; create one "
+            f"with `spl-token create-account {m.payment_mint} --owner OWNER` and pass its address"
+        )
+    sig = env.client.set_treasury(env.keypair, market, account)
+    env.emit({"market": str(market), "previous_treasury": str(m.treasury),
+              "treasury": str(account), "signature": str(sig)})  # fmt: skip
+
+
+@market.command("sweep-vault")
+@_common
+@_market_option
+def market_sweep_vault(env: Env, market: Pubkey) -> None:
+    """Move tokens sent straight to the stake vault (its balance above the booked stake and
+    bonds) to the treasury owner's stake-mint ATA, created if missing (anyone; you pay)."""
+    from . import tokens
+
+    m = _market(env, market)
+    surplus = env.client.vault_surplus(market)
+    decimals = env.client.mint_decimals(m.stake_mint)
+    if surplus == 0:
+        raise CliError(
+            f"the stake vault holds no more than the booked stake and bonds "
+            f"({format_ui_amount(m.booked_stake, decimals)}): nothing to sweep"
+        )
+    destination = tokens.ata(env.client.treasury_owner(m), m.stake_mint)
+    sig = env.client.sweep_vault(env.keypair, market)
+    env.emit({"market": str(market), "swept": format_ui_amount(surplus, decimals),
+              "destination": str(destination), "signature": str(sig)})  # fmt: skip
 
 
 @market.command("propose-authority")
@@ -695,7 +868,8 @@ def job_top_up(env: Env, job_address: Pubkey, amount: str) -> None:
 
 _job_action("cancel", "cancel_job", "Cancel an Open job with a full refund (user).")
 _job_action("expire", "expire_job",
-            "End a Running job whose provider stopped proving; refunds the user (anyone).")  # fmt: skip
+            "Fail a Running job whose provider stopped proving (anyone; see `job status` "
+            "expirable_after); the user's close then refunds it.")  # fmt: skip
 
 
 # ----------------------------------------------------------------------------- entry point

@@ -35,6 +35,7 @@ from solders.transaction import Transaction
 
 from . import pda, tokens
 from .accounts import (
+    DEFAULT_MARKET_PARAMS,
     GPU_MODEL_LEN,
     JOB_STATUSES,
     REGION_LEN,
@@ -45,11 +46,16 @@ from .accounts import (
     ProviderView,
     ValidatorView,
     decode_account,
+    effective_params,
     encode_fixed_str,
+    min_deposit,
 )
+from .admin import MarketAdmin
 from .codec import Codec, default_codec
 from .constants import (
+    CLOCK_SYSVAR_ID,
     INSTRUCTIONS_SYSVAR_ID,
+    MAX_SKEW_SECONDS,
     PACKET_DATA_SIZE,
     PROGRAM_ID,
     SYSTEM_PROGRAM_ID,
@@ -65,6 +71,7 @@ from .errors import (
     chain_error_from_rpc_error,
     chain_error_from_transaction_err,
 )
+from .lifecycle import JobEndings
 from .receipt import receipt_message
 from .receipt import verify as verify_signature
 from .settle import (
@@ -85,21 +92,6 @@ __all__ = [
     "SettleItem",
 ]
 
-DEFAULT_MARKET_PARAMS: dict[str, int] = {
-    "fee_bps": 500,  # 5% platform fee
-    "burn_bps": 5_000,  # half of the fee is burned
-    "min_stake_per_gpu": 0,
-    "unbonding_seconds": 14 * 24 * 3600,
-    "window_seconds": 60,
-    "settle_quorum": 1,
-    "max_missed_windows": 10,
-    "downtime_slash_bps": 100,
-    "equivocation_slash_bps": 5_000,
-    "reporter_reward_bps": 1_000,
-    "validator_min_bond": 0,
-    "max_skew_seconds": 5,
-}
-"""Market parameters used by ``initialize_market`` for every key the caller leaves out."""
 
 _COMMITMENT_RANK = {"processed": 0, "confirmed": 1, "finalized": 2}
 
@@ -138,6 +130,14 @@ def _receipt_args(receipt: Any) -> dict[str, Any]:
     }
 
 
+def _clock_unix_timestamp(info: tuple[Pubkey, bytes] | None) -> int:
+    """``unix_timestamp`` of Clock sysvar account data (slot, epoch_start_timestamp, epoch,
+    leader_schedule_epoch, unix_timestamp)."""
+    if info is None or len(info[1]) < 40:
+        raise SdkError("the node returned no Clock sysvar; is this a Solana JSON-RPC endpoint?")
+    return int.from_bytes(info[1][32:40], "little", signed=True)
+
+
 class InvalidAccount(SdkError, ValueError):
     """The account exists but is not the gpu_market account type asked for."""
 
@@ -161,8 +161,14 @@ def _plain(value: Any) -> Any:
     return value
 
 
-class GpuMarketClient:
-    """Reads and writes gpu_market state through a Solana JSON-RPC ``url``."""
+class GpuMarketClient(MarketAdmin, JobEndings):
+    """Reads and writes gpu_market state through a Solana JSON-RPC ``url``.
+
+    Market administration (``initialize_market``, ``update_params``, ``set_treasury``,
+    ``sweep_vault``, ...) comes from :class:`gpu_market.admin.MarketAdmin`; the job endings
+    (``cancel_job``, ``decline_job``, ``expire_job``, ``complete_job``) from
+    :class:`gpu_market.lifecycle.JobEndings`.
+    """
 
     def __init__(
         self,
@@ -234,7 +240,10 @@ class GpuMarketClient:
         return self._account_infos([key])[0]
 
     def _fetch(self, key: Pubkey, kind: str):
-        info = self.account_info(key)
+        return self._decode_info(key, self.account_info(key), kind)
+
+    def _decode_info(self, key: Pubkey, info: tuple[Pubkey, bytes] | None, kind: str):
+        """The ``kind`` view of ``(owner, data)``, None if absent; InvalidAccount otherwise."""
         if info is None:
             return None
         owner, data = info
@@ -328,6 +337,28 @@ class GpuMarketClient:
         if info is None:
             raise AccountNotFound(f"token account {account} does not exist")
         return tokens.parse_token_account(info[1]).amount
+
+    def chain_time(self) -> int:
+        """The chain's ``unix_timestamp`` (Clock sysvar): the program's notion of now, which
+        decides every deadline (grace, expiry, parameter changes)."""
+        return _clock_unix_timestamp(self.account_info(CLOCK_SYSVAR_ID))
+
+    def min_deposit(self, market: Pubkey, provider: Pubkey, gpu_count: int) -> int:
+        """The smallest deposit ``create_job`` accepts now for ``gpu_count`` GPUs of
+        ``provider``: one window at the job's rate, with the parameters in force at chain time."""
+        _, p, params = self._pricing(market, provider)
+        return min_deposit(params, p.price_per_gpu_second, gpu_count)
+
+    def _pricing(self, market: Pubkey, provider: Pubkey) -> tuple[MarketView, ProviderView, MarketParams]:
+        """Market, provider and the params in force at chain time, in one RPC round trip."""
+        m_info, p_info, clock = self._account_infos([market, provider, CLOCK_SYSVAR_ID])
+        m = self._decode_info(market, m_info, "Market")
+        p = self._decode_info(provider, p_info, "Provider")
+        if m is None:
+            raise AccountNotFound(f"Market account {market} does not exist (check the address)")
+        if p is None:
+            raise AccountNotFound(f"Provider account {provider} does not exist (check the address)")
+        return m, p, effective_params(m, _clock_unix_timestamp(clock))
 
     def mint_supply(self, mint: Pubkey) -> int:
         """Current supply (base units) of ``mint``."""
@@ -439,42 +470,6 @@ class GpuMarketClient:
 
     # ================================================================== writes
 
-    def initialize_market(
-        self,
-        authority: Keypair,
-        market_id: int,
-        stake_mint: Pubkey,
-        payment_mint: Pubkey,
-        treasury: Pubkey,
-        params: Mapping[str, int] | MarketParams | None = None,
-    ) -> Signature:
-        """Create market ``market_id`` of ``authority`` and its stake vault.
-
-        ``params`` keys missing from the mapping take DEFAULT_MARKET_PARAMS values; unknown
-        keys raise ValueError. The market address is ``pda.market_pda(authority, market_id)``.
-        """
-        p = asdict(params) if isinstance(params, MarketParams) else dict(params or {})
-        unknown = set(p) - set(DEFAULT_MARKET_PARAMS)
-        if unknown:
-            raise ValueError(f"unknown market params {sorted(unknown)}")
-        merged = {**DEFAULT_MARKET_PARAMS, **p}
-        market = pda.market_pda(authority.pubkey(), market_id, self.program_id)
-        ix = self.codec.instruction(
-            "initialize_market",
-            {"id": market_id, "params": merged},
-            {
-                "authority": authority.pubkey(),
-                "market": market,
-                "stake_mint": stake_mint,
-                "payment_mint": payment_mint,
-                "stake_vault": pda.stake_vault_pda(market, self.program_id),
-                "treasury": treasury,
-                "token_program": TOKEN_PROGRAM_ID,
-                "system_program": SYSTEM_PROGRAM_ID,
-            },
-        )
-        return self.send([ix], [authority])
-
     def register_provider(
         self,
         owner: Keypair,
@@ -564,8 +559,21 @@ class GpuMarketClient:
         deposit: int,
     ) -> tuple[Signature, Pubkey]:
         """Open job ``job_id`` on ``provider`` (the Provider PDA), escrowing ``deposit`` from
-        the user's payment-mint ATA. Returns ``(signature, job address)``."""
-        m = self._require(market, "Market")
+        the user's payment-mint ATA. Returns ``(signature, job address)``.
+
+        The job's terms (rate, fee, window, grace, ...) are fixed now from the parameters in
+        force at chain time (:func:`gpu_market.accounts.effective_params`) and the provider's
+        price. ValueError, before anything is sent, if ``deposit`` is below one window at that
+        rate (:meth:`min_deposit`).
+        """
+        m, p, params = self._pricing(market, provider)
+        need = min_deposit(params, p.price_per_gpu_second, gpu_count)
+        if deposit < need:
+            raise ValueError(
+                f"deposit {deposit} is below one window at the job's rate: at least {need} base "
+                f"units ({gpu_count} GPU(s) x {p.price_per_gpu_second} per GPU-second x "
+                f"{params.window_seconds} s)"
+            )
         job = pda.job_pda(market, user.pubkey(), job_id, self.program_id)
         ix = self.codec.instruction(
             "create_job",
@@ -601,7 +609,11 @@ class GpuMarketClient:
         return self.send([ix], [signer])
 
     def close_job(self, user: Keypair, job: Pubkey) -> Signature:
-        """Refund what is left to the user's payment-mint ATA and close the job and escrow."""
+        """Refund what is left in escrow (donations included) to the user's payment-mint ATA
+        and close the job and escrow (user only). Allowed once no settlement is possible:
+        Completed, Cancelled, Declined or Failed at once; Finishing only strictly after
+        ``JobView.grace_ends_at`` (``ended_at + terms.grace_seconds``; it completes the job
+        too); else ``GracePeriodActive`` or ``InvalidJobStatus``."""
         j = self._require(job, "Job")
         m = self._require(j.market, "Market")
         ix = self.codec.instruction(
@@ -619,57 +631,6 @@ class GpuMarketClient:
             },
         )
         return self.send([ix], [user])
-
-    # ================================================================== governance
-
-    def update_params(
-        self,
-        authority: Keypair,
-        market: Pubkey,
-        params: Mapping[str, int] | MarketParams,
-    ) -> Signature:
-        """Replace ``market``'s parameters (market authority only).
-
-        ``params`` is merged onto the market's current parameters, so a partial mapping
-        changes only the keys it names; unknown keys raise ValueError. The program checks the
-        bounds (e.g. ``InvalidFeeBps``).
-        """
-        m = self._require(market, "Market")
-        p = asdict(params) if isinstance(params, MarketParams) else dict(params)
-        unknown = set(p) - set(DEFAULT_MARKET_PARAMS)
-        if unknown:
-            raise ValueError(f"unknown market params {sorted(unknown)}")
-        merged = {**asdict(m.params), **{k: int(v) for k, v in p.items()}}
-        ix = self.codec.instruction(
-            "update_params", {"params": merged}, {"authority": authority.pubkey(), "market": market}
-        )
-        return self.send([ix], [authority])
-
-    def set_paused(self, authority: Keypair, market: Pubkey, paused: bool) -> Signature:
-        """Pause (True) or resume (False) new business in ``market`` (market authority only)."""
-        ix = self.codec.instruction(
-            "set_paused", {"paused": bool(paused)}, {"authority": authority.pubkey(), "market": market}
-        )
-        return self.send([ix], [authority])
-
-    def propose_authority(
-        self, authority: Keypair, market: Pubkey, new_authority: Pubkey
-    ) -> Signature:
-        """Name ``new_authority`` as the next market authority (``Pubkey.default()`` cancels);
-        nothing changes until it calls :meth:`accept_authority`."""
-        ix = self.codec.instruction(
-            "propose_authority",
-            {"new_authority": new_authority},
-            {"authority": authority.pubkey(), "market": market},
-        )
-        return self.send([ix], [authority])
-
-    def accept_authority(self, new_authority: Keypair, market: Pubkey) -> Signature:
-        """The proposed authority takes over ``market``."""
-        ix = self.codec.instruction(
-            "accept_authority", {}, {"new_authority": new_authority.pubkey(), "market": market}
-        )
-        return self.send([ix], [new_authority])
 
     # ================================================================== providers
 
@@ -715,8 +676,11 @@ class GpuMarketClient:
     def rotate_worker_key(
         self, owner: Keypair, market: Pubkey, new_worker_key: Pubkey, expires_at: int = 0
     ) -> Signature:
-        """Replace the owner's worker key (``expires_at`` unix time, 0 = never); the previous
-        key stays valid for ``window_seconds * max_missed_windows``."""
+        """Replace the owner's worker key (``expires_at`` unix time, 0 = never). The replaced
+        key joins ``ProviderView.retired_keys``: it signs only windows that ended by now, and its
+        receipts still settle for ``window_seconds * max_missed_windows`` of each job's terms.
+        Four retired keys are kept; a rotation that would drop one retired less than
+        ``unbonding_seconds`` ago fails with ``RotationTooSoon``."""
         ix = self.codec.instruction(
             "rotate_worker_key",
             {"new_worker_key": new_worker_key, "expires_at": int(expires_at)},
@@ -819,35 +783,6 @@ class GpuMarketClient:
         )
         return self.send([ix], [user])
 
-    def _refund_job(self, name: str, signer: Keypair, job: Pubkey) -> Signature:
-        j = self._require(job, "Job")
-        m = self._require(j.market, "Market")
-        ix = self.codec.instruction(
-            name,
-            {},
-            {
-                "signer": signer.pubkey(),
-                "market": j.market,
-                "provider": j.provider,
-                "job": job,
-                "escrow": pda.escrow_pda(job, self.program_id),
-                "payment_mint": m.payment_mint,
-                "user_payment_account": tokens.ata(j.user, m.payment_mint),
-                "token_program": TOKEN_PROGRAM_ID,
-            },
-        )
-        return self.send([ix], [signer])
-
-    def cancel_job(self, user: Keypair, job: Pubkey) -> Signature:
-        """Cancel an Open job: the whole escrow back to the user's payment-mint ATA."""
-        return self._refund_job("cancel_job", user, job)
-
-    def expire_job(self, caller: Keypair, job: Pubkey) -> Signature:
-        """End a Running job whose provider stopped proving (anyone, once
-        ``last_window_end`` is more than ``max_missed_windows`` windows plus a 2-window grace
-        in the past): the rest of the escrow goes to ATA(job.user, payment_mint)."""
-        return self._refund_job("expire_job", caller, job)
-
     # ================================================================== slashing
 
     def _slash_targets(
@@ -878,11 +813,13 @@ class GpuMarketClient:
         reporter_stake_account: Pubkey | None = None,
     ) -> list[Instruction]:
         """``[Ed25519(first, second), slash_equivocation]``: one Ed25519 instruction with both
-        signatures, each with its receipt message (reads job, provider and market). Each signature must verify, over its receipt message, under the provider's
-        current or previous worker key (the key is found by verifying locally); ValueError
+        signatures, each with its receipt message (reads job, provider and market). Each
+        signature must verify, over its receipt message, under a key that signs that window
+        (``ProviderView.key_signs_window``: the current key unexpired, or a retired key for a
+        window that ended by its retirement; found by verifying locally); ValueError
         otherwise, or when the receipts have different seqs or are identical, the job is Open,
-        or a receipt ends at or before the job's ``started_at`` (an earlier job at this
-        address)."""
+        a receipt ends at or before the job's ``started_at`` (an earlier job at this address),
+        or within the incident the provider was already slashed for."""
         r1, r2 = _receipt_args(first), _receipt_args(second)
         if r1["seq"] != r2["seq"]:
             raise ValueError(f"receipts have different seqs ({r1['seq']} and {r2['seq']})")
@@ -897,7 +834,15 @@ class GpuMarketClient:
                     f"the {label} receipt ends at {r['window_end']}, not after this job started "
                     f"({j.started_at}): it belongs to an earlier job at this address"
                 )
-        candidates = [k for k in (p.worker_key, p.previous_worker_key) if k != Pubkey.default()]
+        if p.last_equivocation_slash_at != 0:
+            incident_over = p.last_equivocation_slash_at + MAX_SKEW_SECONDS
+            if min(r1["window_end"], r2["window_end"]) <= incident_over:
+                raise ValueError(
+                    f"the provider was slashed for equivocation at {p.last_equivocation_slash_at}; "
+                    f"only receipts for windows ending after {incident_over} count as a new "
+                    "incident (the program's EquivocationAlreadyPunished)"
+                )
+        candidates = [p.worker_key, *(r.key for r in p.retired_worker_keys)]
         entries = []
         for label, r, sig in (("first", r1, first_signature), ("second", r2, second_signature)):
             msg = receipt_message(
@@ -908,7 +853,13 @@ class GpuMarketClient:
             if signer is None:
                 raise ValueError(
                     f"{label}_signature is not a signature of that receipt by the provider's "
-                    "current or previous worker key"
+                    "current worker key or one of its retired keys"
+                )
+            if not p.key_signs_window(signer, r["window_end"]):
+                raise ValueError(
+                    f"the {label} receipt's key {signer} does not sign a window ending at "
+                    f"{r['window_end']} (expired, or retired before that window ended): "
+                    "not evidence against this provider"
                 )
             entries.append((bytes(signer), bytes(sig), msg))
         ixs = [ed25519_entries_instruction(entries)]

@@ -6,11 +6,21 @@ from solders.pubkey import Pubkey
 
 __all__ = [
     "ASSOCIATED_TOKEN_PROGRAM_ID",
+    "CLOCK_SYSVAR_ID",
     "ED25519_PROGRAM_ID",
     "INSTRUCTIONS_SYSVAR_ID",
+    "MAX_ECC_UNCORRECTED",
+    "MAX_FEE_BPS",
+    "MAX_MISSED_WINDOWS",
+    "MAX_QUORUM",
+    "MAX_REPORTER_REWARD_BPS",
+    "MAX_SKEW_SECONDS",
+    "MAX_UNBONDING_SECONDS",
+    "MAX_WINDOW_SECONDS",
     "PACKET_DATA_SIZE",
     "PROGRAM_ID",
     "SYSTEM_PROGRAM_ID",
+    "TEMP_CRITICAL_RANGE_C",
     "TOKEN_PROGRAM_ID",
 ]
 
@@ -22,6 +32,21 @@ ASSOCIATED_TOKEN_PROGRAM_ID = Pubkey.from_string("ATokenGPvbdGVxr1b2hvZbsiqW5xWH
 SYSTEM_PROGRAM_ID = Pubkey.from_string("11111111111111111111111111111111")
 ED25519_PROGRAM_ID = Pubkey.from_string("Ed25519SigVerify111111111111111111111111111")
 INSTRUCTIONS_SYSVAR_ID = Pubkey.from_string("Sysvar1nstructions1111111111111111111111111")
+CLOCK_SYSVAR_ID = Pubkey.from_string("SysvarC1ock11111111111111111111111111111111")
+
+# Bounds of MarketParams, checked by the program on every write (state/market.rs).
+MAX_FEE_BPS = 2_500
+MAX_WINDOW_SECONDS = 3_600
+MAX_UNBONDING_SECONDS = 365 * 24 * 3_600
+MAX_SKEW_SECONDS = 300
+"""Also the margin after an equivocation slash within which evidence counts as the same
+incident (``slash_equivocation``)."""
+MAX_QUORUM = 5
+MAX_MISSED_WINDOWS = 1_440
+MAX_REPORTER_REWARD_BPS = 5_000
+TEMP_CRITICAL_RANGE_C = (50, 150)
+"""Inclusive bounds of ``temp_critical_c``."""
+MAX_ECC_UNCORRECTED = 1_000_000
 
 PACKET_DATA_SIZE = 1232
 """Largest serialized transaction a cluster accepts (bytes): 1280 IPv6 MTU - 48 header bytes."""

@@ -147,6 +147,7 @@ def run_demo(
     window_seconds: int = 2,
     settle_every: int = 2,
     settlements: int = 3,
+    max_missed_windows: int = 2,
     gpus: int = 2,
     timeout: float = 180.0,
     say=print,
@@ -202,6 +203,7 @@ def run_demo(
         market = Pubkey.from_string(cli(
             "admin", "market", "init", "--stake-mint", str(stake_mint),
             "--payment-mint", str(payment_mint), "--window-seconds", str(window_seconds),
+            "--max-missed-windows", str(max_missed_windows),
             "--fee-bps", "1000", "--burn-bps", "5000", "--min-stake-per-gpu", "100",
             "--validator-min-bond", "100")["market"])
         say(f"market            {market}")
@@ -223,7 +225,9 @@ def run_demo(
             "user", "job", "create", "--market", str(market), "--provider", str(provider),
             "--gpu-count", str(gpus), "--deposit", "50", "--job-id", "1")["job"])
         user_after_create = client.token_balance(user_pay)
-        say(f"job               {job} (deposit 50, {gpus} GPUs)")
+        terms = client.fetch_job(job).terms
+        say(f"job               {job} (deposit 50, {gpus} GPUs, {terms.window_seconds}s windows, "
+            f"grace {terms.grace_seconds}s)")
 
         # -- validator node and worker -----------------------------------------------
         vport = free_port()
@@ -262,15 +266,20 @@ def run_demo(
                                 f"{procs.tail('validator')}\nworker log:\n{procs.tail('worker')}")
             time.sleep(0.5)
 
-        # -- finish, final settlement within the grace, close ---------------------------
+        # -- finish; the last receipts settle within the grace; complete; close ---------
         cli("user", "job", "finish", str(job))
         ended_at = client.fetch_job(job).ended_at
-        say(f"job finished at   {ended_at}; waiting for the grace of 2 windows")
-        grace_end = ended_at + 2 * window_seconds
-        while _chain_time(client) <= grace_end:
+        grace_end = ended_at + terms.grace_seconds
+        say(f"job finished at   {ended_at}; settlement grace until {grace_end}")
+        while client.chain_time() <= grace_end:
             procs.check_alive()
             time.sleep(0.5)
         final = client.fetch_job(job)
+        cli("owner", "job", "complete", str(job))
+        if client.fetch_job(job).status != "completed":
+            raise DemoError("job not completed after `gpum job complete`")
+        gpus_in_use = client.fetch_provider(provider).gpus_in_use
+        say(f"job completed     provider GPUs in use: {gpus_in_use}")
         cli("user", "job", "close", str(job))
         if client.fetch_job(job) is not None:
             raise DemoError("job account still exists after close")
@@ -285,6 +294,7 @@ def run_demo(
             "demo": "ok",
             "windows_proved": _windows_proved(vdb, bytes(job)),
             "windows_settled": final.last_seq,
+            "gpus_in_use_after_complete": gpus_in_use,
             "deposited": deposited,
             "provider_paid": provider_paid,
             "treasury": treasury_balance,
@@ -294,7 +304,7 @@ def run_demo(
         }
         say("")
         say(f"settled {final.settled_seconds} s of a {gpus}-GPU job over {final.last_seq} windows "
-            f"at {final.rate_per_second / UNIT:g} per second")
+            f"at {final.terms.rate_per_second / UNIT:g} per second")
         for name in ("deposited", "provider_paid", "treasury", "burned", "refunded"):
             say(f"  {name:<14}{summary[name] / UNIT:>12.6f}")
         say(f"  conserved     {summary['conserved']}")
@@ -303,16 +313,6 @@ def run_demo(
         if client is not None:
             client.close()
         procs.stop_all()
-
-
-def _chain_time(client: Any) -> int:
-    """unix_timestamp of the chain's Clock sysvar (the program's notion of now)."""
-    from solders.pubkey import Pubkey
-
-    info = client.account_info(Pubkey.from_string("SysvarC1ock11111111111111111111111111111111"))
-    if info is None:
-        raise DemoError("the chain has no Clock sysvar")
-    return int.from_bytes(info[1][32:40], "little", signed=True)
 
 
 def _windows_proved(db: Path, job: bytes) -> int:
@@ -339,6 +339,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--window-seconds", type=int, default=2)
     ap.add_argument("--settle-every", type=int, default=2)
     ap.add_argument("--settlements", type=int, default=3)
+    ap.add_argument("--max-missed-windows", type=int, default=2,
+                    help="of the demo market; the grace after finish is this + 2 windows")
     ap.add_argument("--workdir", type=Path, default=None, help="keep state and logs here")
     args = ap.parse_args(argv)
 
@@ -357,7 +359,8 @@ def main(argv: list[str] | None = None) -> int:
         workdir.mkdir(parents=True, exist_ok=True)
     try:
         summary = run_demo(workdir, window_seconds=args.window_seconds,
-                           settle_every=args.settle_every, settlements=args.settlements)
+                           settle_every=args.settle_every, settlements=args.settlements,
+                           max_missed_windows=args.max_missed_windows)
     except KeyboardInterrupt:
         print("demo interrupted; every process it started was stopped", file=sys.stderr)
         return 130

@@ -1,7 +1,8 @@
 """SPL Token helpers for tests, demos and the CLI (classic Token program only).
 
 Instruction builders (``*_ix``) and account parsers are pure; ``create_mint``, ``create_ata``
-and ``mint_to`` send a transaction through a :class:`gpu_market.client.GpuMarketClient`.
+and ``mint_to`` send a transaction through any :class:`TransactionSender` (a
+:class:`gpu_market.client.GpuMarketClient` is one; this module does not import the client).
 ATAs are created through the real Associated Token Account program
 (``CreateIdempotent``), so creating one that exists is a no-op.
 """
@@ -9,7 +10,8 @@ ATAs are created through the real Associated Token Account program
 from __future__ import annotations
 
 import struct
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 from solders.instruction import AccountMeta, Instruction
 from solders.keypair import Keypair
@@ -19,13 +21,11 @@ from solders.system_program import CreateAccountParams, create_account
 
 from .constants import ASSOCIATED_TOKEN_PROGRAM_ID, SYSTEM_PROGRAM_ID, TOKEN_PROGRAM_ID
 
-if TYPE_CHECKING:
-    from .client import GpuMarketClient
-
 __all__ = [
     "MINT_LEN",
     "TOKEN_ACCOUNT_LEN",
     "TokenAccountInfo",
+    "TransactionSender",
     "ata",
     "create_ata",
     "create_ata_idempotent_ix",
@@ -39,6 +39,14 @@ __all__ = [
 
 MINT_LEN = 82
 TOKEN_ACCOUNT_LEN = 165
+
+
+class TransactionSender(Protocol):
+    """What the sending helpers need: a solana-py ``Client`` as ``rpc`` and ``send``."""
+
+    rpc: Any
+
+    def send(self, instructions: Sequence[Instruction], signers: Sequence[Keypair]) -> Signature: ...
 
 
 def ata(owner: Pubkey, mint: Pubkey) -> Pubkey:
@@ -117,7 +125,7 @@ def parse_mint(data: bytes) -> tuple[int, int]:
 
 
 def create_mint(
-    client: GpuMarketClient,
+    client: TransactionSender,
     authority: Keypair,
     decimals: int,
     mint: Keypair | None = None,
@@ -142,14 +150,14 @@ def create_mint(
     return mint.pubkey()
 
 
-def create_ata(client: GpuMarketClient, payer: Keypair, owner: Pubkey, mint: Pubkey) -> Pubkey:
+def create_ata(client: TransactionSender, payer: Keypair, owner: Pubkey, mint: Pubkey) -> Pubkey:
     """Create ``ata(owner, mint)`` if missing (no-op if it exists); returns its address."""
     client.send([create_ata_idempotent_ix(payer.pubkey(), owner, mint)], [payer])
     return ata(owner, mint)
 
 
 def mint_to(
-    client: GpuMarketClient, mint: Pubkey, destination: Pubkey, authority: Keypair, amount: int
+    client: TransactionSender, mint: Pubkey, destination: Pubkey, authority: Keypair, amount: int
 ) -> Signature:
     """Mint ``amount`` base units to the token account ``destination``."""
     return client.send([mint_to_ix(mint, destination, authority.pubkey(), amount)], [authority])

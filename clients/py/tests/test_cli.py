@@ -7,7 +7,7 @@ import json
 import pytest
 from click.testing import CliRunner
 from gpu_market import cli as cli_mod
-from gpu_market.accounts import MarketParams, MarketTotals, MarketView
+from gpu_market.accounts import JobTerms, JobView, MarketParams, MarketTotals, MarketView
 from gpu_market.errors import GpuMarketError
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
@@ -46,11 +46,27 @@ def assert_one_line_error(err: str, *needles: str) -> None:
         assert n in lines[0], lines[0]
 
 
-def fake_market() -> MarketView:
+PARAMS = MarketParams(500, 5000, 0, 0, 60, 1, 10, 100, 5000, 1000, 0, 5, 95, 0)
+CHAIN_NOW = 1_700_000_000
+
+
+def fake_market(pending: dict | None = None, effective_at: int = 0,
+                totals: MarketTotals | None = None) -> MarketView:  # fmt: skip
+    from dataclasses import replace
+
     k = Pubkey.new_unique()
-    return MarketView(k, k, Pubkey.default(), 0, k, k, k, k,
-                      MarketParams(500, 5000, 0, 0, 60, 1, 10, 100, 5000, 1000, 0, 5),
-                      False, MarketTotals(0, 0, 0, 0, 0, 0), 255, 255)  # fmt: skip
+    return MarketView(k, k, Pubkey.default(), 0, k, k, k, k, PARAMS,
+                      replace(PARAMS, **(pending or {})), effective_at, False,
+                      totals or MarketTotals(0, 0, 0, 0, 0, 0), 255, 255)  # fmt: skip
+
+
+TERMS = JobTerms(1_000, 500, 5000, 60, 10, 720, 5, 1, 100, 5000, 1000, 95, 0)
+
+
+def fake_job(status: str = "running", ended_at: int = 0) -> JobView:
+    k = Pubkey.new_unique()
+    return JobView(k, k, k, 1, 1, TERMS, 100_000, 0, 0, 0, 0, 0, status, 0, 0, ended_at, 0,
+                   bytes(32), CHAIN_NOW - 10, 255, 255)  # fmt: skip
 
 
 @pytest.fixture
@@ -60,6 +76,7 @@ def offline_chain(monkeypatch):
 
     monkeypatch.setattr(GpuMarketClient, "fetch_market", lambda self, m: fake_market())
     monkeypatch.setattr(GpuMarketClient, "mint_decimals", lambda self, m: 6)
+    monkeypatch.setattr(GpuMarketClient, "chain_time", lambda self: CHAIN_NOW)
     calls = []
     monkeypatch.setattr(GpuMarketClient, "stake", lambda self, kp, m, amount: calls.append(amount) or "SiG")
     return calls
@@ -186,15 +203,12 @@ def recorder(monkeypatch, offline_chain):
     for name in ("set_paused", "update_params", "propose_authority", "accept_authority",
                  "update_provider", "rotate_worker_key", "request_unstake", "withdraw_unstaked",
                  "request_validator_exit", "withdraw_validator_bond", "top_up", "cancel_job",
-                 "expire_job"):  # fmt: skip
+                 "expire_job", "decline_job", "complete_job", "close_job", "set_treasury",
+                 "sweep_vault"):  # fmt: skip
         monkeypatch.setattr(GpuMarketClient, name,
                             lambda self, *a, _n=name: calls.append((_n, a[1:])) or "SiG")  # fmt: skip
 
-    from gpu_market.accounts import JobView
-
-    k = Pubkey.new_unique()
-    job = JobView(k, k, k, 1, 1, 1, 1, 0, 0, 0, 0, 0, "running", 0, 0, 0, 0, bytes(32), 0, 255, 255)
-    monkeypatch.setattr(GpuMarketClient, "fetch_job", lambda self, j: job)
+    monkeypatch.setattr(GpuMarketClient, "fetch_job", lambda self, j: fake_job())
     return calls
 
 
@@ -225,6 +239,22 @@ def recorder(monkeypatch, offline_chain):
         (["job", "top-up", "nope", "1"], "not a valid base58"),
         (["job", "cancel"], "Missing argument 'JOB'"),
         (["job", "expire", "nope"], "not a valid base58"),
+        (["job", "decline", "nope"], "not a valid base58"),
+        (["job", "complete"], "Missing argument 'JOB'"),
+        (["market", "set-treasury", "--market", MARKET], "Missing argument 'ACCOUNT'"),
+        (["market", "set-treasury", "--market", MARKET, "nope"], "not a valid base58"),
+        (["market", "sweep-vault"], "Missing option '--market'"),
+        (["market", "update-params", "--market", MARKET, "--settle-quorum", "6"], "'--settle-quorum'"),
+        (["market", "update-params", "--market", MARKET, "--max-missed-windows", "1441"],
+         "'--max-missed-windows'"),
+        (["market", "update-params", "--market", MARKET, "--reporter-reward-bps", "5001"],
+         "'--reporter-reward-bps'"),
+        (["market", "update-params", "--market", MARKET, "--temp-critical-c", "49"],
+         "'--temp-critical-c'"),
+        (["market", "update-params", "--market", MARKET, "--ecc-uncorrected-max", "1000001"],
+         "'--ecc-uncorrected-max'"),
+        (["market", "init", "--stake-mint", MARKET, "--payment-mint", MARKET,
+          "--temp-critical-c", "151"], "'--temp-critical-c'"),
     ],
 )  # fmt: skip
 def test_newer_commands_reject_bad_arguments(keyfile, recorder, args, needle):
@@ -249,7 +279,8 @@ def test_newer_commands_call_the_sdk(keyfile, recorder):
                  ["validator", "exit", "--market", MARKET],
                  ["job", "top-up", JOB, "2"],
                  ["job", "cancel", JOB],
-                 ["job", "expire", JOB]):  # fmt: skip
+                 ["job", "expire", JOB],
+                 ["job", "decline", JOB]):  # fmt: skip
         code, out, err = run(["--output", "json", *args, "-k", keyfile])
         assert (code, err) == (0, ""), (args, err)
         assert json.loads(out)["signature"] == "SiG"
@@ -262,7 +293,8 @@ def test_newer_commands_call_the_sdk(keyfile, recorder):
     assert got[6] == ("rotate_worker_key", (market, Pubkey.from_string(new), 9))
     assert got[7] == ("request_unstake", (market, 1_500_000))
     assert got[9] == ("top_up", (Pubkey.from_string(JOB), 2_000_000))
-    assert [n for n, _ in got[10:]] == ["cancel_job", "expire_job"]
+    assert [n for n, _ in got[10:]] == ["cancel_job", "expire_job", "decline_job"]
+    assert got[12] == ("decline_job", (Pubkey.from_string(JOB),))
 
 
 def test_newer_command_program_error_is_one_line(monkeypatch, keyfile, offline_chain):
@@ -282,8 +314,189 @@ def test_help_lists_newer_commands():
                                     "accept-authority")),
                         ("provider", ("update", "rotate-key", "unstake", "withdraw")),
                         ("validator", ("exit", "withdraw")),
-                        ("job", ("top-up", "cancel", "expire"))):  # fmt: skip
+                        ("market", ("set-treasury", "sweep-vault")),
+                        ("job", ("top-up", "cancel", "expire", "decline", "complete"))):  # fmt: skip
         code, out, _ = run([group, "--help"])
         assert code == 0
         for sub in subs:
             assert sub in out
+
+
+# ----------------------------------------------------------------------------- hardening commands
+
+
+def test_market_status_shows_pending_params_and_when(monkeypatch, keyfile, offline_chain):
+    from gpu_market.client import GpuMarketClient
+
+    market = fake_market(pending={"fee_bps": 700, "temp_critical_c": 90}, effective_at=CHAIN_NOW + 3600)
+    monkeypatch.setattr(GpuMarketClient, "fetch_market", lambda self, m: market)
+    code, out, err = run(["--output", "json", "market", "status", "--market", MARKET])
+    assert (code, err) == (0, "")
+    data = json.loads(out)
+    assert data["params"]["fee_bps"] == 500 and data["params"]["temp_critical_c"] == 95
+    assert data["chain_time"] == CHAIN_NOW
+    assert data["pending_params"] == {
+        "effective_at": CHAIN_NOW + 3600, "effective_in_seconds": 3600,
+        "changes": {"fee_bps": "500 -> 700", "temp_critical_c": "95 -> 90"}}  # fmt: skip
+    code, out, _ = run(["market", "status", "--market", MARKET])  # text: nested, indented
+    assert code == 0 and "pending_params:\n  effective_at: 1700003600\n" in out
+    assert "  changes:\n    fee_bps: 500 -> 700\n" in out
+
+
+def test_market_status_once_the_change_is_in_force(monkeypatch, offline_chain):
+    from gpu_market.client import GpuMarketClient
+
+    market = fake_market(pending={"fee_bps": 700}, effective_at=CHAIN_NOW)  # now: in force
+    monkeypatch.setattr(GpuMarketClient, "fetch_market", lambda self, m: market)
+    code, out, _ = run(["--output", "json", "market", "status", "--market", MARKET])
+    data = json.loads(out)
+    assert code == 0 and data["params"]["fee_bps"] == 700 and data["pending_params"] is None
+    code, out, _ = run(["market", "status", "--market", MARKET])
+    assert "pending_params: none" in out
+
+
+def test_update_params_prints_when_it_takes_effect(monkeypatch, keyfile, recorder):
+    from gpu_market.client import GpuMarketClient
+
+    monkeypatch.setattr(GpuMarketClient, "fetch_market",
+                        lambda self, m: fake_market({"fee_bps": 1}, CHAIN_NOW + 60))  # fmt: skip
+    code, out, err = run(["--output", "json", "market", "update-params", "--market", MARKET,
+                          "--fee-bps", "1", "--temp-critical-c", "90", "-k", keyfile])  # fmt: skip
+    assert (code, err) == (0, "")
+    assert json.loads(out) == {"market": MARKET, "announced": {"fee_bps": 1, "temp_critical_c": 90},
+                               "effective_at": CHAIN_NOW + 60, "signature": "SiG"}  # fmt: skip
+
+
+def test_job_status_shows_terms_and_deadlines(monkeypatch, offline_chain):
+    from gpu_market.client import GpuMarketClient
+
+    job = fake_job("finishing", ended_at=CHAIN_NOW - 100)
+    monkeypatch.setattr(GpuMarketClient, "fetch_job", lambda self, j: job)
+    monkeypatch.setattr(GpuMarketClient, "token_balance", lambda self, a: 100_005)  # a donation
+    code, out, err = run(["--output", "json", "job", "status", JOB])
+    assert (code, err) == (0, "")
+    data = json.loads(out)
+    assert data["terms"] == {
+        "rate_per_second": "0.001", "fee_bps": 500, "burn_bps": 5000, "window_seconds": 60,
+        "max_missed_windows": 10, "grace_seconds": 720, "max_skew_seconds": 5, "settle_quorum": 1,
+        "downtime_slash_bps": 100, "equivocation_slash_bps": 5000, "reporter_reward_bps": 1000,
+        "temp_critical_c": 95, "ecc_uncorrected_max": 0}  # fmt: skip
+    assert data["grace_ends_at"] == CHAIN_NOW - 100 + 720 and "expirable_after" not in data
+    assert (data["booked_escrow"], data["escrow"], data["escrow_surplus"]) == ("0.1", "0.100005", "0.000005")
+    monkeypatch.setattr(GpuMarketClient, "fetch_job", lambda self, j: fake_job("running"))
+    _, out, _ = run(["--output", "json", "job", "status", JOB])
+    assert json.loads(out)["expirable_after"] == CHAIN_NOW - 10 + 600 + 720
+
+
+@pytest.mark.parametrize("command", ["complete", "close"])
+def test_complete_and_close_wait_for_the_grace(monkeypatch, keyfile, recorder, command):
+    from gpu_market.client import GpuMarketClient
+
+    ended = CHAIN_NOW - 720  # grace ends at CHAIN_NOW: not over yet (strictly after)
+    monkeypatch.setattr(GpuMarketClient, "fetch_job", lambda self, j: fake_job("finishing", ended))
+    code, _, err = run(["job", command, JOB, "-k", keyfile])
+    assert code == 1
+    assert_one_line_error(err, f"grace until {CHAIN_NOW}", f"`gpum job {command}` again in 1 s")
+    assert recorder == []
+    monkeypatch.setattr(GpuMarketClient, "chain_time", lambda self: CHAIN_NOW + 1)
+    code, _, err = run(["--output", "json", "job", command, JOB, "-k", keyfile])
+    assert (code, err) == (0, "")
+    assert recorder == [(f"{command}_job", (Pubkey.from_string(JOB),))]
+
+
+@pytest.mark.parametrize("status, command, needle", [
+    ("running", "close", "`gpum job finish` it first"),
+    ("open", "close", "`gpum job cancel`"),
+    ("running", "complete", "`gpum job finish` it first"),
+    ("declined", "complete", "not finishing: nothing to complete"),
+])  # fmt: skip
+def test_complete_and_close_refuse_early(monkeypatch, keyfile, recorder, status, command, needle):
+    from gpu_market.client import GpuMarketClient
+
+    monkeypatch.setattr(GpuMarketClient, "fetch_job", lambda self, j: fake_job(status))
+    code, _, err = run(["job", command, JOB, "-k", keyfile])
+    assert code == 1
+    assert_one_line_error(err, needle)
+    assert recorder == []
+
+
+@pytest.mark.parametrize("status", ["declined", "failed", "completed", "cancelled"])
+def test_close_at_once_when_terminal(monkeypatch, keyfile, recorder, status):
+    from gpu_market.client import GpuMarketClient
+
+    monkeypatch.setattr(GpuMarketClient, "fetch_job", lambda self, j: fake_job(status))
+    code, _, err = run(["job", "close", JOB, "-k", keyfile])
+    assert (code, err) == (0, "")
+    assert [n for n, _ in recorder] == ["close_job"]
+
+
+def _token_account(mint: Pubkey, owner: Pubkey) -> tuple[Pubkey, bytes]:
+    from gpu_market.constants import TOKEN_PROGRAM_ID
+
+    return TOKEN_PROGRAM_ID, bytes(mint) + bytes(owner) + bytes(8) + bytes(165 - 72)
+
+
+def test_set_treasury(monkeypatch, keyfile, recorder):
+    from gpu_market.client import GpuMarketClient
+
+    market = fake_market()
+    monkeypatch.setattr(GpuMarketClient, "fetch_market", lambda self, m: market)
+    account = Pubkey.new_unique()
+    monkeypatch.setattr(GpuMarketClient, "account_info",
+                        lambda self, k: _token_account(market.payment_mint, Pubkey.new_unique()))  # fmt: skip
+    code, out, err = run(["--output", "json", "market", "set-treasury", "--market", MARKET,
+                          str(account), "-k", keyfile])  # fmt: skip
+    assert (code, err) == (0, "")
+    assert json.loads(out)["treasury"] == str(account)
+    assert recorder == [("set_treasury", (Pubkey.from_string(MARKET), account))]
+
+
+@pytest.mark.parametrize("info", [None, "other-mint", "not-a-token-account"])
+def test_set_treasury_refuses_other_accounts(monkeypatch, keyfile, recorder, info):
+    from gpu_market.client import GpuMarketClient
+
+    if info == "other-mint":
+        info = _token_account(Pubkey.new_unique(), Pubkey.new_unique())
+    elif info == "not-a-token-account":
+        info = (Pubkey.default(), b"")
+    monkeypatch.setattr(GpuMarketClient, "account_info", lambda self, k: info)
+    code, _, err = run(["market", "set-treasury", "--market", MARKET, MARKET, "-k", keyfile])
+    assert code == 1
+    assert_one_line_error(err, "is not a token account of the payment mint", "spl-token create-account")
+    assert recorder == []
+
+
+def test_sweep_vault(monkeypatch, keyfile, recorder):
+    from gpu_market import tokens
+    from gpu_market.client import GpuMarketClient
+
+    market = fake_market(totals=MarketTotals(600, 100, 0, 0, 0, 0))
+    owner = Pubkey.new_unique()
+    monkeypatch.setattr(GpuMarketClient, "fetch_market", lambda self, m: market)
+    monkeypatch.setattr(GpuMarketClient, "treasury_owner", lambda self, m: owner)
+    monkeypatch.setattr(GpuMarketClient, "vault_surplus", lambda self, m: 0)
+    code, _, err = run(["market", "sweep-vault", "--market", MARKET, "-k", keyfile])
+    assert code == 1
+    assert_one_line_error(err, "no more than the booked stake and bonds (0.0007)", "nothing to sweep")
+    assert recorder == []
+    monkeypatch.setattr(GpuMarketClient, "vault_surplus", lambda self, m: 2_500_000)
+    code, out, err = run(["--output", "json", "market", "sweep-vault", "--market", MARKET, "-k", keyfile])
+    assert (code, err) == (0, "")
+    data = json.loads(out)
+    assert data["swept"] == "2.5" and data["destination"] == str(tokens.ata(owner, market.stake_mint))
+    assert recorder == [("sweep_vault", (Pubkey.from_string(MARKET),))]
+
+
+def test_job_create_below_one_window(monkeypatch, keyfile, offline_chain):
+    from gpu_market.client import GpuMarketClient
+
+    monkeypatch.setattr(GpuMarketClient, "min_deposit", lambda self, m, p, n: 120_000)
+    created = []
+    monkeypatch.setattr(GpuMarketClient, "create_job", lambda *a: created.append(a) or ("SiG", MARKET))
+    args = ["job", "create", "--market", MARKET, "--provider", MARKET, "--gpu-count", "2", "-k", keyfile]
+    code, _, err = run([*args, "--deposit", "0.1"])
+    assert code == 2
+    assert_one_line_error(err, "'--deposit'", "for 2 GPU(s)", "deposit at least 0.12")
+    assert created == []
+    code, out, err = run(["--output", "json", *args, "--deposit", "0.12", "--job-id", "5"])
+    assert (code, err) == (0, "") and json.loads(out)["job_id"] == 5

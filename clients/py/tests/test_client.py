@@ -16,7 +16,7 @@ import httpx
 import pytest
 from gpu_market import pda
 from gpu_market.client import GpuMarketClient
-from gpu_market.constants import PROGRAM_ID
+from gpu_market.constants import CLOCK_SYSVAR_ID, PROGRAM_ID
 from gpu_market.errors import GpuMarketError, RpcUnavailable, TransactionTooLarge
 from gpu_market.settle import SettleItem
 from solders.keypair import Keypair
@@ -28,12 +28,25 @@ PREFLIGHT_STALE_SEQUENCE = json.loads(
 )
 
 
+SYSVAR_OWNER = "Sysvar1111111111111111111111111111111111111"
+CHAIN_TIME = 1_700_000_500
+
+
+def clock_bytes(unix_timestamp: int) -> bytes:
+    """Clock sysvar data: slot, epoch_start_timestamp, epoch, leader_schedule_epoch, unix_timestamp."""
+    return struct.pack("<QqQQq", 1_000, unix_timestamp - 100, 1, 2, unix_timestamp)
+
+
 class FakeRpc:
     def __init__(self) -> None:
         self.accounts: dict[str, tuple[str, bytes]] = {}
         self.sent: list[Transaction] = []
         self.send_error: dict | None = None
         self.logs: list[str] = []
+        self.set_chain_time(CHAIN_TIME)
+
+    def set_chain_time(self, unix_timestamp: int) -> None:
+        self.accounts[str(CLOCK_SYSVAR_ID)] = (SYSVAR_OWNER, clock_bytes(unix_timestamp))
 
     def account_json(self, key: str):
         if key not in self.accounts:
@@ -52,7 +65,8 @@ class FakeRpc:
             result = str(Keypair().sign_message(b"airdrop"))
         elif method == "getProgramAccounts":
             self.gpa_params = params
-            result = [{"pubkey": k, "account": self.account_json(k)} for k in self.accounts]
+            result = [{"pubkey": k, "account": self.account_json(k)} for k, (owner, _) in
+                      self.accounts.items() if owner == str(PROGRAM_ID)]  # fmt: skip
         elif method == "getLatestBlockhash":
             result = {"context": ctx, "value": {"blockhash": str(Pubkey.new_unique()), "lastValidBlockHeight": 100}}
         elif method == "sendTransaction":
@@ -108,12 +122,16 @@ def test_list_jobs_filters(fake, job_bytes, codec):
     filters = rpc.gpa_params[1]["filters"]
     assert {"dataSize": codec.account_size("Job")} in filters
     offsets = sorted(f["memcmp"]["offset"] for f in filters if "memcmp" in f)
-    assert offsets == [0, 8, 72, 170]  # discriminator, market, provider, status
-    status = next(f["memcmp"] for f in filters if "memcmp" in f and f["memcmp"]["offset"] == 170)
+    # discriminator, market, provider, status (after job_id, gpu_count, 45 bytes of terms, 6 u64)
+    assert offsets == [0, 8, 72, 8 + 96 + 10 + 45 + 48]
+    status = next(f["memcmp"] for f in filters if "memcmp" in f and f["memcmp"]["offset"] == 207)
     assert status["bytes"] == "2"  # base58 of the Running tag (1)
     assert len(client.list_jobs(statuses=["open", "running"])) == 3
     with pytest.raises(ValueError, match="unknown job status"):
         client.list_jobs(statuses=["paused"])
+    rpc.accounts[str(Pubkey.new_unique())] = (str(PROGRAM_ID), job_bytes(market, user, provider, 6))
+    (declined,) = client.list_jobs(statuses=["declined"])
+    assert declined.status == "declined"
 
 
 def test_accept_job_builds_signs_and_sends(fake, job_bytes):
@@ -198,17 +216,26 @@ def test_unreachable_rpc_is_rpc_unavailable(idl_path):
         client.fetch_market(Pubkey.new_unique())
 
 
-def market_bytes(codec, payment_mint: Pubkey, stake_mint: Pubkey, treasury: Pubkey) -> bytes:
-    params = {"fee_bps": 500, "burn_bps": 5000, "min_stake_per_gpu": 0, "unbonding_seconds": 0,
-              "window_seconds": 60, "settle_quorum": 1, "max_missed_windows": 10,
-              "downtime_slash_bps": 0, "equivocation_slash_bps": 0, "reporter_reward_bps": 0,
-              "validator_min_bond": 0, "max_skew_seconds": 5}  # fmt: skip
-    totals = {"staked": 0, "bonded": 0, "burned": 0, "fees": 0, "slashed": 0, "jobs": 0}
+MARKET_PARAMS = {"fee_bps": 500, "burn_bps": 5000, "min_stake_per_gpu": 0, "unbonding_seconds": 0,
+                 "window_seconds": 60, "settle_quorum": 1, "max_missed_windows": 10,
+                 "downtime_slash_bps": 0, "equivocation_slash_bps": 0, "reporter_reward_bps": 0,
+                 "validator_min_bond": 0, "max_skew_seconds": 5, "temp_critical_c": 95,
+                 "ecc_uncorrected_max": 0}  # fmt: skip
+
+
+def market_bytes(codec, payment_mint: Pubkey, stake_mint: Pubkey, treasury: Pubkey,
+                 pending: dict | None = None, effective_at: int = 0,
+                 totals: dict | None = None) -> bytes:  # fmt: skip
+    """A Market account (encoded with the codec): MARKET_PARAMS in force, ``pending`` (changes
+    onto them) announced for ``effective_at``."""
+    totals = {"staked": 0, "bonded": 0, "burned": 0, "fees": 0, "slashed": 0, "jobs": 0, **(totals or {})}
     k = Pubkey.new_unique()
     return codec.encode_account("Market", {
         "authority": k, "creator": k, "pending_authority": Pubkey.default(), "id": 0, "stake_mint": stake_mint,
         "payment_mint": payment_mint, "stake_vault": pda.stake_vault_pda(k), "treasury": treasury,
-        "params": params, "paused": False, "totals": totals, "bump": 255, "stake_vault_bump": 255,
+        "params": MARKET_PARAMS, "pending_params": {**MARKET_PARAMS, **(pending or {})},
+        "params_effective_at": effective_at, "paused": False, "totals": totals, "bump": 255,
+        "stake_vault_bump": 255,
     })  # fmt: skip
 
 
@@ -220,10 +247,11 @@ def test_every_write_builds_against_the_idl(fake, job_bytes, codec):
     rpc.accounts[str(market)] = (str(PROGRAM_ID), market_bytes(codec, pay_mint, stake_mint, treasury))
     owner, user, validator, worker = Keypair(), Keypair(), Keypair(), Keypair()
     provider = pda.provider_pda(market, owner.pubkey())
-    # Provider bytes by hand (state/provider.rs): spec gpu_count 1, price 1, status Active.
+    # Provider bytes by hand (state/provider.rs): 4 empty retired keys, spec gpu_count 1,
+    # price 1, status Active.
     provider_raw = (
         hashlib.sha256(b"account:Provider").digest()[:8] + bytes(market) + bytes(owner.pubkey())
-        + bytes(worker.pubkey()) + bytes(8) + bytes(32) + bytes(8) + bytes(32) + b"\x01\x00"
+        + bytes(worker.pubkey()) + bytes(8) + bytes(40 * 4) + bytes(8) + bytes(32) + b"\x01\x00"
         + bytes(4) + bytes(16) + struct.pack("<Q", 1) + b"\x00" + bytes(8 + 16 + 2 + 36 + 1)
     ).ljust(codec.account_size("Provider"), b"\0")  # fmt: skip
     rpc.accounts[str(provider)] = (str(PROGRAM_ID), provider_raw)

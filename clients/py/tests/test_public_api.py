@@ -47,6 +47,14 @@ def test_documented_client_signatures():
     assert sig["accept_job"] == ["signer", "job"] and sig["finish_job"] == ["signer", "job"]
     assert sig["close_job"] == ["user", "job"]
     assert sig["settle"] == ["validator_authority", "items"]
+    # the hardening calls (docs/sdk-api.md, "Job endings, treasury and parameter announcements")
+    assert sig["decline_job"] == ["signer", "job"] and sig["cancel_job"] == ["user", "job"]
+    assert sig["expire_job"] == ["caller", "job"] and sig["complete_job"] == ["caller", "job"]
+    assert sig["set_treasury"] == ["authority", "market", "treasury"]
+    assert sig["sweep_vault"] == ["caller", "market", "destination"]
+    assert sig["vault_surplus"] == ["market"] and sig["treasury_owner"] == ["market"]
+    assert sig["update_params"] == ["authority", "market", "params"]
+    assert sig["chain_time"] == [] and sig["min_deposit"] == ["market", "provider", "gpu_count"]
     assert "max_settle_items_per_tx" in sig
     fields = list(inspect.signature(client.SettleItem).parameters)
     assert fields[:7] == ["job", "seq", "cumulative_seconds", "window_end", "proof_hash",

@@ -54,7 +54,7 @@ def test_vectors_cover_every_account_and_event_of_the_idl(new_idl):
     statuses = {json.dumps(v["fields"]["status"]) for v in ACCOUNTS if v["type"] == "Provider"}
     assert {'"active"', '"paused"'} <= statuses and any("jailed" in s for s in statuses)
     job_statuses = {v["fields"]["status"] for v in ACCOUNTS if v["type"] == "Job"}
-    assert job_statuses == {"open", "running", "finishing", "completed", "cancelled", "failed"}
+    assert job_statuses == set(accounts.JOB_STATUSES)
 
 
 @pytest.mark.parametrize("vector", ACCOUNTS, ids=lambda v: v["name"])
@@ -123,6 +123,11 @@ def _check_view(view: Any, expected: dict, where: str) -> None:
             continue
         if isinstance(want, dict):
             _check_view(got, want, f"{where}.{f}")
+            continue
+        if isinstance(want, list) and want and isinstance(want[0], dict):  # [struct; N]
+            assert len(got) == len(want), f"{where}.{f}"
+            for i, (g, w) in enumerate(zip(got, want)):
+                _check_view(g, w, f"{where}.{f}[{i}]")
             continue
         assert got == _view_expected(got, want, f), f"{where}.{f}"
 

@@ -1,0 +1,209 @@
+"""The hardening-era SDK calls against the real program on the local chain (gpum-localnet).
+
+decline, complete and expire (no tokens move; the user's close refunds, donations included),
+set_treasury, sweep_vault, and parameter announcements that take effect unbonding_seconds
+later. Deadlines are reached with the localnet's dev-only clock warp
+(gpu_market.localchain.warp_time), so the module takes seconds, not the hours it simulates.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from gpu_market import pda, tokens
+from gpu_market.accounts import effective_params
+from gpu_market.client import GpuMarketClient
+from gpu_market.demo import Processes, free_port, localnet_binary, wait_for_line
+from gpu_market.errors import GpuMarketError
+from gpu_market.localchain import warp_time
+from solders.keypair import Keypair
+from solders.pubkey import Pubkey
+
+pytestmark = pytest.mark.e2e
+
+PRICE = 2  # base units per GPU-second
+WINDOW = 60
+DEPOSIT = 100_000
+
+
+@dataclass
+class Chain:
+    url: str
+    client: GpuMarketClient
+    admin: Keypair
+    owner: Keypair
+    worker: Keypair
+    user: Keypair
+    stake_mint: Pubkey
+    payment_mint: Pubkey
+    market: Pubkey
+    provider: Pubkey
+    next_job_id: int = 1
+
+    def create_job(self, market: Pubkey | None = None, provider: Pubkey | None = None) -> Pubkey:
+        job_id, self.next_job_id = self.next_job_id, self.next_job_id + 1
+        _, job = self.client.create_job(self.user, market or self.market, provider or self.provider,
+                                        job_id, 1, DEPOSIT)  # fmt: skip
+        return job
+
+    def user_balance(self) -> int:
+        return self.client.token_balance(tokens.ata(self.user.pubkey(), self.payment_mint))
+
+
+@pytest.fixture(scope="module")
+def chain(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Chain]:
+    assert os.environ.get("GPUM_LOCALNET_BIN"), "run through `make test` (builds gpum-localnet)"
+    workdir: Path = tmp_path_factory.mktemp("localnet")
+    procs = Processes(workdir)
+    client = None
+    try:
+        port = free_port()
+        proc = procs.start("localnet", [localnet_binary(), "--port", str(port)])
+        wait_for_line(proc, workdir / "localnet.log", "ready on", timeout=60)
+        url = f"http://127.0.0.1:{port}"
+        admin, owner, worker, user = Keypair(), Keypair(), Keypair(), Keypair()
+        client = GpuMarketClient(url, payer=admin)
+        for kp in (admin, owner, worker, user):
+            client.airdrop(kp.pubkey(), 10 * 10**9)
+        stake_mint = tokens.create_mint(client, admin, 6)
+        payment_mint = tokens.create_mint(client, admin, 6)
+        treasury = tokens.create_ata(client, admin, admin.pubkey(), payment_mint)
+        user_pay = tokens.create_ata(client, admin, user.pubkey(), payment_mint)
+        tokens.mint_to(client, payment_mint, user_pay, admin, 100 * DEPOSIT)
+        client.initialize_market(admin, 0, stake_mint, payment_mint, treasury,
+                                 {"unbonding_seconds": 0, "window_seconds": WINDOW})  # fmt: skip
+        market = pda.market_pda(admin.pubkey(), 0)
+        spec = {"gpu_model": "Simulated H100", "gpu_count": 4, "vram_mib": 81920, "region": "local"}
+        client.register_provider(owner, worker.pubkey(), spec, PRICE, market)
+        yield Chain(url, client, admin, owner, worker, user, stake_mint, payment_mint, market,
+                    pda.provider_pda(market, owner.pubkey()))  # fmt: skip
+    finally:
+        if client is not None:
+            client.close()
+        procs.stop_all()
+
+
+def _error(fn, *args) -> str:
+    with pytest.raises(GpuMarketError) as info:
+        fn(*args)
+    return info.value.name
+
+
+def test_decline_then_close_refunds_the_deposit_and_a_donation(chain: Chain) -> None:
+    c = chain.client
+    before = chain.user_balance()
+    job = chain.create_job()
+    assert c.fetch_provider(chain.provider).gpus_in_use == 1
+    tokens.mint_to(c, chain.payment_mint, pda.escrow_pda(job), chain.admin, 5)  # a donation
+    assert _error(c.decline_job, Keypair(), job) == "NotProviderSigner"
+    sig = c.decline_job(chain.worker, job)
+    assert c.fetch_job(job).status == "declined"
+    assert c.fetch_provider(chain.provider).gpus_in_use == 0
+    assert ("JobDeclined", {"job": job, "provider": chain.provider, "by": chain.worker.pubkey()}) in c.events(sig)
+    sig = c.close_job(chain.user, job)
+    assert c.fetch_job(job) is None
+    assert chain.user_balance() == before + 5
+    closed = dict(c.events(sig))["JobClosed"]
+    assert (closed["refunded"], closed["surplus_returned"]) == (DEPOSIT, 5)
+
+
+def test_finish_then_complete_after_the_grace_then_close(chain: Chain) -> None:
+    c = chain.client
+    before = chain.user_balance()
+    job = chain.create_job()
+    c.accept_job(chain.owner, job)
+    c.finish_job(chain.user, job)
+    j = c.fetch_job(job)
+    assert j.status == "finishing" and j.terms.grace_seconds == WINDOW * 12
+    assert not j.settlement_over(c.chain_time())
+    stranger = Keypair()
+    c.airdrop(stranger.pubkey(), 10**9)
+    assert _error(c.complete_job, stranger, job) == "GracePeriodActive"
+    assert _error(c.close_job, chain.user, job) == "GracePeriodActive"
+    warp_time(chain.url, j.grace_ends_at - c.chain_time() + 1)
+    assert c.fetch_job(job).settlement_over(c.chain_time())
+    sig = c.complete_job(stranger, job)  # anyone
+    assert c.fetch_job(job).status == "completed"
+    assert c.fetch_provider(chain.provider).gpus_in_use == 0
+    assert dict(c.events(sig))["JobCompleted"]["by"] == stranger.pubkey()
+    c.close_job(chain.user, job)
+    assert chain.user_balance() == before  # nothing was settled: all refunded
+
+
+def test_expire_moves_no_tokens_and_close_refunds(chain: Chain) -> None:
+    c = chain.client
+    before = chain.user_balance()
+    job = chain.create_job()
+    c.accept_job(chain.worker, job)
+    caller = Keypair()
+    c.airdrop(caller.pubkey(), 10**9)
+    assert _error(c.expire_job, caller, job) == "JobNotExpired"
+    j = c.fetch_job(job)
+    warp_time(chain.url, j.expirable_after - c.chain_time() + 1)
+    sig = c.expire_job(caller, job)
+    assert c.fetch_job(job).status == "failed"
+    assert c.token_balance(pda.escrow_pda(job)) == DEPOSIT  # untouched
+    expired = dict(c.events(sig))["JobExpired"]
+    assert expired["by"] == caller.pubkey() and "refunded" not in expired
+    assert c.fetch_provider(chain.provider).reputation.jobs_failed >= 1
+    c.close_job(chain.user, job)
+    assert chain.user_balance() == before
+
+
+def test_set_treasury_and_sweep_vault(chain: Chain) -> None:
+    c = chain.client
+    new_owner = Keypair().pubkey()
+    new_treasury = tokens.create_ata(c, chain.admin, new_owner, chain.payment_mint)
+    wrong_mint = tokens.create_ata(c, chain.admin, new_owner, chain.stake_mint)
+    assert _error(c.set_treasury, chain.admin, chain.market, wrong_mint) == "InvalidTreasury"
+    assert _error(c.set_treasury, chain.owner, chain.market, new_treasury) == "NotMarketAuthority"
+    sig = c.set_treasury(chain.admin, chain.market, new_treasury)
+    assert c.fetch_market(chain.market).treasury == new_treasury
+    assert dict(c.events(sig))["TreasurySet"]["treasury"] == new_treasury
+
+    m = c.fetch_market(chain.market)
+    assert c.vault_surplus(chain.market) == 0
+    assert _error(c.sweep_vault, chain.user, chain.market) == "NothingToSweep"
+    tokens.mint_to(c, chain.stake_mint, m.stake_vault, chain.admin, 7)  # a donation
+    assert c.vault_surplus(chain.market) == 7
+    sig = c.sweep_vault(chain.user, chain.market)  # anyone; the treasury owner's ATA is created
+    destination = tokens.ata(new_owner, chain.stake_mint)
+    assert c.token_balance(destination) == 7 and c.vault_surplus(chain.market) == 0
+    assert dict(c.events(sig))["VaultSwept"] == {"market": chain.market, "amount": 7,
+                                                 "destination": destination}  # fmt: skip
+
+
+def test_params_are_announced_and_apply_to_new_jobs_only(chain: Chain) -> None:
+    c = chain.client
+    treasury = tokens.ata(chain.admin.pubkey(), chain.payment_mint)
+    c.initialize_market(chain.admin, 1, chain.stake_mint, chain.payment_mint, treasury,
+                        {"unbonding_seconds": 3600, "window_seconds": WINDOW})  # fmt: skip
+    market = pda.market_pda(chain.admin.pubkey(), 1)
+    spec = {"gpu_model": "Simulated H100", "gpu_count": 4, "vram_mib": 81920, "region": "local"}
+    c.register_provider(chain.owner, chain.worker.pubkey(), spec, PRICE, market)
+    provider = pda.provider_pda(market, chain.owner.pubkey())
+    old_job = chain.create_job(market, provider)
+
+    sig = c.update_params(chain.admin, market, {"fee_bps": 700, "window_seconds": 30})
+    now = c.chain_time()
+    m = c.fetch_market(market)
+    assert m.params.fee_bps == 500 and m.pending_params.fee_bps == 700
+    assert now <= m.params_effective_at <= now + 3600
+    assert effective_params(m, now).window_seconds == WINDOW
+    assert c.min_deposit(market, provider, 1) == PRICE * WINDOW
+    announced = dict(c.events(sig))["ParamsAnnounced"]
+    assert announced["effective_at"] == m.params_effective_at
+    assert announced["pending"]["window_seconds"] == 30
+
+    warp_time(chain.url, m.params_effective_at - now)
+    assert effective_params(c.fetch_market(market), c.chain_time()).fee_bps == 700
+    assert c.min_deposit(market, provider, 1) == PRICE * 30
+    new_job = chain.create_job(market, provider)
+    assert (c.fetch_job(new_job).terms.fee_bps, c.fetch_job(new_job).terms.window_seconds) == (700, 30)
+    assert c.fetch_job(new_job).terms.grace_seconds == 30 * 12
+    old = c.fetch_job(old_job).terms  # terms fixed at creation
+    assert (old.fee_bps, old.window_seconds, old.grace_seconds) == (500, WINDOW, WINDOW * 12)
