@@ -168,11 +168,11 @@ fn attack_unbound_related_accounts() {
     let mut ixs = settle_ixs(&b, job);
     ixs[1] = swap_account(ixs[1].clone(), pda(&[gpu_market::seeds::ESCROW, job.as_ref()]), other_escrow);
     assert_eq!(b.va_err(&ixs), anchor_err(1, AE::ConstraintSeeds));
-    // A treasury that is not the market's (same mint).
-    let fake_treasury = b.create_token_account(b.payment_mint, &b.validator_authority.pubkey());
+    // A fee vault that is not the market's (same mint).
+    let fake_vault = b.create_token_account(b.payment_mint, &b.validator_authority.pubkey());
     let mut ixs = settle_ixs(&b, job);
-    ixs[1] = swap_account(ixs[1].clone(), b.treasury, fake_treasury);
-    assert_eq!(b.va_err(&ixs), program_err(1, E::InvalidTreasury));
+    ixs[1] = swap_account(ixs[1].clone(), b.fee_vault, fake_vault);
+    assert_eq!(b.va_err(&ixs), program_err(1, E::InvalidFeeVault));
     // A provider payment account owned by the validator.
     let mut ixs = settle_ixs(&b, job);
     let va_payment = b.token_accounts_of(&b.validator_authority.pubkey(), &b.payment_mint)[0];
@@ -405,7 +405,7 @@ fn attack_fee_rounding_conserves_every_unit() {
     b.advance(12 * 60 + 1);
     b.as_user(&[b.ix_close_job(&b.user.key.pubkey(), b.user.payment, job)]);
     let provider = b.token_balance(&b.provider_owner.payment);
-    let treasury = b.token_balance(&b.treasury);
+    let treasury = b.token_balance(&b.fee_vault);
     let burned = supply - b.mint_supply(&b.payment_mint);
     let refund = b.token_balance(&b.user.payment) - (user_before - deposit);
     assert_eq!(provider + treasury + burned + refund, deposit);
@@ -430,9 +430,9 @@ fn attack_duplicate_mutable_accounts() {
     let mut ixs = settle_ixs(&b, job);
     ixs[1] = swap_account(ixs[1].clone(), b.provider_owner.payment, escrow);
     assert_eq!(b.va_err(&ixs), anchor_err(1, AE::ConstraintDuplicateMutableAccount));
-    // The treasury passed as the provider payment account.
+    // The fee vault passed as the provider payment account.
     let mut ixs = settle_ixs(&b, job);
-    ixs[1] = swap_account(ixs[1].clone(), b.provider_owner.payment, b.treasury);
+    ixs[1] = swap_account(ixs[1].clone(), b.provider_owner.payment, b.fee_vault);
     assert_eq!(b.va_err(&ixs), anchor_err(1, AE::ConstraintDuplicateMutableAccount));
     // user_payment == escrow on top-up, cancel and close.
     let user = b.user_kp();
@@ -577,10 +577,10 @@ fn attack_extra_unexpected_accounts() {
     // On an instruction that reads no remaining accounts, extras are ignored without effect.
     let user = b.user_kp();
     let mut ix = b.ix_top_up(&user.pubkey(), b.user.payment, job, 5);
-    ix.accounts.extend([meta(v2, true), meta(b.treasury, true), meta(b.provider_owner.payment, true)]);
+    ix.accounts.extend([meta(v2, true), meta(b.fee_vault, true), meta(b.provider_owner.payment, true)]);
     b.as_user(&[ix]);
     assert_eq!(b.job_state(&job).deposited, 10_005);
-    assert_eq!(b.token_balance(&b.treasury), 0);
+    assert_eq!(b.token_balance(&b.fee_vault), 0);
     assert_eq!(b.token_balance(&b.provider_owner.payment), 0);
 }
 

@@ -31,7 +31,7 @@ fn success_full_job_lifecycle_pays_provider_treasury_burn_and_refunds_user() {
     assert_eq!(j.paid_treasury, fee - burn);
     assert_eq!(j.burned, burn);
     assert_eq!(b.token_balance(&b.provider_owner.payment), amount - fee);
-    assert_eq!(b.token_balance(&b.treasury), fee - burn);
+    assert_eq!(b.token_balance(&b.fee_vault), fee - burn);
     assert_eq!(b.mint_supply(&b.payment_mint), supply_before - burn);
     assert_eq!(b.validator_state().settlements, 3);
     assert_eq!(b.provider_state().reputation.verified_seconds, 180);

@@ -429,33 +429,53 @@ fn tiny_settlements_pay_the_fee() {
 }
 
 #[test]
-fn authority_replaces_a_closed_treasury_and_settlement_resumes() {
+fn authority_closing_its_treasury_cannot_stall_settlement() {
     let mut b = Bench::new();
     let (job, _) = b.running_job(1, 1, 10_000);
-    // The treasury (empty, the admin's) is closed: every settle fails.
+    // Before: settle paid the treasury account directly, so an authority that closed it (or a
+    // treasury frozen by the mint) stopped every settlement. Now fees wait in the fee vault.
     let admin = b.admin_kp();
     let ix = gpum_localnet::spl_token_interface::instruction::close_account(&TOKEN_PROGRAM, &b.treasury, &admin.pubkey(), &admin.pubkey(), &[]).unwrap();
     b.as_admin(&[ix]);
     b.advance(60);
-    assert!(b.settle(job, receipt(1, 60, T0 + 60)).is_err());
+    b.settle(job, receipt(1, 60, T0 + 60)).expect("settlement does not touch the treasury");
+    assert_eq!(b.token_balance(&b.fee_vault), 30);
+    let stranger = b.new_party(0, 0);
+    let ix = b.ix_withdraw_fees();
+    assert!(b.send(&[ix], &[&stranger.key]).is_err(), "nowhere to withdraw to until set_treasury");
+    // set_treasury: authority only, payment mint, not frozen.
     let fresh = b.create_token_account(b.payment_mint, &admin.pubkey());
     let ix = b.ix_set_treasury(&b.user.key.pubkey(), fresh);
     assert_eq!(b.user_err(&[ix]), program_err(0, E::NotMarketAuthority));
     let wrong_mint = b.create_token_account(b.stake_mint, &admin.pubkey());
     let ix = b.ix_set_treasury(&admin.pubkey(), wrong_mint);
     assert_eq!(b.admin_err(&[ix]), program_err(0, E::InvalidTreasury));
-    // A frozen account (state byte 2) is refused.
     let frozen = b.create_token_account(b.payment_mint, &admin.pubkey());
     let mut acc = b.svm.get_account(&frozen).unwrap();
-    acc.data[108] = 2;
+    acc.data[108] = 2; // AccountState::Frozen
     b.svm.set_account(frozen, acc).unwrap();
     let ix = b.ix_set_treasury(&admin.pubkey(), frozen);
     assert_eq!(b.admin_err(&[ix]), program_err(0, E::TreasuryNotUsable));
     let ix = b.ix_set_treasury(&admin.pubkey(), fresh);
     b.as_admin(&[ix]);
-    b.treasury = fresh;
-    b.settle(job, receipt(1, 60, T0 + 60)).unwrap();
-    assert_eq!(b.token_balance(&fresh), 30);
+    // Anyone forwards the fees; an empty vault is refused.
+    let logs = b.send(&[b.ix_withdraw_fees()], &[&stranger.key]).unwrap().logs;
+    assert_event(&logs, gpu_market::events::FeesWithdrawn { market: b.market, treasury: fresh, amount: 30 });
+    assert_eq!((b.token_balance(&fresh), b.token_balance(&b.fee_vault)), (30, 0));
+    let ix = b.ix_withdraw_fees();
+    assert_eq!(b.send_err(&[ix], &[&stranger.key]), program_err(0, E::NothingToWithdrawFees));
+}
+
+#[test]
+fn provider_cannot_front_run_a_job_with_a_price_rise() {
+    let mut b = Bench::new();
+    // The user saw 10 per GPU-second and signs that limit; the provider raises its price first.
+    let ix = b.ix_update_provider(&b.provider_owner.key.pubkey(), gpu_market::instructions::UpdateProviderArgs { price_per_gpu_second: Some(1_000), ..no_update() });
+    b.as_owner(&[ix]);
+    let ix = b.ix_create_job_capped(&b.user, 1, 1, 60_000, 10);
+    assert_eq!(b.user_err(&[ix]), program_err(0, E::PriceAboveLimit));
+    let ix = b.ix_create_job_capped(&b.user, 1, 1, 60_000, 1_000);
+    b.as_user(&[ix]);
 }
 
 #[test]

@@ -32,6 +32,11 @@ fn success_initialize_market_creates_market_vault_and_event() {
     assert_eq!(v.owner, TOKEN_PROGRAM);
     assert_eq!(&v.data[0..32], b.stake_mint.as_ref());
     assert_eq!(&v.data[32..64], market.as_ref());
+    // So is the fee vault, of the payment mint.
+    let fee_vault = pda(&[gpu_market::seeds::FEE_VAULT, market.as_ref()]);
+    assert_eq!(m.fee_vault, fee_vault);
+    let f = b.svm.get_account(&fee_vault).unwrap();
+    assert_eq!((&f.data[0..32], &f.data[32..64]), (b.payment_mint.as_ref(), market.as_ref()));
     assert_event(&logs, MarketInitialized {
         market, authority: b.admin.pubkey(), id: 7, stake_mint: b.stake_mint,
         payment_mint: b.payment_mint, treasury: b.treasury, params,

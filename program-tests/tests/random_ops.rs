@@ -760,12 +760,12 @@ impl World {
 
     // ---- running and checking a step ------------------------------------------------------
 
-    /// Payment-token balances of everyone outside the program (users, provider owners,
-    /// treasury), and the payment supply.
+    /// Payment-token balances of users, provider owners and the fee vault (the treasury share),
+    /// and the payment supply.
     fn payment_balances(&self) -> (HashMap<Pubkey, u64>, u64) {
         let mut accounts: Vec<Pubkey> = self.users.iter().map(|u| u.payment).collect();
         accounts.extend(self.provs.iter().map(|p| p.owner.payment));
-        accounts.push(self.b.treasury);
+        accounts.push(self.b.fee_vault);
         let balances = accounts.into_iter().map(|a| (a, self.b.token_balance(&a))).collect();
         (balances, self.b.mint_supply(&self.b.payment_mint))
     }
@@ -842,7 +842,7 @@ impl World {
                 }
             };
             *expected.entry(self.provs[self.prov_index(&job.provider)].owner.payment).or_default() += pp;
-            *expected.entry(self.b.treasury).or_default() += pt;
+            *expected.entry(self.b.fee_vault).or_default() += pt;
             *expected.entry(self.users[self.user_index(&job.user)].payment).or_default() += refunded - deposited;
             supply_delta -= burned;
         }

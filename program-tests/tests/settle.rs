@@ -43,7 +43,7 @@ fn success_settle_pays_provider_treasury_burn_and_emits_inputs() {
     assert_eq!((j.settled_seconds, j.last_seq, j.last_window_end, j.last_receipt_hash), (60, 1, T0 + 60, r.proof_hash));
     assert_eq!((j.paid_provider, j.paid_treasury, j.burned, j.status), (540, 30, 30, JobStatus::Running));
     assert_eq!(b.token_balance(&b.provider_owner.payment), 540);
-    assert_eq!(b.token_balance(&b.treasury), 30);
+    assert_eq!(b.token_balance(&b.fee_vault), 30);
     assert_eq!(b.mint_supply(&b.payment_mint), supply - 30);
     let m = b.market_state();
     assert_eq!((m.totals.fees, m.totals.burned), (60, 30));
@@ -218,11 +218,11 @@ fn fail_settle_payment_to_account_of_another_mint() {
 }
 
 #[test]
-fn fail_settle_fee_to_other_treasury() {
+fn fail_settle_fee_to_other_fee_vault() {
     let (mut b, job) = running();
     let fake = b.create_token_account(b.payment_mint, &b.validator_authority.pubkey());
-    let ixs = settle_ixs_swapped(&b, job, b.treasury, fake);
-    assert_eq!(settle_with(&mut b, ixs), program_err(1, E::InvalidTreasury));
+    let ixs = settle_ixs_swapped(&b, job, b.fee_vault, fake);
+    assert_eq!(settle_with(&mut b, ixs), program_err(1, E::InvalidFeeVault));
 }
 
 #[test]

@@ -110,7 +110,7 @@ macro_rules! to_j_struct {
 
 to_j_struct!(MarketParams { fee_bps, burn_bps, min_stake_per_gpu, unbonding_seconds, window_seconds, settle_quorum, max_missed_windows, downtime_slash_bps, equivocation_slash_bps, reporter_reward_bps, validator_min_bond, max_skew_seconds, temp_critical_c, ecc_uncorrected_max });
 to_j_struct!(MarketTotals { staked, bonded, burned, fees, slashed, jobs });
-to_j_struct!(Market { authority, creator, pending_authority, id, stake_mint, payment_mint, stake_vault, treasury, params, pending_params, params_effective_at, paused, totals, bump, stake_vault_bump });
+to_j_struct!(Market { authority, creator, pending_authority, id, stake_mint, payment_mint, stake_vault, treasury, params, pending_params, params_effective_at, paused, totals, bump, stake_vault_bump, fee_vault, fee_vault_bump });
 to_j_struct!(GpuSpec { gpu_model, gpu_count, vram_mib, region });
 to_j_struct!(Unbonding { amount, release_at });
 to_j_struct!(Reputation { verified_seconds, windows_missed, jobs_completed, jobs_failed, slashes });
@@ -133,6 +133,7 @@ to_j_struct!(JobClosed { job, user, refunded, surplus_returned, deposited, paid_
 to_j_struct!(ParamsAnnounced { market, current, pending, effective_at });
 to_j_struct!(TreasurySet { market, previous, treasury });
 to_j_struct!(VaultSwept { market, amount, destination });
+to_j_struct!(FeesWithdrawn { market, treasury, amount });
 to_j_struct!(JobDeclined { job, provider, by });
 to_j_struct!(JobCompleted { job, by, settled_seconds });
 to_j_struct!(PausedSet { market, paused });
@@ -225,6 +226,8 @@ fn market() -> Market {
         totals: MarketTotals { staked: 11, bonded: 22, burned: 33, fees: 44, slashed: 55, jobs: 66 },
         bump: 254,
         stake_vault_bump: 253,
+        fee_vault: key(8),
+        fee_vault_bump: 252,
     }
 }
 
@@ -352,6 +355,7 @@ fn synthetic_events() -> Vec<J> {
         event_vector("ParamsAnnounced", &ParamsAnnounced { market: key(50), current: p, pending: other, effective_at: 1_751_209_605 }),
         event_vector("TreasurySet", &TreasurySet { market: key(50), previous: key(54), treasury: key(65) }),
         event_vector("VaultSwept", &VaultSwept { market: key(50), amount: 77, destination: key(66) }),
+        event_vector("FeesWithdrawn", &FeesWithdrawn { market: key(50), treasury: key(54), amount: 1_234_567 }),
         event_vector("JobDeclined", &JobDeclined { job: key(60), provider: key(55), by: key(57) }),
         event_vector("JobCompleted", &JobCompleted { job: key(60), by: key(64), settled_seconds: 3_601 }),
         event_vector("PausedSet", &PausedSet { market: key(50), paused: true }),
@@ -472,7 +476,7 @@ fn every_event_and_account_type_has_a_vector() {
         MarketInitialized::DISCRIMINATOR, ProviderRegistered::DISCRIMINATOR, Staked::DISCRIMINATOR,
         ValidatorRegistered::DISCRIMINATOR, JobCreated::DISCRIMINATOR, JobAccepted::DISCRIMINATOR,
         Settled::DISCRIMINATOR, JobFinished::DISCRIMINATOR, JobClosed::DISCRIMINATOR, ParamsAnnounced::DISCRIMINATOR,
-        TreasurySet::DISCRIMINATOR, VaultSwept::DISCRIMINATOR, JobDeclined::DISCRIMINATOR, JobCompleted::DISCRIMINATOR,
+        TreasurySet::DISCRIMINATOR, VaultSwept::DISCRIMINATOR, FeesWithdrawn::DISCRIMINATOR, JobDeclined::DISCRIMINATOR, JobCompleted::DISCRIMINATOR,
         PausedSet::DISCRIMINATOR, AuthorityProposed::DISCRIMINATOR, AuthorityAccepted::DISCRIMINATOR,
         ProviderUpdated::DISCRIMINATOR, WorkerKeyRotated::DISCRIMINATOR, UnstakeRequested::DISCRIMINATOR,
         StakeWithdrawn::DISCRIMINATOR, ValidatorExitRequested::DISCRIMINATOR, ValidatorBondWithdrawn::DISCRIMINATOR,

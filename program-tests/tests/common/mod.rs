@@ -74,6 +74,8 @@ pub struct Bench {
     pub market: Pubkey,
     pub stake_vault: Pubkey,
     pub treasury: Pubkey,
+    /// `["fee_vault", market]`: settlements pay the treasury share here.
+    pub fee_vault: Pubkey,
     pub provider_owner: Party,
     pub provider: Pubkey,
     pub worker: SigningKey,
@@ -113,6 +115,7 @@ impl Bench {
             market: Pubkey::default(),
             stake_vault: Pubkey::default(),
             treasury: Pubkey::default(),
+            fee_vault: Pubkey::default(),
             provider_owner: Party { key: owner_key, payment: Pubkey::default(), stake: Pubkey::default() },
             provider: Pubkey::default(),
             worker: SigningKey::from_bytes(&[7u8; 32]),
@@ -128,6 +131,7 @@ impl Bench {
         b.treasury = b.create_token_account(b.payment_mint, &b.admin.pubkey());
         b.market = pda(&[gpu_market::seeds::MARKET, b.admin.pubkey().as_ref(), &0u64.to_le_bytes()]);
         b.stake_vault = pda(&[gpu_market::seeds::STAKE_VAULT, b.market.as_ref()]);
+        b.fee_vault = pda(&[gpu_market::seeds::FEE_VAULT, b.market.as_ref()]);
         let ix = b.ix_initialize_market(0, params);
         b.send(&[ix], &[&b.admin.insecure_clone()]).unwrap();
 
@@ -354,6 +358,7 @@ impl Bench {
                 stake_mint: self.stake_mint,
                 payment_mint: self.payment_mint,
                 stake_vault: pda(&[gpu_market::seeds::STAKE_VAULT, market.as_ref()]),
+                fee_vault: pda(&[gpu_market::seeds::FEE_VAULT, market.as_ref()]),
                 treasury: self.treasury,
                 token_program: TOKEN_PROGRAM,
                 system_program: SYSTEM_PROGRAM,
@@ -414,10 +419,15 @@ impl Bench {
         )
     }
 
+    /// `create_job` accepting any price (`max_price_per_gpu_second = u64::MAX`).
     pub fn ix_create_job(&self, user: &Party, job_id: u64, gpu_count: u16, deposit: u64) -> Instruction {
+        self.ix_create_job_capped(user, job_id, gpu_count, deposit, u64::MAX)
+    }
+
+    pub fn ix_create_job_capped(&self, user: &Party, job_id: u64, gpu_count: u16, deposit: u64, max_price_per_gpu_second: u64) -> Instruction {
         let (job, escrow) = self.job_address(&user.key.pubkey(), job_id);
         Self::ix(
-            gpu_market::instruction::CreateJob { job_id, gpu_count, deposit },
+            gpu_market::instruction::CreateJob { job_id, gpu_count, deposit, max_price_per_gpu_second },
             gpu_market::accounts::CreateJob {
                 user: user.key.pubkey(),
                 market: self.market,
@@ -473,7 +483,7 @@ impl Bench {
                 job,
                 escrow: pda(&[gpu_market::seeds::ESCROW, job.as_ref()]),
                 provider_payment_account: self.provider_owner.payment,
-                treasury: self.treasury,
+                fee_vault: self.fee_vault,
                 payment_mint: self.payment_mint,
                 instructions: INSTRUCTIONS_SYSVAR,
                 token_program: TOKEN_PROGRAM,
@@ -908,6 +918,19 @@ impl Bench {
         Self::ix(
             gpu_market::instruction::SetTreasury {},
             gpu_market::accounts::SetTreasury { authority: *authority, market: self.market, treasury },
+        )
+    }
+
+    pub fn ix_withdraw_fees(&self) -> Instruction {
+        Self::ix(
+            gpu_market::instruction::WithdrawFees {},
+            gpu_market::accounts::WithdrawFees {
+                market: self.market,
+                payment_mint: self.payment_mint,
+                fee_vault: self.fee_vault,
+                treasury: self.market_state().treasury,
+                token_program: TOKEN_PROGRAM,
+            },
         )
     }
 

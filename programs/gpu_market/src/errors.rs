@@ -149,4 +149,10 @@ pub enum GpuMarketError {
     InvalidSweepDestination,
     #[msg("a receipt's window_end is too far in the future to be evidence")]
     EvidenceFromTheFuture,
+    #[msg("the fee vault is not this market's")]
+    InvalidFeeVault,
+    #[msg("the provider's price is above the max_price_per_gpu_second the user signed")]
+    PriceAboveLimit,
+    #[msg("the fee vault holds nothing to withdraw")]
+    NothingToWithdrawFees,
 }

@@ -269,3 +269,11 @@ pub struct VaultSwept {
     pub amount: u64,
     pub destination: Pubkey,
 }
+
+/// `withdraw_fees` moved the fee vault's balance to the treasury.
+#[event]
+pub struct FeesWithdrawn {
+    pub market: Pubkey,
+    pub treasury: Pubkey,
+    pub amount: u64,
+}

@@ -56,8 +56,9 @@ pub mod gpu_market {
         job_id: u64,
         gpu_count: u16,
         deposit: u64,
+        max_price_per_gpu_second: u64,
     ) -> Result<()> {
-        instructions::create_job::handler(ctx, job_id, gpu_count, deposit)
+        instructions::create_job::handler(ctx, job_id, gpu_count, deposit, max_price_per_gpu_second)
     }
 
     /// The provider starts an Open job.
@@ -162,6 +163,11 @@ pub mod gpu_market {
     /// Replaces the treasury token account (authority).
     pub fn set_treasury(ctx: Context<SetTreasury>) -> Result<()> {
         instructions::treasury::set_treasury(ctx)
+    }
+
+    /// Moves the fee vault's balance to the treasury account (anyone).
+    pub fn withdraw_fees(ctx: Context<WithdrawFees>) -> Result<()> {
+        instructions::treasury::withdraw_fees(ctx)
     }
 
     /// Moves the stake vault's surplus over the booked stake to the treasury's owner (anyone).

@@ -12,7 +12,9 @@ use crate::state::{Job, JobStatus, JobTerms, Market, Provider, ProviderStatus};
 /// account into the job's escrow. Guarantees: the provider is Active, has `gpu_count` free GPUs
 /// and stake covering them; the job's terms (rate, fee, burn, window, missed-window limit,
 /// grace, skew, quorum, slash rates, health thresholds) are fixed now from the parameters in
-/// force and nothing changes them later; the deposit covers at least one window.
+/// force and nothing changes them later; the provider's price is at most the
+/// `max_price_per_gpu_second` the user signed (a provider cannot front-run the user with a price
+/// rise); the deposit covers at least one window.
 #[derive(Accounts)]
 #[instruction(job_id: u64)]
 pub struct CreateJob<'info> {
@@ -47,7 +49,13 @@ pub struct CreateJob<'info> {
     pub system_program: Program<'info, System>,
 }
 
-pub fn handler(ctx: Context<CreateJob>, job_id: u64, gpu_count: u16, deposit: u64) -> Result<()> {
+pub fn handler(
+    ctx: Context<CreateJob>,
+    job_id: u64,
+    gpu_count: u16,
+    deposit: u64,
+    max_price_per_gpu_second: u64,
+) -> Result<()> {
     let now = Clock::get()?.unix_timestamp;
     ctx.accounts.market.promote_params(now);
     let params = ctx.accounts.market.params;
@@ -55,6 +63,10 @@ pub fn handler(ctx: Context<CreateJob>, job_id: u64, gpu_count: u16, deposit: u6
     require!(
         provider.status == ProviderStatus::Active,
         GpuMarketError::ProviderNotActive
+    );
+    require!(
+        provider.price_per_gpu_second <= max_price_per_gpu_second,
+        GpuMarketError::PriceAboveLimit
     );
     require!(gpu_count >= 1, GpuMarketError::InvalidGpuCount);
     require!(

@@ -6,8 +6,9 @@ use crate::events::{emit_event, MarketInitialized};
 use crate::seeds;
 use crate::state::{Market, MarketParams, MarketTotals};
 
-/// Creates market `id` of `authority`, its stake vault `["stake_vault", market]` (authority: the
-/// market PDA) and records the treasury token account that receives the unburned fee share.
+/// Creates market `id` of `authority`, its stake vault `["stake_vault", market]` and fee vault
+/// `["fee_vault", market]` (authority of both: the market PDA), and records the treasury token
+/// account to which `withdraw_fees` moves the unburned fee share.
 #[derive(Accounts)]
 #[instruction(id: u64)]
 pub struct InitializeMarket<'info> {
@@ -32,6 +33,15 @@ pub struct InitializeMarket<'info> {
         token::authority = market,
     )]
     pub stake_vault: Box<Account<'info, TokenAccount>>,
+    #[account(
+        init,
+        payer = authority,
+        seeds = [seeds::FEE_VAULT, market.key().as_ref()],
+        bump,
+        token::mint = payment_mint,
+        token::authority = market,
+    )]
+    pub fee_vault: Box<Account<'info, TokenAccount>>,
     #[account(constraint = treasury.mint == payment_mint.key() @ GpuMarketError::InvalidTreasury)]
     pub treasury: Box<Account<'info, TokenAccount>>,
     pub token_program: Program<'info, Token>,
@@ -57,6 +67,8 @@ pub fn handler(ctx: Context<InitializeMarket>, id: u64, params: MarketParams) ->
         totals: MarketTotals::default(),
         bump: ctx.bumps.market,
         stake_vault_bump: ctx.bumps.stake_vault,
+        fee_vault: ctx.accounts.fee_vault.key(),
+        fee_vault_bump: ctx.bumps.fee_vault,
     });
     market.invariant(ctx.accounts.stake_vault.amount)?;
     emit_event(MarketInitialized {

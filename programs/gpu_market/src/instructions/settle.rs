@@ -10,7 +10,7 @@ use crate::receipt::{ed25519_signers, Receipt};
 use crate::seeds;
 use crate::state::{Job, JobStatus, Market, Provider, Validator, ValidatorStatus};
 
-/// Pays one window receipt from the job's escrow: provider owner, treasury, burn.
+/// Pays one window receipt from the job's escrow: provider owner, fee vault, burn.
 ///
 /// Specification (all terms are the job's, fixed at `create_job`):
 /// - the transaction signer is an Active validator of this market (`validator`);
@@ -27,7 +27,9 @@ use crate::state::{Job, JobStatus, Market, Provider, Validator, ValidatorStatus}
 ///   started_at + max_skew_seconds`, and `<= ended_at - started_at` once the job finished; since
 ///   paid seconds never exceed the cumulative claim, seconds ever paid obey the same bound;
 /// - billed seconds are capped by the escrow's booked balance (a donation is never paid out);
-///   money moves only to the provider owner's payment account, the treasury and the burn; the
+///   money moves only to the provider owner's payment account, the market's fee vault (the
+///   treasury share, which `withdraw_fees` forwards; no account of the authority is touched,
+///   so the authority cannot stall settlement) and the burn; the
 ///   fee is rounded up; when the booked escrow can no longer pay one second the job is
 ///   Completed and its GPUs released.
 ///
@@ -60,8 +62,8 @@ pub struct Settle<'info> {
         constraint = provider_payment_account.mint == market.payment_mint @ GpuMarketError::InvalidMint,
     )]
     pub provider_payment_account: Box<Account<'info, TokenAccount>>,
-    #[account(mut, address = market.treasury @ GpuMarketError::InvalidTreasury)]
-    pub treasury: Box<Account<'info, TokenAccount>>,
+    #[account(mut, address = market.fee_vault @ GpuMarketError::InvalidFeeVault)]
+    pub fee_vault: Box<Account<'info, TokenAccount>>,
     #[account(mut, address = market.payment_mint @ GpuMarketError::InvalidMint)]
     pub payment_mint: Box<Account<'info, Mint>>,
     /// CHECK: the address is the Instructions sysvar; it is read with the checked loaders.
@@ -130,7 +132,7 @@ pub fn handler<'info>(
 
     check_signatures(&ctx, &receipt, now)?;
 
-    // Money: escrow -> provider owner, treasury, burn.
+    // Money: escrow -> provider owner, fee vault (treasury share), burn.
     let p = math::payout(
         claimed,
         terms.rate_per_second,
@@ -155,7 +157,7 @@ pub fn handler<'info>(
         &accounts.token_program,
         &accounts.escrow,
         &accounts.payment_mint,
-        accounts.treasury.to_account_info(),
+        accounts.fee_vault.to_account_info(),
         accounts.job.to_account_info(),
         &seeds,
         p.to_treasury,

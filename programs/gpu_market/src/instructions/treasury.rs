@@ -2,7 +2,7 @@ use anchor_lang::prelude::*;
 use anchor_spl::token::{Mint, Token, TokenAccount};
 
 use crate::errors::GpuMarketError;
-use crate::events::{emit_event, TreasurySet, VaultSwept};
+use crate::events::{emit_event, FeesWithdrawn, TreasurySet, VaultSwept};
 use crate::ops::{self, MarketSigner};
 use crate::state::Market;
 
@@ -76,6 +76,42 @@ pub fn sweep_vault(ctx: Context<SweepVault>) -> Result<()> {
         market: ctx.accounts.market.key(),
         amount: surplus,
         destination: ctx.accounts.destination.key(),
+    });
+    Ok(())
+}
+
+/// Permissionless: moves everything in the market's fee vault (the treasury share of every
+/// settlement, and any donation) to the market's treasury account. Settlement never depends
+/// on the treasury account: if it is closed or frozen, only this waits for `set_treasury`.
+#[derive(Accounts)]
+pub struct WithdrawFees<'info> {
+    pub market: Box<Account<'info, Market>>,
+    #[account(address = market.payment_mint @ GpuMarketError::InvalidMint)]
+    pub payment_mint: Box<Account<'info, Mint>>,
+    #[account(mut, address = market.fee_vault @ GpuMarketError::InvalidFeeVault)]
+    pub fee_vault: Box<Account<'info, TokenAccount>>,
+    #[account(mut, address = market.treasury @ GpuMarketError::InvalidTreasury)]
+    pub treasury: Box<Account<'info, TokenAccount>>,
+    pub token_program: Program<'info, Token>,
+}
+
+pub fn withdraw_fees(ctx: Context<WithdrawFees>) -> Result<()> {
+    let amount = ctx.accounts.fee_vault.amount;
+    require!(amount > 0, GpuMarketError::NothingToWithdrawFees);
+    let signer = MarketSigner::of(&ctx.accounts.market);
+    ops::transfer_signed(
+        &ctx.accounts.token_program,
+        &ctx.accounts.fee_vault,
+        &ctx.accounts.payment_mint,
+        ctx.accounts.treasury.to_account_info(),
+        ctx.accounts.market.to_account_info(),
+        &signer.seeds(),
+        amount,
+    )?;
+    emit_event(FeesWithdrawn {
+        market: ctx.accounts.market.key(),
+        treasury: ctx.accounts.treasury.key(),
+        amount,
     });
     Ok(())
 }

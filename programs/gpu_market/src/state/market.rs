@@ -129,6 +129,10 @@ pub struct Market {
     pub totals: MarketTotals,
     pub bump: u8,
     pub stake_vault_bump: u8,
+    /// `["fee_vault", market]`: settlements pay the treasury share here, never to an account
+    /// the authority could close or freeze, so nobody can stall settlement through the treasury.
+    pub fee_vault: Pubkey,
+    pub fee_vault_bump: u8,
 }
 
 impl Market {
