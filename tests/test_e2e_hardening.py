@@ -1,8 +1,10 @@
 """The hardening-era SDK calls against the real program on the local chain (gpum-localnet).
 
 decline, complete and expire (no tokens move; the user's close refunds, donations included),
-set_treasury, sweep_vault, and parameter announcements that take effect unbonding_seconds
-later. Deadlines are reached with the localnet's dev-only clock warp
+set_treasury, sweep_vault, parameter announcements that take effect unbonding_seconds later,
+create_job's price limit (a provider's price rise after the user read it), and the fee vault:
+settles pay it even while the treasury account is closed, and withdraw_fees pays a replacement
+treasury. Deadlines are reached with the localnet's dev-only clock warp
 (gpu_market.localchain.warp_time), so the module takes seconds, not the hours it simulates.
 """
 
@@ -16,10 +18,15 @@ from pathlib import Path
 import pytest
 from gpu_market import pda, tokens
 from gpu_market.accounts import effective_params
+from gpu_market.admin import withdraw_fees_ix
 from gpu_market.client import GpuMarketClient
+from gpu_market.constants import TOKEN_PROGRAM_ID
 from gpu_market.demo import Processes, free_port, localnet_binary, wait_for_line
-from gpu_market.errors import GpuMarketError
+from gpu_market.errors import AccountNotFound, GpuMarketError
 from gpu_market.localchain import warp_time
+from gpu_market.receipt import receipt_message
+from gpu_market.settle import SettleItem
+from solders.instruction import AccountMeta, Instruction
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 
@@ -44,10 +51,11 @@ class Chain:
     provider: Pubkey
     next_job_id: int = 1
 
-    def create_job(self, market: Pubkey | None = None, provider: Pubkey | None = None) -> Pubkey:
+    def create_job(self, market: Pubkey | None = None, provider: Pubkey | None = None,
+                   max_price: int | None = None) -> Pubkey:  # fmt: skip
         job_id, self.next_job_id = self.next_job_id, self.next_job_id + 1
         _, job = self.client.create_job(self.user, market or self.market, provider or self.provider,
-                                        job_id, 1, DEPOSIT)  # fmt: skip
+                                        job_id, 1, DEPOSIT, max_price)  # fmt: skip
         return job
 
     def user_balance(self) -> int:
@@ -207,3 +215,109 @@ def test_params_are_announced_and_apply_to_new_jobs_only(chain: Chain) -> None:
     assert c.fetch_job(new_job).terms.grace_seconds == 30 * 12
     old = c.fetch_job(old_job).terms  # terms fixed at creation
     assert (old.fee_bps, old.window_seconds, old.grace_seconds) == (500, WINDOW, WINDOW * 12)
+
+
+def test_create_job_refuses_a_price_raised_after_the_user_read_it(chain: Chain,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    c = chain.client
+    with pytest.raises(ValueError, match="PriceAboveLimit"):  # already above: nothing is sent
+        chain.create_job(max_price=PRICE - 1)
+    read_before = c._pricing(chain.market, chain.provider)  # what the user's client read
+    c.update_provider(chain.owner, chain.provider, price_per_gpu_second=PRICE + 1)  # front-run
+    try:
+        monkeypatch.setattr(c, "_pricing", lambda market, provider: read_before)
+        before = chain.user_balance()
+        assert _error(chain.create_job) == "PriceAboveLimit"  # the limit defaulted to PRICE
+        assert chain.user_balance() == before
+        monkeypatch.undo()
+        job = chain.create_job(max_price=PRICE + 1)  # the user accepts the new price
+        assert c.fetch_job(job).terms.rate_per_second == PRICE + 1
+        c.cancel_job(chain.user, job)
+        c.close_job(chain.user, job)
+        assert chain.user_balance() == before
+    finally:
+        c.update_provider(chain.owner, chain.provider, price_per_gpu_second=PRICE)
+
+
+def _close_token_account_ix(account: Pubkey, owner: Pubkey) -> Instruction:
+    """SPL Token CloseAccount (9): the rent goes to the owner."""
+    return Instruction(TOKEN_PROGRAM_ID, bytes([9]), [
+        AccountMeta(account, False, True), AccountMeta(owner, False, True), AccountMeta(owner, True, False)])
+
+
+def _settle_one_window(chain: Chain, validator: Keypair, job: Pubkey, seq: int) -> str:
+    """The worker's receipt for window ``seq`` (WINDOW seconds each, billed in full), settled by
+    ``validator`` once the chain's clock has passed the window's end."""
+    c = chain.client
+    j = c.fetch_job(job)
+    window_end = j.started_at + seq * WINDOW
+    if c.chain_time() < window_end:
+        warp_time(chain.url, window_end - c.chain_time())
+    proof_hash = bytes([seq]) * 32
+    msg = receipt_message(bytes(c.program_id), bytes(chain.market), bytes(job), seq, seq * WINDOW,
+                          window_end, proof_hash)  # fmt: skip
+    item = SettleItem(job, seq, seq * WINDOW, window_end, proof_hash, chain.worker.pubkey(),
+                      bytes(chain.worker.sign_message(msg)))  # fmt: skip
+    return str(c.settle(validator, [item]))
+
+
+def test_settles_pay_the_fee_vault_while_the_treasury_is_closed(chain: Chain) -> None:
+    c = chain.client
+    m = c.fetch_market(chain.market)
+    assert m.fee_vault == pda.fee_vault_pda(chain.market)
+    assert c.token_balance(m.fee_vault) == c.fees_to_withdraw(chain.market)
+
+    # The authority's treasury account is closed by its owner (a mistake, or on purpose).
+    holder = Keypair()
+    closing = tokens.create_ata(c, chain.admin, holder.pubkey(), chain.payment_mint)
+    c.set_treasury(chain.admin, chain.market, closing)
+    c.send([_close_token_account_ix(closing, holder.pubkey())], [holder])
+    assert c.account_info(closing) is None
+
+    # Settlement does not touch the treasury: the treasury share goes to the fee vault.
+    validator = Keypair()
+    c.airdrop(validator.pubkey(), 10**9)
+    bond = tokens.create_ata(c, chain.admin, validator.pubkey(), chain.stake_mint)
+    tokens.mint_to(c, chain.stake_mint, bond, chain.admin, 1_000)
+    c.register_validator(validator, chain.market, 1_000)
+    waiting = c.fees_to_withdraw(chain.market)
+    job = chain.create_job()
+    c.accept_job(chain.worker, job)
+    for seq in (1, 2):
+        _settle_one_window(chain, validator, job, seq)
+    j = c.fetch_job(job)
+    assert j.settled_seconds == 2 * WINDOW and j.paid_treasury > 0
+    assert c.fees_to_withdraw(chain.market) == waiting + j.paid_treasury
+    assert c.fetch_validator(pda.validator_pda(chain.market, validator.pubkey())).settlements == 2
+
+    # withdraw_fees waits for a treasury: the SDK says so before sending; the program refuses.
+    with pytest.raises(AccountNotFound, match="set-treasury"):
+        c.withdraw_fees(chain.user, chain.market)
+    raw = withdraw_fees_ix(c.codec, c.fetch_market(chain.market))
+    assert _error(c.send, [raw], [chain.user]) == "AccountNotInitialized"
+
+    # A replacement treasury named with set_treasury receives everything waiting (anyone calls).
+    replacement = tokens.create_ata(c, chain.admin, Keypair().pubkey(), chain.payment_mint)
+    c.set_treasury(chain.admin, chain.market, replacement)
+    total = c.fees_to_withdraw(chain.market)
+    assert total == waiting + j.paid_treasury
+    sig = c.withdraw_fees(chain.user, chain.market)
+    assert c.token_balance(replacement) == total and c.fees_to_withdraw(chain.market) == 0
+    assert dict(c.events(sig))["FeesWithdrawn"] == {"market": chain.market, "treasury": replacement,
+                                                    "amount": total}  # fmt: skip
+    # Anyone, paying for it themselves (a client without a payer: the caller pays the fee).
+    own = GpuMarketClient(chain.url)
+    try:
+        assert _error(own.withdraw_fees, chain.owner, chain.market) == "NothingToWithdrawFees"
+    finally:
+        own.close()
+
+    # Settles go on; the next withdrawal pays the replacement again.
+    _settle_one_window(chain, validator, job, 3)
+    later = c.fetch_job(job).paid_treasury - j.paid_treasury
+    assert later > 0 and c.fees_to_withdraw(chain.market) == later
+    c.withdraw_fees(chain.admin, chain.market)
+    assert c.token_balance(replacement) == total + later
+    c.finish_job(chain.user, job)
+    warp_time(chain.url, c.fetch_job(job).grace_ends_at - c.chain_time() + 1)
+    c.close_job(chain.user, job)

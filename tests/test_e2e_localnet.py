@@ -3,7 +3,8 @@ GPUs, explicit --simulate) and gpum-validator, as separate processes over real H
 
 This is the demo's flow (gpu_market.demo): every figure it returns is read back from the chain.
 The demo market has 2 s windows and max_missed_windows 2, so a finished job's settlement grace
-(terms.grace_seconds) is 8 s before `gpum job complete` and `gpum job close`.
+(terms.grace_seconds) is 8 s before `gpum job complete` and `gpum job close`; then `gpum market
+withdraw-fees` moves the fees from the market's fee vault to its treasury.
 """
 
 from __future__ import annotations
@@ -32,6 +33,10 @@ def test_one_job_paid_end_to_end(tmp_path: Path) -> None:
     assert summary["windows_proved"] >= summary["windows_settled"]
     assert summary["burned"] > 0
     assert summary["provider_paid"] > summary["treasury"] > 0
+    # settle paid the treasury share into the fee vault; `gpum market withdraw-fees` moved all
+    # of it to the treasury account (empty before), which is what the summary reads back
+    assert summary["treasury"] == summary["fees_withdrawn"] and summary["fee_vault_left"] == 0
+    assert any(line.startswith("fees withdrawn") for line in lines), lines
     assert summary["refunded"] > 0
     assert summary["deposited"] == 50 * 10**6
     assert summary["conserved"] is True

@@ -157,6 +157,10 @@ class MarketView:
     totals: MarketTotals
     bump: int
     stake_vault_bump: int
+    fee_vault: Pubkey
+    """``["fee_vault", market]``: ``settle`` pays the treasury share here; ``withdraw_fees``
+    (anyone) moves the whole balance to ``treasury``."""
+    fee_vault_bump: int
     address: Pubkey | None = None
 
     @property
@@ -387,6 +391,8 @@ def _market(d: Any, address: Pubkey | None) -> MarketView:
         totals=totals,
         bump=d.bump,
         stake_vault_bump=d.stake_vault_bump,
+        fee_vault=d.fee_vault,
+        fee_vault_bump=d.fee_vault_bump,
         address=address,
     )
 

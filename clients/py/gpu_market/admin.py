@@ -2,9 +2,14 @@
 
 Authority-only: ``initialize_market`` (the creator), ``update_params`` (announces parameters,
 in force ``unbonding_seconds`` later), ``set_paused``, ``propose_authority`` /
-``accept_authority``, ``set_treasury``. Permissionless: ``sweep_vault`` (the stake vault's
-surplus over the booked stake, i.e. donations, to a stake-mint account of the treasury's
-owner).
+``accept_authority``, ``set_treasury``. Permissionless: ``withdraw_fees`` (the fee vault's
+whole balance, i.e. the treasury share of every settlement, to the treasury account) and
+``sweep_vault`` (the stake vault's surplus over the booked stake, i.e. donations, to a
+stake-mint account of the treasury's owner).
+
+Settlement never pays the treasury account directly: ``settle`` pays the market's fee vault
+``["fee_vault", market]`` (``MarketView.fee_vault``), so a closed or frozen treasury account
+only holds up ``withdraw_fees`` until the authority names another with ``set_treasury``.
 
 The instruction builders (``*_ix``) are pure; the :class:`MarketAdmin` methods read what they
 need from chain, build, send and confirm, returning the signature. This module does not import
@@ -28,7 +33,7 @@ from .codec import Codec
 from .constants import SYSTEM_PROGRAM_ID, TOKEN_PROGRAM_ID
 from .errors import AccountNotFound
 
-__all__ = ["MarketAdmin", "params_args", "set_treasury_ix", "sweep_vault_ix"]
+__all__ = ["MarketAdmin", "params_args", "set_treasury_ix", "sweep_vault_ix", "withdraw_fees_ix"]
 
 
 def params_args(params: Mapping[str, int] | MarketParams | None, base: Mapping[str, int]) -> dict[str, int]:
@@ -45,6 +50,24 @@ def set_treasury_ix(codec: Codec, authority: Pubkey, market: Pubkey, treasury: P
     """``set_treasury``: ``treasury`` (a token account of the payment mint) receives fees."""
     return codec.instruction(
         "set_treasury", {}, {"authority": authority, "market": market, "treasury": treasury}
+    )
+
+
+def withdraw_fees_ix(codec: Codec, market: MarketView) -> Instruction:
+    """``withdraw_fees`` of ``market`` (a view with its address): the fee vault's whole
+    balance to ``market.treasury``."""
+    if market.address is None:
+        raise ValueError("withdraw_fees_ix needs a MarketView with its address")
+    return codec.instruction(
+        "withdraw_fees",
+        {},
+        {
+            "market": market.address,
+            "payment_mint": market.payment_mint,
+            "fee_vault": market.fee_vault,
+            "treasury": market.treasury,
+            "token_program": TOKEN_PROGRAM_ID,
+        },
     )
 
 
@@ -92,7 +115,9 @@ class MarketAdmin:
         treasury: Pubkey,
         params: Mapping[str, int] | MarketParams | None = None,
     ) -> Signature:
-        """Create market ``market_id`` of ``authority`` and its stake vault.
+        """Create market ``market_id`` of ``authority``, its stake vault and its fee vault
+        (``pda.stake_vault_pda(market)``, ``pda.fee_vault_pda(market)``). ``treasury`` (a
+        payment-mint token account) is where :meth:`withdraw_fees` moves the fees.
 
         ``params`` keys missing from the mapping take DEFAULT_MARKET_PARAMS values; unknown
         keys raise ValueError. The market address is ``pda.market_pda(authority, market_id)``.
@@ -108,6 +133,7 @@ class MarketAdmin:
                 "stake_mint": stake_mint,
                 "payment_mint": payment_mint,
                 "stake_vault": pda.stake_vault_pda(market, self.program_id),
+                "fee_vault": pda.fee_vault_pda(market, self.program_id),
                 "treasury": treasury,
                 "token_program": TOKEN_PROGRAM_ID,
                 "system_program": SYSTEM_PROGRAM_ID,
@@ -166,8 +192,8 @@ class MarketAdmin:
 
     def set_treasury(self, authority: Keypair, market: Pubkey, treasury: Pubkey) -> Signature:
         """Make ``treasury`` (an initialized, unfrozen token account of the payment mint) the
-        account that receives the unburned fee share, at once (market authority only).
-        Moves no tokens. The program refuses another mint (``InvalidTreasury``) or a frozen
+        account to which :meth:`withdraw_fees` moves the unburned fee share, at once (market
+        authority only). Moves no tokens. The program refuses another mint (``InvalidTreasury``) or a frozen
         account (``TreasuryNotUsable``)."""
         ix = set_treasury_ix(self.codec, authority.pubkey(), market, treasury)
         return self.send([ix], [authority])
@@ -182,6 +208,29 @@ class MarketAdmin:
                 "can name a new one with set_treasury (`gpum market set-treasury`)"
             )
         return tokens.parse_token_account(info[1]).owner
+
+    def fees_to_withdraw(self, market: Pubkey | MarketView) -> int:
+        """The fee vault's balance (base units): what :meth:`withdraw_fees` would move now."""
+        m = market if isinstance(market, MarketView) else self._require(market, "Market")
+        return self.token_balance(m.fee_vault)
+
+    def withdraw_fees(self, caller: Keypair, market: Pubkey) -> Signature:
+        """Move the fee vault's whole balance to the market's treasury account (anyone may
+        call; the instruction names no signer: ``caller`` pays the transaction fee unless the
+        client has a ``payer``). Event ``FeesWithdrawn {market, treasury, amount}``.
+
+        AccountNotFound, before anything is sent, if the treasury token account does not
+        exist (closed): the market authority names a new one with :meth:`set_treasury`. The
+        program fails with ``NothingToWithdrawFees`` when the fee vault is empty (see
+        :meth:`fees_to_withdraw`).
+        """
+        m = self._require(market, "Market")
+        if self.account_info(m.treasury) is None:
+            raise AccountNotFound(
+                f"the treasury token account {m.treasury} does not exist; the market authority "
+                "can name a new one with set_treasury (`gpum market set-treasury`)"
+            )
+        return self.send([withdraw_fees_ix(self.codec, m)], [caller])
 
     def vault_surplus(self, market: Pubkey) -> int:
         """Stake-vault balance above the booked stake and bonds (donations), in base units:

@@ -313,7 +313,7 @@ def market() -> None:
 def market_init(env: Env, market_id: int, stake_mint: Pubkey, payment_mint: Pubkey,
                 treasury: Pubkey | None, min_stake_per_gpu: str, validator_min_bond: str,
                 **params: int) -> None:  # fmt: skip
-    """Create a market and its stake vault; prints the market address."""
+    """Create a market and its stake and fee vaults; prints the market address."""
     from . import pda, tokens
 
     kp = env.keypair
@@ -336,9 +336,10 @@ def market_init(env: Env, market_id: int, stake_mint: Pubkey, payment_mint: Pubk
 @_common
 @_market_option
 def market_status(env: Env, market: Pubkey) -> None:
-    """Show a market's parameters in force, announced changes and when they take effect, and
-    its totals."""
+    """Show a market's parameters in force, announced changes and when they take effect, its
+    totals, and the fees in its fee vault waiting for `gpum market withdraw-fees`."""
     from .accounts import effective_params
+    from .errors import AccountNotFound
 
     m = _market(env, market)
     now = _now(env)
@@ -353,6 +354,10 @@ def market_status(env: Env, market: Pubkey) -> None:
             "effective_in_seconds": m.params_effective_at - now,
             "changes": {k: f"{current[k]} -> {new[k]}" for k in new if new[k] != current[k]},
         }
+    try:
+        fees_waiting: str | None = format_ui_amount(env.client.fees_to_withdraw(m), pd_)
+    except AccountNotFound:
+        fees_waiting = None
     data = {
         "market": str(market),
         "authority": str(m.authority),
@@ -360,6 +365,8 @@ def market_status(env: Env, market: Pubkey) -> None:
         "stake_mint": str(m.stake_mint),
         "payment_mint": str(m.payment_mint),
         "treasury": str(m.treasury),
+        "fee_vault": str(m.fee_vault),
+        "fees_to_withdraw": fees_waiting,
         "paused": m.paused,
         "chain_time": now,
         "params": _params_dict(in_force),
@@ -505,15 +512,29 @@ def job() -> None:
               help="Provider account address (see `gpum provider status`).")  # fmt: skip
 @click.option("--gpu-count", type=click.IntRange(1, 256), default=1, show_default=True)
 @click.option("--deposit", required=True, help="Escrow deposit, payment-mint UI units.")
+@click.option("--max-price", default=None,
+              help="Highest price per GPU-second you accept, payment-mint UI units (default: "
+                   "the provider's price now); the job is refused if the provider's price is "
+                   "above it when the transaction lands.")  # fmt: skip
 @click.option("--job-id", type=click.IntRange(0, 2**64 - 1), default=None,
               help="Default: current unix time in milliseconds.")  # fmt: skip
 def job_create(env: Env, market: Pubkey, provider_: Pubkey, gpu_count: int, deposit: str,
-               job_id: int | None) -> None:  # fmt: skip
+               max_price: str | None, job_id: int | None) -> None:  # fmt: skip
     """Open a job on a provider and escrow the deposit from your payment ATA."""
+    from .errors import GpuMarketError
+
     kp = env.keypair
     m = _market(env, market)
     decimals = env.client.mint_decimals(m.payment_mint)
     base = _amount(deposit, decimals, "'--deposit'")
+    p = env.client.fetch_provider(provider_)
+    if p is None:
+        raise CliError(f"provider {provider_} does not exist on {env.client.url}; pass the "
+                       "provider account address (see `gpum provider status`)")  # fmt: skip
+    price = p.price_per_gpu_second
+    limit = price if max_price is None else _amount(max_price, decimals, "'--max-price'", True)
+    if price > limit:
+        raise CliError(_price_above_limit(price, limit, decimals))
     need = env.client.min_deposit(market, provider_, gpu_count)
     if base < need:
         raise click.BadParameter(
@@ -522,8 +543,27 @@ def job_create(env: Env, market: Pubkey, provider_: Pubkey, gpu_count: int, depo
             param_hint="'--deposit'",
         )
     job_id = int(time.time() * 1000) if job_id is None else job_id
-    sig, address = env.client.create_job(kp, market, provider_, job_id, gpu_count, base)
-    env.emit({"job": str(address), "job_id": job_id, "signature": str(sig)})
+    try:
+        sig, address = env.client.create_job(kp, market, provider_, job_id, gpu_count, base, limit)
+    except GpuMarketError as e:
+        if e.name != "PriceAboveLimit":
+            raise
+        now = env.client.fetch_provider(provider_)
+        raise CliError(_price_above_limit(now.price_per_gpu_second if now else None, limit,
+                                          decimals)) from None  # fmt: skip
+    env.emit({"job": str(address), "job_id": job_id,
+              "max_price_per_gpu_second": format_ui_amount(limit, decimals),
+              "signature": str(sig)})  # fmt: skip
+
+
+def _price_above_limit(price: int | None, limit: int, decimals: int) -> str:
+    """The one-line answer to ``PriceAboveLimit`` (checked before sending, or on chain)."""
+    now = "above" if price is None else f"{format_ui_amount(price, decimals)}, above"
+    accept = "" if price is None else f" {format_ui_amount(price, decimals)}"
+    return (f"the provider's price per GPU-second is now {now} your --max-price "
+            f"{format_ui_amount(limit, decimals)}; no job was created and nothing was charged: "
+            f"check it with `gpum provider status` and pass --max-price{accept} or more to "
+            "accept it")
 
 
 def _job_view(env: Env, address: Pubkey):
@@ -673,8 +713,8 @@ def market_update_params(env: Env, market: Pubkey, min_stake_per_gpu: str | None
 @_market_option
 @click.argument("account", metavar="ACCOUNT", type=PUBKEY)
 def market_set_treasury(env: Env, market: Pubkey, account: Pubkey) -> None:
-    """Make ACCOUNT (a token account of the market's payment mint) receive the fees, at once
-    (market authority)."""
+    """Make ACCOUNT (a token account of the market's payment mint) the treasury that
+    `gpum market withdraw-fees` pays, at once (market authority)."""
     from . import tokens
     from .constants import TOKEN_PROGRAM_ID
 
@@ -716,6 +756,23 @@ def market_sweep_vault(env: Env, market: Pubkey) -> None:
     sig = env.client.sweep_vault(env.keypair, market)
     env.emit({"market": str(market), "swept": format_ui_amount(surplus, decimals),
               "destination": str(destination), "signature": str(sig)})  # fmt: skip
+
+
+@market.command("withdraw-fees")
+@_common
+@_market_option
+def market_withdraw_fees(env: Env, market: Pubkey) -> None:
+    """Move the fees waiting in the market's fee vault (the treasury share of every
+    settlement) to its treasury account (anyone; you pay the transaction fee)."""
+    m = _market(env, market)
+    decimals = env.client.mint_decimals(m.payment_mint)
+    waiting = env.client.fees_to_withdraw(m)
+    if waiting == 0:
+        raise CliError(f"the fee vault {m.fee_vault} holds nothing: no fees to withdraw yet")
+    sig = env.client.withdraw_fees(env.keypair, market)
+    moved = next((d["amount"] for name, d in env.client.events(sig) if name == "FeesWithdrawn"), waiting)
+    env.emit({"market": str(market), "withdrawn": format_ui_amount(moved, decimals),
+              "treasury": str(m.treasury), "signature": str(sig)})  # fmt: skip
 
 
 @market.command("propose-authority")
@@ -875,6 +932,16 @@ _job_action("expire", "expire_job",
 # ----------------------------------------------------------------------------- entry point
 
 
+PROGRAM_ERROR_HINTS = {
+    "PriceAboveLimit": "the provider raised its price before your job landed; nothing was "
+                       "charged: check `gpum provider status` and retry with a higher --max-price",
+    "NothingToWithdrawFees": "no settlement has paid fees since the last withdrawal",
+    "InvalidFeeVault": "pass the market's fee_vault (see `gpum market status`)",
+}
+"""What to do next, appended to the program's message for errors a command does not answer
+itself."""
+
+
 def _one_line(message: str) -> str:
     return " ".join(str(message).split())
 
@@ -901,7 +968,9 @@ def main(argv: list[str] | None = None) -> int:
         click.echo(f"error: {_one_line(e.format_message())}", err=True)
         return e.exit_code
     except GpuMarketError as e:
-        click.echo(f"error: program error {e.name} ({e.code}): {_one_line(e.message)}", err=True)
+        hint = PROGRAM_ERROR_HINTS.get(e.name)
+        tail = f"; {hint}" if hint else ""
+        click.echo(f"error: program error {e.name} ({e.code}): {_one_line(e.message)}{tail}", err=True)
         return 1
     except (SdkError, IdlNotFound, IdlConversionError) as e:
         click.echo(f"error: {_one_line(str(e))}", err=True)

@@ -557,17 +557,32 @@ class GpuMarketClient(MarketAdmin, JobEndings):
         job_id: int,
         gpu_count: int,
         deposit: int,
+        max_price_per_gpu_second: int | None = None,
     ) -> tuple[Signature, Pubkey]:
         """Open job ``job_id`` on ``provider`` (the Provider PDA), escrowing ``deposit`` from
         the user's payment-mint ATA. Returns ``(signature, job address)``.
 
         The job's terms (rate, fee, window, grace, ...) are fixed now from the parameters in
         force at chain time (:func:`gpu_market.accounts.effective_params`) and the provider's
-        price. ValueError, before anything is sent, if ``deposit`` is below one window at that
-        rate (:meth:`min_deposit`).
+        price. ``max_price_per_gpu_second`` (base units) is the highest price the user accepts:
+        the program refuses the job with ``PriceAboveLimit`` if the provider's price is above
+        it when the transaction lands (so a provider cannot front-run the user with a price
+        rise); by default it is the price read here, before the transaction is built.
+        ValueError, before anything is sent, if ``deposit`` is below one window at the price
+        read (:meth:`min_deposit`) or that price is already above ``max_price_per_gpu_second``.
         """
         m, p, params = self._pricing(market, provider)
-        need = min_deposit(params, p.price_per_gpu_second, gpu_count)
+        price = p.price_per_gpu_second
+        max_price = price if max_price_per_gpu_second is None else int(max_price_per_gpu_second)
+        if not 0 <= max_price < 2**64:
+            raise ValueError(f"max_price_per_gpu_second must be a u64, got {max_price}")
+        if price > max_price:
+            raise ValueError(
+                f"the provider's price is {price} base units per GPU-second, above your "
+                f"max_price_per_gpu_second {max_price} (the program's PriceAboveLimit); nothing "
+                "was sent"
+            )
+        need = min_deposit(params, price, gpu_count)
         if deposit < need:
             raise ValueError(
                 f"deposit {deposit} is below one window at the job's rate: at least {need} base "
@@ -577,7 +592,8 @@ class GpuMarketClient(MarketAdmin, JobEndings):
         job = pda.job_pda(market, user.pubkey(), job_id, self.program_id)
         ix = self.codec.instruction(
             "create_job",
-            {"job_id": job_id, "gpu_count": gpu_count, "deposit": deposit},
+            {"job_id": job_id, "gpu_count": gpu_count, "deposit": deposit,
+             "max_price_per_gpu_second": max_price},
             {
                 "user": user.pubkey(),
                 "market": market,
@@ -960,7 +976,7 @@ class GpuMarketClient(MarketAdmin, JobEndings):
                 provider=job.provider,
                 escrow=pda.escrow_pda(item.job, self.program_id),
                 provider_payment_account=tokens.ata(provider.owner, market.payment_mint),
-                treasury=market.treasury,
+                fee_vault=market.fee_vault,
                 payment_mint=market.payment_mint,
                 extra_validators=tuple(
                     pda.validator_pda(job.market, a.validator_authority, self.program_id)

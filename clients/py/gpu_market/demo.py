@@ -4,8 +4,9 @@ Starts the local chain (``gpum-localnet``), creates the mints, the market, a sta
 validator and a user's escrowed job, then runs a simulated worker (``gpum-worker run
 --simulate``) and a validator node (``gpum-validator run``) as real processes. It waits for at
 least ``--settlements`` settlements to land, finishes and closes the job through the ``gpum``
-CLI, and prints a summary. The last line is one JSON object whose figures are all read back
-from the chain (token balances and mint supply), never computed from the inputs.
+CLI, moves the fees from the market's fee vault to its treasury (``gpum market withdraw-fees``)
+and prints a summary. The last line is one JSON object whose figures are all read back from the
+chain (token balances and mint supply), never computed from the inputs.
 
 Guarantees: every process it starts is stopped when it returns, on failure and on Ctrl-C; all
 state lives in a fresh temporary directory (``--workdir`` keeps it).
@@ -219,6 +220,7 @@ def run_demo(
         user_pay = tokens.ata(user.pubkey(), payment_mint)
         provider_pay = tokens.ata(owner.pubkey(), payment_mint)
         treasury = client.fetch_market(market).treasury
+        fee_vault = pda.fee_vault_pda(market)
         user_before = client.token_balance(user_pay)
         supply_before = client.mint_supply(payment_mint)
         job = Pubkey.from_string(cli(
@@ -284,10 +286,16 @@ def run_demo(
         if client.fetch_job(job) is not None:
             raise DemoError("job account still exists after close")
 
+        # -- settle pays the treasury share into the fee vault; anyone forwards it ----------
+        waiting = client.token_balance(fee_vault)
+        withdrawn = cli("admin", "market", "withdraw-fees", "--market", str(market))["withdrawn"]
+        say(f"fees withdrawn    {withdrawn} from the fee vault to the treasury {treasury}")
+
         # -- read everything back from the chain --------------------------------------
         deposited = user_before - user_after_create
         provider_paid = client.token_balance(provider_pay)
         treasury_balance = client.token_balance(treasury)
+        fee_vault_left = client.token_balance(fee_vault)
         burned = supply_before - client.mint_supply(payment_mint)
         refunded = client.token_balance(user_pay) - user_after_create
         summary = {
@@ -298,9 +306,12 @@ def run_demo(
             "deposited": deposited,
             "provider_paid": provider_paid,
             "treasury": treasury_balance,
+            "fees_withdrawn": waiting - fee_vault_left,
+            "fee_vault_left": fee_vault_left,
             "burned": burned,
             "refunded": refunded,
-            "conserved": deposited == provider_paid + treasury_balance + burned + refunded,
+            "conserved": deposited
+            == provider_paid + treasury_balance + fee_vault_left + burned + refunded,
         }
         say("")
         say(f"settled {final.settled_seconds} s of a {gpus}-GPU job over {final.last_seq} windows "

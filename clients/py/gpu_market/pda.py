@@ -13,6 +13,7 @@ from .constants import PROGRAM_ID
 __all__ = [
     "EQUIVOCATION_SEED",
     "ESCROW_SEED",
+    "FEE_VAULT_SEED",
     "JOB_SEED",
     "MARKET_SEED",
     "PROVIDER_SEED",
@@ -22,6 +23,8 @@ __all__ = [
     "equivocation_pda_and_bump",
     "escrow_pda",
     "escrow_pda_and_bump",
+    "fee_vault_pda",
+    "fee_vault_pda_and_bump",
     "job_pda",
     "job_pda_and_bump",
     "market_pda",
@@ -40,6 +43,7 @@ VALIDATOR_SEED = b"validator"
 JOB_SEED = b"job"
 ESCROW_SEED = b"escrow"
 STAKE_VAULT_SEED = b"stake_vault"
+FEE_VAULT_SEED = b"fee_vault"
 EQUIVOCATION_SEED = b"equivocation"
 
 _U64_MAX = 2**64 - 1
@@ -63,6 +67,12 @@ def market_pda_and_bump(
 def stake_vault_pda_and_bump(market: Pubkey, program_id: Pubkey = PROGRAM_ID) -> tuple[Pubkey, int]:
     """``["stake_vault", market]``: the market's stake token account."""
     return Pubkey.find_program_address([STAKE_VAULT_SEED, bytes(market)], program_id)
+
+
+def fee_vault_pda_and_bump(market: Pubkey, program_id: Pubkey = PROGRAM_ID) -> tuple[Pubkey, int]:
+    """``["fee_vault", market]``: the market's fee vault (payment-mint token account, authority
+    the market PDA), where ``settle`` pays the treasury share until ``withdraw_fees``."""
+    return Pubkey.find_program_address([FEE_VAULT_SEED, bytes(market)], program_id)
 
 
 def provider_pda_and_bump(
@@ -116,6 +126,11 @@ def market_pda(authority: Pubkey, market_id: int, program_id: Pubkey = PROGRAM_I
 def stake_vault_pda(market: Pubkey, program_id: Pubkey = PROGRAM_ID) -> Pubkey:
     """Address of ``market``'s stake vault."""
     return stake_vault_pda_and_bump(market, program_id)[0]
+
+
+def fee_vault_pda(market: Pubkey, program_id: Pubkey = PROGRAM_ID) -> Pubkey:
+    """Address of ``market``'s fee vault (``MarketView.fee_vault`` of an existing market)."""
+    return fee_vault_pda_and_bump(market, program_id)[0]
 
 
 def provider_pda(market: Pubkey, owner: Pubkey, program_id: Pubkey = PROGRAM_ID) -> Pubkey:

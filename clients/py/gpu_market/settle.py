@@ -92,14 +92,18 @@ class SettleItem:
 
 @dataclass(frozen=True)
 class SettleAccounts:
-    """The chain accounts a ``settle`` for one job needs (read from job, provider, market)."""
+    """The chain accounts a ``settle`` for one job needs (read from job, provider, market).
+
+    ``fee_vault`` is the market's fee vault (``MarketView.fee_vault``): settle pays the
+    treasury share there, never to the treasury account itself (``withdraw_fees`` forwards it).
+    """
 
     market: Pubkey
     validator: Pubkey
     provider: Pubkey
     escrow: Pubkey
     provider_payment_account: Pubkey
-    treasury: Pubkey
+    fee_vault: Pubkey
     payment_mint: Pubkey
     extra_validators: tuple[Pubkey, ...] = ()
 
@@ -260,7 +264,7 @@ def settle_instructions(
                 "job": item.job,
                 "escrow": accounts.escrow,
                 "provider_payment_account": accounts.provider_payment_account,
-                "treasury": accounts.treasury,
+                "fee_vault": accounts.fee_vault,
                 "payment_mint": accounts.payment_mint,
                 "instructions": INSTRUCTIONS_SYSVAR_ID,
                 "token_program": TOKEN_PROGRAM_ID,
@@ -286,7 +290,7 @@ def max_settle_items_per_tx(codec, settle_quorum: int = 1) -> int:
     if settle_quorum < 1:
         raise ValueError("settle_quorum must be at least 1")
     authority = Pubkey.new_unique()
-    market, validator, treasury, mint = (Pubkey.new_unique() for _ in range(4))
+    market, validator, fee_vault, mint = (Pubkey.new_unique() for _ in range(4))
     n = 0
     ixs: list[Instruction] = []
     while True:
@@ -302,7 +306,7 @@ def max_settle_items_per_tx(codec, settle_quorum: int = 1) -> int:
             provider=Pubkey.new_unique(),
             escrow=Pubkey.new_unique(),
             provider_payment_account=Pubkey.new_unique(),
-            treasury=treasury,
+            fee_vault=fee_vault,
             payment_mint=mint,
             extra_validators=tuple(Pubkey.new_unique() for _ in attesters),
         )

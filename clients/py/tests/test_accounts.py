@@ -119,7 +119,7 @@ def market_bytes(params: tuple, pending: tuple, effective_at: int) -> bytes:
         + b"".join(bytes(K[i]) for i in (2, 3, 4, 5))
         + struct.pack(MARKET_PARAMS_FMT, *params) + struct.pack(MARKET_PARAMS_FMT, *pending)
         + struct.pack("<q", effective_at) + b"\x01"
-        + struct.pack("<6Q", 1, 2, 3, 4, 6, 5) + bytes([250, 251])
+        + struct.pack("<6Q", 1, 2, 3, 4, 6, 5) + bytes([250, 251]) + bytes(K[6]) + bytes([249])
     )  # fmt: skip
 
 
@@ -137,6 +137,7 @@ def test_market_and_validator(codec):
     assert m.booked_stake == 1 + 2
     assert (m.totals.staked, m.totals.jobs, m.bump, m.stake_vault_bump) == (1, 5, 250, 251)
     assert (m.creator, m.totals.slashed) == (K[7], 6)
+    assert (m.fee_vault, m.fee_vault_bump) == (K[6], 249)
     validator = disc("Validator") + bytes(K[1]) + bytes(K[2]) + struct.pack("<QQqBQB", 9, 0, 0, 1, 4, 255)
     v = decode_validator(validator, None, codec)
     assert (v.bond, v.status, v.settlements, v.bump) == (9, "exiting", 4, 255)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import pytest
 from click.testing import CliRunner
@@ -46,6 +47,7 @@ def assert_one_line_error(err: str, *needles: str) -> None:
         assert n in lines[0], lines[0]
 
 
+PRICE = 1_000  # the fake provider's price per GPU-second, base units (0.001 UI)
 PARAMS = MarketParams(500, 5000, 0, 0, 60, 1, 10, 100, 5000, 1000, 0, 5, 95, 0)
 CHAIN_NOW = 1_700_000_000
 
@@ -57,7 +59,7 @@ def fake_market(pending: dict | None = None, effective_at: int = 0,
     k = Pubkey.new_unique()
     return MarketView(k, k, Pubkey.default(), 0, k, k, k, k, PARAMS,
                       replace(PARAMS, **(pending or {})), effective_at, False,
-                      totals or MarketTotals(0, 0, 0, 0, 0, 0), 255, 255)  # fmt: skip
+                      totals or MarketTotals(0, 0, 0, 0, 0, 0), 255, 255, k, 254)  # fmt: skip
 
 
 TERMS = JobTerms(1_000, 500, 5000, 60, 10, 720, 5, 1, 100, 5000, 1000, 95, 0)
@@ -77,6 +79,9 @@ def offline_chain(monkeypatch):
     monkeypatch.setattr(GpuMarketClient, "fetch_market", lambda self, m: fake_market())
     monkeypatch.setattr(GpuMarketClient, "mint_decimals", lambda self, m: 6)
     monkeypatch.setattr(GpuMarketClient, "chain_time", lambda self: CHAIN_NOW)
+    monkeypatch.setattr(GpuMarketClient, "fees_to_withdraw", lambda self, m: 1_500_000)
+    monkeypatch.setattr(GpuMarketClient, "fetch_provider",
+                        lambda self, p: SimpleNamespace(price_per_gpu_second=PRICE))  # fmt: skip
     calls = []
     monkeypatch.setattr(GpuMarketClient, "stake", lambda self, kp, m, amount: calls.append(amount) or "SiG")
     return calls
@@ -244,6 +249,8 @@ def recorder(monkeypatch, offline_chain):
         (["market", "set-treasury", "--market", MARKET], "Missing argument 'ACCOUNT'"),
         (["market", "set-treasury", "--market", MARKET, "nope"], "not a valid base58"),
         (["market", "sweep-vault"], "Missing option '--market'"),
+        (["market", "withdraw-fees"], "Missing option '--market'"),
+        (["market", "withdraw-fees", "--market", "xyz"], "'--market'"),
         (["market", "update-params", "--market", MARKET, "--settle-quorum", "6"], "'--settle-quorum'"),
         (["market", "update-params", "--market", MARKET, "--max-missed-windows", "1441"],
          "'--max-missed-windows'"),
@@ -314,7 +321,7 @@ def test_help_lists_newer_commands():
                                     "accept-authority")),
                         ("provider", ("update", "rotate-key", "unstake", "withdraw")),
                         ("validator", ("exit", "withdraw")),
-                        ("market", ("set-treasury", "sweep-vault")),
+                        ("market", ("set-treasury", "sweep-vault", "withdraw-fees")),
                         ("job", ("top-up", "cancel", "expire", "decline", "complete"))):  # fmt: skip
         code, out, _ = run([group, "--help"])
         assert code == 0
@@ -335,6 +342,7 @@ def test_market_status_shows_pending_params_and_when(monkeypatch, keyfile, offli
     data = json.loads(out)
     assert data["params"]["fee_bps"] == 500 and data["params"]["temp_critical_c"] == 95
     assert data["chain_time"] == CHAIN_NOW
+    assert (data["fee_vault"], data["fees_to_withdraw"]) == (str(market.fee_vault), "1.5")
     assert data["pending_params"] == {
         "effective_at": CHAIN_NOW + 3600, "effective_in_seconds": 3600,
         "changes": {"fee_bps": "500 -> 700", "temp_critical_c": "95 -> 90"}}  # fmt: skip
@@ -487,16 +495,158 @@ def test_sweep_vault(monkeypatch, keyfile, recorder):
     assert recorder == [("sweep_vault", (Pubkey.from_string(MARKET),))]
 
 
+def _creating(monkeypatch) -> list[tuple]:
+    from gpu_market.client import GpuMarketClient
+
+    created: list[tuple] = []
+    monkeypatch.setattr(GpuMarketClient, "create_job", lambda *a: created.append(a[1:]) or ("SiG", MARKET))
+    return created
+
+
+CREATE = ["job", "create", "--market", MARKET, "--provider", MARKET]
+
+
 def test_job_create_below_one_window(monkeypatch, keyfile, offline_chain):
     from gpu_market.client import GpuMarketClient
 
     monkeypatch.setattr(GpuMarketClient, "min_deposit", lambda self, m, p, n: 120_000)
-    created = []
-    monkeypatch.setattr(GpuMarketClient, "create_job", lambda *a: created.append(a) or ("SiG", MARKET))
-    args = ["job", "create", "--market", MARKET, "--provider", MARKET, "--gpu-count", "2", "-k", keyfile]
+    created = _creating(monkeypatch)
+    args = [*CREATE, "--gpu-count", "2", "-k", keyfile]
     code, _, err = run([*args, "--deposit", "0.1"])
     assert code == 2
     assert_one_line_error(err, "'--deposit'", "for 2 GPU(s)", "deposit at least 0.12")
     assert created == []
     code, out, err = run(["--output", "json", *args, "--deposit", "0.12", "--job-id", "5"])
     assert (code, err) == (0, "") and json.loads(out)["job_id"] == 5
+    # no --max-price: the limit the program checks is the provider's price read now
+    assert json.loads(out)["max_price_per_gpu_second"] == "0.001"
+    market = Pubkey.from_string(MARKET)
+    assert created[0][1:] == (market, market, 5, 2, 120_000, PRICE)  # (kp, market, provider, ...)
+
+
+def test_job_create_max_price(monkeypatch, keyfile, offline_chain):
+    from gpu_market.client import GpuMarketClient
+
+    monkeypatch.setattr(GpuMarketClient, "min_deposit", lambda self, m, p, n: 60_000)
+    created = _creating(monkeypatch)
+    args = ["--output", "json", *CREATE, "--deposit", "1", "--job-id", "7", "-k", keyfile]
+    code, out, err = run([*args, "--max-price", "0.0015"])  # UI units per GPU-second, as --price
+    assert (code, err) == (0, "")
+    assert json.loads(out)["max_price_per_gpu_second"] == "0.0015"
+    assert created[-1][-1] == 1_500
+    code, _, err = run([*args, "--max-price", "abc"])
+    assert code == 2
+    assert_one_line_error(err, "'--max-price'", "not a number")
+    created.clear()
+    code, _, err = run([*args, "--max-price", "0.0009"])  # the provider asks more already
+    assert code == 1
+    assert_one_line_error(err, "is now 0.001, above your --max-price 0.0009", "nothing was charged",
+                          "--max-price 0.001 or more")  # fmt: skip
+    assert created == []
+
+
+def test_job_create_price_raised_before_it_landed(monkeypatch, keyfile, offline_chain):
+    from gpu_market.client import GpuMarketClient
+
+    monkeypatch.setattr(GpuMarketClient, "min_deposit", lambda self, m, p, n: 60_000)
+    prices = iter([PRICE, 2 * PRICE])  # read before sending, then after the refusal
+
+    def fetch_provider(self, p):
+        return SimpleNamespace(price_per_gpu_second=next(prices))
+
+    def front_run(*a):
+        raise GpuMarketError(6070, "PriceAboveLimit", "the provider's price is above the "
+                             "max_price_per_gpu_second the user signed", ["l"])  # fmt: skip
+
+    monkeypatch.setattr(GpuMarketClient, "fetch_provider", fetch_provider)
+    monkeypatch.setattr(GpuMarketClient, "create_job", front_run)
+    code, _, err = run([*CREATE, "--deposit", "1", "-k", keyfile])
+    assert code == 1
+    assert_one_line_error(err, "is now 0.002, above your --max-price 0.001", "no job was created",
+                          "`gpum provider status`", "--max-price 0.002 or more")  # fmt: skip
+
+
+def test_job_create_unknown_provider(monkeypatch, keyfile, offline_chain):
+    from gpu_market.client import GpuMarketClient
+
+    monkeypatch.setattr(GpuMarketClient, "fetch_provider", lambda self, p: None)
+    created = _creating(monkeypatch)
+    code, _, err = run([*CREATE, "--deposit", "1", "-k", keyfile])
+    assert code == 1
+    assert_one_line_error(err, f"provider {MARKET} does not exist", "gpum provider status")
+    assert created == []
+
+
+def test_price_above_limit_elsewhere_gets_the_hint(monkeypatch, keyfile, offline_chain):
+    """A PriceAboveLimit no command answers itself still says what to do."""
+    from gpu_market.client import GpuMarketClient
+
+    def boom(self, kp, m, amount):
+        raise GpuMarketError(6070, "PriceAboveLimit", "the provider's price is above the limit", [])
+
+    monkeypatch.setattr(GpuMarketClient, "stake", boom)
+    code, _, err = run(["provider", "stake", "--market", MARKET, "-k", keyfile, "1"])
+    assert code == 1
+    assert_one_line_error(err, "PriceAboveLimit (6070)", "retry with a higher --max-price")
+
+
+def test_withdraw_fees(monkeypatch, keyfile, recorder):
+    from gpu_market.client import GpuMarketClient
+
+    market = fake_market()
+    monkeypatch.setattr(GpuMarketClient, "fetch_market", lambda self, m: market)
+    monkeypatch.setattr(GpuMarketClient, "withdraw_fees",
+                        lambda self, kp, m: recorder.append(("withdraw_fees", (m,))) or "SiG")  # fmt: skip
+    monkeypatch.setattr(GpuMarketClient, "events", lambda self, sig: [
+        ("FeesWithdrawn", {"market": market.address, "treasury": market.treasury, "amount": 1_750_000})])
+    code, out, err = run(["--output", "json", "market", "withdraw-fees", "--market", MARKET, "-k", keyfile])
+    assert (code, err) == (0, "")
+    # the amount the program moved (its event), not the balance read before sending
+    assert json.loads(out) == {"market": MARKET, "withdrawn": "1.75", "treasury": str(market.treasury),
+                               "signature": "SiG"}  # fmt: skip
+    assert recorder == [("withdraw_fees", (Pubkey.from_string(MARKET),))]
+
+
+def test_withdraw_fees_refuses_an_empty_vault(monkeypatch, keyfile, recorder):
+    from gpu_market.client import GpuMarketClient
+
+    monkeypatch.setattr(GpuMarketClient, "fees_to_withdraw", lambda self, m: 0)
+    code, _, err = run(["market", "withdraw-fees", "--market", MARKET, "-k", keyfile])
+    assert code == 1
+    assert_one_line_error(err, "holds nothing", "no fees to withdraw")
+    assert recorder == []
+
+
+def test_withdraw_fees_without_a_treasury_account_says_what_to_do(monkeypatch, keyfile, offline_chain):
+    from gpu_market.client import GpuMarketClient
+
+    market = fake_market()
+    monkeypatch.setattr(GpuMarketClient, "_require", lambda self, k, kind: market)
+    monkeypatch.setattr(GpuMarketClient, "account_info", lambda self, k: None)  # treasury closed
+    code, _, err = run(["market", "withdraw-fees", "--market", MARKET, "-k", keyfile])
+    assert code == 1
+    assert_one_line_error(err, "does not exist", "`gpum market set-treasury`")
+
+
+def test_withdraw_fees_race_gets_the_hint(monkeypatch, keyfile, offline_chain):
+    from gpu_market.client import GpuMarketClient
+
+    def emptied(self, kp, m):  # someone else withdrew between the read and the send
+        raise GpuMarketError(6071, "NothingToWithdrawFees", "the fee vault holds nothing to withdraw", [])
+
+    monkeypatch.setattr(GpuMarketClient, "withdraw_fees", emptied)
+    code, _, err = run(["market", "withdraw-fees", "--market", MARKET, "-k", keyfile])
+    assert code == 1
+    assert_one_line_error(err, "NothingToWithdrawFees (6071)", "since the last withdrawal")
+
+
+def test_market_status_without_a_fee_vault(monkeypatch, offline_chain):
+    from gpu_market.client import GpuMarketClient
+    from gpu_market.errors import AccountNotFound
+
+    def missing(self, m):
+        raise AccountNotFound("token account does not exist")
+
+    monkeypatch.setattr(GpuMarketClient, "fees_to_withdraw", missing)
+    code, out, _ = run(["--output", "json", "market", "status", "--market", MARKET])
+    assert code == 0 and json.loads(out)["fees_to_withdraw"] is None

@@ -235,7 +235,7 @@ def market_bytes(codec, payment_mint: Pubkey, stake_mint: Pubkey, treasury: Pubk
         "payment_mint": payment_mint, "stake_vault": pda.stake_vault_pda(k), "treasury": treasury,
         "params": MARKET_PARAMS, "pending_params": {**MARKET_PARAMS, **(pending or {})},
         "params_effective_at": effective_at, "paused": False, "totals": totals, "bump": 255,
-        "stake_vault_bump": 255,
+        "stake_vault_bump": 255, "fee_vault": pda.fee_vault_pda(k), "fee_vault_bump": 254,
     })  # fmt: skip
 
 

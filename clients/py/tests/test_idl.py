@@ -188,7 +188,7 @@ def test_program_shape(new_idl):
         "request_unstake", "withdraw_unstaked", "register_validator", "request_validator_exit",
         "withdraw_validator_bond", "create_job", "accept_job", "top_up", "settle", "finish_job",
         "cancel_job", "expire_job", "close_job", "slash_equivocation", "slash_downtime",
-        "decline_job", "complete_job", "set_treasury", "sweep_vault",
+        "decline_job", "complete_job", "set_treasury", "sweep_vault", "withdraw_fees",
     }  # fmt: skip
     assert {a["name"] for a in new_idl["accounts"]} == {
         "Market", "Provider", "Validator", "Job", "EquivocationRecord"

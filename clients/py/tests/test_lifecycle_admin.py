@@ -15,10 +15,18 @@ import httpx
 import pytest
 from gpu_market import localchain, pda, tokens
 from gpu_market.accounts import DEFAULT_MARKET_PARAMS
+from gpu_market.admin import withdraw_fees_ix
 from gpu_market.client import GpuMarketClient
-from gpu_market.constants import ASSOCIATED_TOKEN_PROGRAM_ID, PROGRAM_ID, TOKEN_PROGRAM_ID
+from gpu_market.constants import (
+    ASSOCIATED_TOKEN_PROGRAM_ID,
+    INSTRUCTIONS_SYSVAR_ID,
+    PROGRAM_ID,
+    SYSTEM_PROGRAM_ID,
+    TOKEN_PROGRAM_ID,
+)
 from gpu_market.errors import AccountNotFound, RpcUnavailable, SdkError
 from gpu_market.lifecycle import end_job_ix
+from gpu_market.settle import SettleItem
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 from test_client import CHAIN_TIME, FakeRpc, market_bytes
@@ -136,6 +144,65 @@ def test_sweep_vault_to_the_treasury_owners_ata(world, new_idl):
     assert bytes(ix.data) == disc("sweep_vault")
 
 
+def test_withdraw_fees_matches_the_idl(world, new_idl):
+    caller = Keypair()
+    _with_treasury(world, Pubkey.new_unique())
+    sig = world.client.withdraw_fees(caller, world.market)
+    (ix,), tx = world.last()
+    assert tx.signatures[0] == sig and signers_of(tx) == {caller.pubkey()}
+    assert ix.program_id == PROGRAM_ID
+    keys = {"market": world.market, "payment_mint": world.pay_mint, "fee_vault": world.view.fee_vault,
+            "treasury": world.treasury, "token_program": TOKEN_PROGRAM_ID}  # fmt: skip
+    assert metas(ix) == idl_metas(new_idl, "withdraw_fees", keys)
+    assert metas(ix) == [
+        (world.market, False, False),
+        (world.pay_mint, False, False),
+        (world.view.fee_vault, False, True),
+        (world.treasury, False, True),
+        (TOKEN_PROGRAM_ID, False, False),
+    ]
+    assert bytes(ix.data) == disc("withdraw_fees")
+
+
+def test_withdraw_fees_without_a_treasury_account_says_what_to_do(world):
+    with pytest.raises(AccountNotFound, match="set-treasury"):
+        world.client.withdraw_fees(Keypair(), world.market)
+    assert world.rpc.sent == []
+
+
+def test_withdraw_fees_ix_is_pure(codec, world):
+    from dataclasses import replace
+
+    assert withdraw_fees_ix(codec, world.view).accounts[2].pubkey == world.view.fee_vault
+    with pytest.raises(ValueError, match="address"):
+        withdraw_fees_ix(codec, replace(world.view, address=None))
+
+
+def test_fees_to_withdraw_reads_the_fee_vault(world):
+    world.rpc.accounts[str(world.view.fee_vault)] = (
+        str(TOKEN_PROGRAM_ID), token_account_bytes(world.pay_mint, world.market, 1_234))
+    assert world.client.fees_to_withdraw(world.market) == 1_234
+    assert world.client.fees_to_withdraw(world.view) == 1_234
+    del world.rpc.accounts[str(world.view.fee_vault)]
+    with pytest.raises(AccountNotFound):
+        world.client.fees_to_withdraw(world.view)
+
+
+def test_settle_pays_the_fee_vault_not_the_treasury(world, new_idl):
+    validator = Keypair()
+    item = SettleItem(world.job, 3, 180, 1_700_000_180, bytes(32), world.worker.pubkey(), bytes(64))
+    world.client.settle(validator, [item])
+    (_, ix), _ = world.last()
+    keys = {"validator_authority": validator.pubkey(), "market": world.market,
+            "validator": pda.validator_pda(world.market, validator.pubkey()), "provider": world.provider,
+            "job": world.job, "escrow": pda.escrow_pda(world.job),
+            "provider_payment_account": tokens.ata(world.owner.pubkey(), world.pay_mint),
+            "fee_vault": world.view.fee_vault, "payment_mint": world.pay_mint,
+            "instructions": INSTRUCTIONS_SYSVAR_ID, "token_program": TOKEN_PROGRAM_ID}  # fmt: skip
+    assert metas(ix) == idl_metas(new_idl, "settle", keys)
+    assert world.treasury not in [m.pubkey for m in ix.accounts]
+
+
 def test_sweep_vault_to_a_given_destination(world):
     dest = Pubkey.new_unique()
     world.client.sweep_vault(Keypair(), world.market, destination=dest)
@@ -162,6 +229,26 @@ def test_vault_surplus(fake, codec, balance, surplus):
 
 
 # ----------------------------------------------------------------------------- parameters
+
+
+def test_initialize_market_creates_the_fee_vault(fake, new_idl):
+    rpc, client = fake
+    sent: list = []
+    real_send = client.send
+    client.send = lambda ixs, signers: sent.append(list(ixs)) or real_send(ixs, signers)
+    auth, stake_mint, pay_mint, treasury = Keypair(), Pubkey.new_unique(), Pubkey.new_unique(), Pubkey.new_unique()
+    client.initialize_market(auth, 3, stake_mint, pay_mint, treasury)
+    rpc.sent[-1].verify()
+    ((ix,),) = sent
+    got = metas(ix)
+    market = pda.market_pda(auth.pubkey(), 3)
+    keys = {"authority": auth.pubkey(), "market": market, "stake_mint": stake_mint,
+            "payment_mint": pay_mint, "stake_vault": pda.stake_vault_pda(market),
+            "fee_vault": pda.fee_vault_pda(market), "treasury": treasury,
+            "token_program": TOKEN_PROGRAM_ID, "system_program": SYSTEM_PROGRAM_ID}  # fmt: skip
+    assert got == idl_metas(new_idl, "initialize_market", keys)
+    assert got[4:7] == [(pda.stake_vault_pda(market), False, True), (pda.fee_vault_pda(market), False, True),
+                        (treasury, False, False)]  # fmt: skip
 
 
 def test_initialize_market_defaults_include_health_thresholds(fake):
@@ -214,8 +301,39 @@ def test_create_job_min_deposit_uses_the_params_in_force_at_chain_time(fake, cod
     assert world.client.min_deposit(world.market, world.provider, 2) == 300
     _, job = world.client.create_job(user, world.market, world.provider, 1, 2, 300)
     (ix,), _ = world.last()
-    assert bytes(ix.data) == disc("create_job") + struct.pack("<QHQ", 1, 2, 300)
+    # no max_price_per_gpu_second: the provider's price read before building (5), never u64::MAX
+    assert bytes(ix.data) == disc("create_job") + struct.pack("<QHQQ", 1, 2, 300, 5)
     assert job == pda.job_pda(world.market, user.pubkey(), 1)
+
+
+def test_create_job_matches_the_idl(fake, codec, job_bytes, new_idl):
+    world = _priced_world(fake, codec, job_bytes, {}, 0)
+    user = Keypair()
+    sig, job = world.client.create_job(user, world.market, world.provider, 9, 1, 600,
+                                       max_price_per_gpu_second=7)  # fmt: skip
+    (ix,), tx = world.last()
+    assert tx.signatures[0] == sig and signers_of(tx) == {user.pubkey()}
+    keys = {"user": user.pubkey(), "market": world.market, "provider": world.provider, "job": job,
+            "escrow": pda.escrow_pda(job), "payment_mint": world.pay_mint,
+            "user_payment_account": tokens.ata(user.pubkey(), world.pay_mint),
+            "token_program": TOKEN_PROGRAM_ID, "system_program": SYSTEM_PROGRAM_ID}  # fmt: skip
+    assert metas(ix) == idl_metas(new_idl, "create_job", keys)
+    args = next(i for i in new_idl["instructions"] if i["name"] == "create_job")["args"]
+    assert [(a["name"], a["type"]) for a in args] == [
+        ("job_id", "u64"), ("gpu_count", "u16"), ("deposit", "u64"), ("max_price_per_gpu_second", "u64")]
+    assert bytes(ix.data) == disc("create_job") + struct.pack("<QHQQ", 9, 1, 600, 7)
+    world.client.create_job(user, world.market, world.provider, 10, 1, 600, 5)  # = the price
+    (ix,), _ = world.last()
+    assert bytes(ix.data)[-8:] == struct.pack("<Q", 5)
+
+
+@pytest.mark.parametrize("limit, match", [(4, "above your max_price_per_gpu_second 4"),
+                                          (-1, "must be a u64"), (2**64, "must be a u64")])  # fmt: skip
+def test_create_job_refuses_a_price_above_the_limit_before_sending(fake, codec, job_bytes, limit, match):
+    world = _priced_world(fake, codec, job_bytes, {}, 0)  # the provider asks 5 per GPU-second
+    with pytest.raises(ValueError, match=match):
+        world.client.create_job(Keypair(), world.market, world.provider, 1, 1, 600, limit)
+    assert world.rpc.sent == []
 
 
 def test_create_job_names_a_missing_provider(world):

@@ -54,6 +54,7 @@ def test_rust_vectors():
     [
         (pda.market_pda_and_bump, (AUTHORITY, 7), [b"market", bytes(AUTHORITY), (7).to_bytes(8, "little")]),
         (pda.stake_vault_pda_and_bump, (OWNER,), [b"stake_vault", bytes(OWNER)]),
+        (pda.fee_vault_pda_and_bump, (OWNER,), [b"fee_vault", bytes(OWNER)]),
         (pda.provider_pda_and_bump, (AUTHORITY, OWNER), [b"provider", bytes(AUTHORITY), bytes(OWNER)]),
         (pda.validator_pda_and_bump, (AUTHORITY, OWNER), [b"validator", bytes(AUTHORITY), bytes(OWNER)]),
         (pda.job_pda_and_bump, (AUTHORITY, USER, 300), [b"job", bytes(AUTHORITY), bytes(USER), (300).to_bytes(8, "little")]),
@@ -72,6 +73,9 @@ def test_plain_variants_match():
     assert market == pda.market_pda_and_bump(AUTHORITY, 0)[0]
     assert pda.validator_pda(market, OWNER) == pda.validator_pda_and_bump(market, OWNER)[0]
     assert pda.stake_vault_pda(market) == pda.stake_vault_pda_and_bump(market)[0]
+    assert pda.fee_vault_pda(market) == pda.fee_vault_pda_and_bump(market)[0]
+    assert pda.fee_vault_pda(market) != pda.stake_vault_pda(market)
+    assert pda.FEE_VAULT_SEED == b"fee_vault"  # programs/gpu_market/src/seeds.rs FEE_VAULT
 
 
 @pytest.mark.parametrize("bad", [-1, 2**64, 1.0, True, "1"])

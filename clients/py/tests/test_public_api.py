@@ -43,7 +43,8 @@ def test_documented_client_signatures():
                                         "market", "worker_key_expires_at"]  # fmt: skip
     assert sig["stake"] == ["owner", "market", "amount"]
     assert sig["register_validator"] == ["authority", "market", "bond"]
-    assert sig["create_job"] == ["user", "market", "provider", "job_id", "gpu_count", "deposit"]
+    assert sig["create_job"] == ["user", "market", "provider", "job_id", "gpu_count", "deposit",
+                                 "max_price_per_gpu_second"]  # fmt: skip
     assert sig["accept_job"] == ["signer", "job"] and sig["finish_job"] == ["signer", "job"]
     assert sig["close_job"] == ["user", "job"]
     assert sig["settle"] == ["validator_authority", "items"]
@@ -53,6 +54,8 @@ def test_documented_client_signatures():
     assert sig["set_treasury"] == ["authority", "market", "treasury"]
     assert sig["sweep_vault"] == ["caller", "market", "destination"]
     assert sig["vault_surplus"] == ["market"] and sig["treasury_owner"] == ["market"]
+    # the fee vault (docs/sdk-api.md, "Fee vault and price limit")
+    assert sig["withdraw_fees"] == ["caller", "market"] and sig["fees_to_withdraw"] == ["market"]
     assert sig["update_params"] == ["authority", "market", "params"]
     assert sig["chain_time"] == [] and sig["min_deposit"] == ["market", "provider", "gpu_count"]
     assert "max_settle_items_per_tx" in sig
@@ -60,7 +63,7 @@ def test_documented_client_signatures():
     assert fields[:7] == ["job", "seq", "cumulative_seconds", "window_end", "proof_hash",
                           "worker_key", "receipt_signature"]  # fmt: skip
     for name in ("market_pda", "stake_vault_pda", "provider_pda", "validator_pda", "job_pda",
-                 "escrow_pda", "market_pda_and_bump", "job_pda_and_bump"):  # fmt: skip
+                 "escrow_pda", "fee_vault_pda", "market_pda_and_bump", "job_pda_and_bump"):  # fmt: skip
         assert callable(getattr(pda, name))
 
 

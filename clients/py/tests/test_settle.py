@@ -42,7 +42,7 @@ def accounts(extra: tuple[Pubkey, ...] = ()) -> SettleAccounts:
         provider=Pubkey(bytes([12] * 32)),
         escrow=Pubkey(bytes([13] * 32)),
         provider_payment_account=Pubkey(bytes([14] * 32)),
-        treasury=Pubkey(bytes([15] * 32)),
+        fee_vault=Pubkey(bytes([15] * 32)),
         payment_mint=Pubkey(bytes([16] * 32)),
         extra_validators=extra,
     )
@@ -110,14 +110,14 @@ def test_settle_item_is_ed25519_then_settle(codec):
         (item.job, False, True),
         (acc.escrow, False, True),
         (acc.provider_payment_account, False, True),
-        (acc.treasury, False, True),
+        (acc.fee_vault, False, True),
         (acc.payment_mint, False, True),
         (INSTRUCTIONS_SYSVAR_ID, False, False),
         (TOKEN_PROGRAM_ID, False, False),
     ]
     assert codec.instruction_accounts("settle") == [
         "validator_authority", "market", "validator", "provider", "job", "escrow",
-        "provider_payment_account", "treasury", "payment_mint", "instructions", "token_program",
+        "provider_payment_account", "fee_vault", "payment_mint", "instructions", "token_program",
     ]  # fmt: skip
     assert bytes(settle.data)[8:] == struct.pack("<QQq", 3, 180, 1_700_000_180) + bytes([5] * 32)
 
@@ -184,7 +184,7 @@ def test_max_items_per_tx_respects_packet_limit(codec):
         out = []
         for i in range(k):
             acc = SettleAccounts(base.market, base.validator, Pubkey.new_unique(), Pubkey.new_unique(),
-                                 Pubkey.new_unique(), base.treasury, base.payment_mint)  # fmt: skip
+                                 Pubkey.new_unique(), base.fee_vault, base.payment_mint)  # fmt: skip
             out += settle_instructions(codec, authority, signed_item(base.market), acc)
         return out
 
