@@ -22,7 +22,7 @@ fn success_full_job_lifecycle_pays_provider_treasury_burn_and_refunds_user() {
         b.settle(job, r).unwrap();
     }
     let j = b.job_state(&job);
-    assert_eq!(j.settled_seconds, 180);
+    assert_eq!(j.paid_seconds, 180);
     assert_eq!(j.last_seq, 3);
     let amount = 180 * 20;
     let fee = amount / 10; // fee_bps 1000
@@ -63,7 +63,7 @@ fn success_escrow_exhaustion_completes_job_and_frees_gpus() {
     b.advance(60);
     b.settle(job, receipt(2, 120, started + 120)).unwrap();
     let j = b.job_state(&job);
-    assert_eq!(j.settled_seconds, 90, "billing capped by escrow");
+    assert_eq!(j.paid_seconds, 90, "billing capped by escrow");
     assert_eq!(j.status, gpu_market::state::JobStatus::Completed);
     assert_eq!(b.provider_state().gpus_in_use, 0);
     assert_eq!(j.paid_provider + j.paid_treasury + j.burned, 900);

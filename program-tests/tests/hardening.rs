@@ -112,7 +112,7 @@ fn hostile(p: MarketParams) -> MarketParams {
         downtime_slash_bps: 10_000,
         equivocation_slash_bps: 10_000,
         reporter_reward_bps: 5_000,
-        settle_quorum: 1,
+        min_quorum: 1,
         ..p
     }
 }
@@ -136,13 +136,19 @@ fn authority_cannot_seize_stake_with_a_parameter_change_and_its_own_validator() 
     let ix = b.ix_register_validator(&admin.pubkey(), admin_party.stake, 5_000);
     b.as_admin(&[ix]);
     b.advance(2);
+    // Its validator is not in the committee the user chose (issue 8): it can report nothing.
     let ix = b.ix_slash_downtime(&admin.pubkey(), admin_party.stake, job, &[]);
-    assert_eq!(b.admin_err(&[ix]), program_err(0, E::NotEnoughMissedWindows));
+    assert_eq!(b.admin_err(&[ix]), program_err(0, E::NotCommitteeMember));
+    // The job's own committee member cannot either, 2 seconds in: the job's terms hold.
+    let va = b.va_kp();
+    let stake = b.validator_stake_account();
+    let ix = b.ix_slash_downtime(&va.pubkey(), stake, job, &[]);
+    assert_eq!(b.va_err(&[ix]), program_err(0, E::NotEnoughMissedWindows));
     assert_eq!(b.provider_state().stake, 100_000);
     // Even once the change is in force, the running job keeps its terms.
     b.set_time(T0 + UNBONDING);
-    let ix = b.ix_slash_downtime(&admin.pubkey(), admin_party.stake, job, &[]);
-    b.as_admin(&[ix]); // 14 days of silence is downtime under the job's own terms
+    let ix = b.ix_slash_downtime(&va.pubkey(), stake, job, &[]);
+    b.as_va(&[ix]); // 14 days of silence is downtime under the job's own terms
     assert_eq!(b.provider_state().stake, 99_000, "1 % (the job's downtime_slash_bps), not 100 %");
 }
 
@@ -171,9 +177,9 @@ fn quorum_raise_cannot_stall_running_jobs() {
     // unbonding 0: changes apply at once, and still the running job settles with its quorum.
     let mut b = Bench::with_params(MarketParams { unbonding_seconds: 0, ..default_params() });
     let (job, _) = b.running_job(1, 1, 10_000);
-    let ix = b.ix_update_params(&b.admin.pubkey(), MarketParams { unbonding_seconds: 0, settle_quorum: 5, ..default_params() });
+    let ix = b.ix_update_params(&b.admin.pubkey(), MarketParams { unbonding_seconds: 0, min_quorum: 3, ..default_params() });
     b.as_admin(&[ix]);
-    assert_eq!(b.market_state().params.settle_quorum, 5);
+    assert_eq!(b.market_state().params.min_quorum, 3);
     b.advance(60);
     b.settle(job, receipt(1, 60, T0 + 60)).expect("the job's quorum of 1 still settles");
 }
@@ -182,7 +188,7 @@ fn quorum_raise_cannot_stall_running_jobs() {
 fn every_parameter_keeps_a_usable_bound() {
     let mut b = Bench::new();
     let cases = [
-        (MarketParams { settle_quorum: 6, ..default_params() }, E::InvalidQuorum),
+        (MarketParams { min_quorum: 4, ..default_params() }, E::InvalidQuorum),
         (MarketParams { max_missed_windows: 1_441, ..default_params() }, E::InvalidMaxMissedWindows),
         (MarketParams { reporter_reward_bps: 5_001, ..default_params() }, E::ReporterRewardTooHigh),
         (MarketParams { temp_critical_c: 49, ..default_params() }, E::InvalidHealthThresholds),
@@ -210,7 +216,7 @@ fn many_short_receipts_cannot_bill_more_than_wall_time() {
     }
     b.settle(job, receipt(61, 65, T0 + 60)).unwrap();
     let j = b.job_state(&job);
-    assert_eq!(j.settled_seconds, 65, "60 s of wall time + 5 s skew, in total");
+    assert_eq!(j.paid_seconds, 65, "60 s of wall time + 5 s skew, in total");
 }
 
 #[test]
@@ -239,7 +245,7 @@ fn finished_job_never_closed_by_its_user_is_completed_by_anyone_after_the_grace(
     assert_eq!(b.send_err(&[ix.clone()], &[&stranger]), program_err(0, E::GracePeriodActive));
     b.advance(1);
     let logs = b.send(&[ix.clone()], &[&stranger]).unwrap().logs;
-    assert_event(&logs, JobCompleted { job, by: stranger.pubkey(), settled_seconds: 0 });
+    assert_event(&logs, JobCompleted { job, by: stranger.pubkey(), paid_seconds: 0 });
     let p = b.provider_state();
     assert_eq!((p.gpus_in_use, p.reputation.jobs_completed), (0, 0), "GPUs free; nothing billed, nothing earned");
     assert_eq!(b.send_err(&[ix], &[&stranger]), program_err(0, E::InvalidJobStatus));

@@ -37,7 +37,7 @@ fn success_create_job_escrows_deposit_and_locks_rate() {
     let j = b.job_state(&job);
     assert_eq!((j.market, j.user, j.provider, j.job_id, j.gpu_count), (b.market, user.pubkey(), b.provider, 9, 3));
     assert_eq!((j.terms.rate_per_second, j.deposited, j.status, j.created_at), (30, 5_000, JobStatus::Open, T0));
-    assert_eq!((j.started_at, j.ended_at, j.last_seq, j.settled_seconds, j.last_window_end), (0, 0, 0, 0, 0));
+    assert_eq!((j.started_at, j.ended_at, j.last_seq, j.paid_seconds, j.last_window_end), (0, 0, 0, 0, 0));
     assert_eq!(j.escrow_bump, Pubkey::find_program_address(&[gpu_market::seeds::ESCROW, job.as_ref()], &gpu_market::ID).1);
     assert_eq!(b.token_balance(&escrow), 5_000);
     assert_eq!(b.token_balance(&b.user.payment), before - 5_000);

@@ -73,7 +73,7 @@ fn fail_initialize_market_stake_mint_not_a_mint() {
 fn success_update_params_announces_and_applies_after_unbonding_seconds() {
     let mut b = Bench::new();
     let new = MarketParams { fee_bps: 2_500, burn_bps: 10_000, window_seconds: 3_600, max_skew_seconds: 300,
-        unbonding_seconds: MAX_UNBONDING_SECONDS, settle_quorum: 5, max_missed_windows: 1_440,
+        unbonding_seconds: MAX_UNBONDING_SECONDS, min_quorum: 3, max_missed_windows: 1_440, validator_reward_bps: 10_000,
         reporter_reward_bps: 5_000, temp_critical_c: 150, ecc_uncorrected_max: 1_000_000, ..default_params() };
     let logs = b.as_admin(&[b.ix_update_params(&b.admin.pubkey(), new)]);
     let effective_at = T0 + default_params().unbonding_seconds;
@@ -85,7 +85,7 @@ fn success_update_params_announces_and_applies_after_unbonding_seconds() {
     // when announced (the new one here: a year).
     b.set_time(effective_at);
     let low = MarketParams { fee_bps: 0, burn_bps: 0, window_seconds: 1, max_skew_seconds: 0, unbonding_seconds: 0,
-        settle_quorum: 1, max_missed_windows: 1, temp_critical_c: 50, ecc_uncorrected_max: 0, reporter_reward_bps: 0, ..new };
+        min_quorum: 1, validator_reward_bps: 0, max_missed_windows: 1, temp_critical_c: 50, ecc_uncorrected_max: 0, reporter_reward_bps: 0, ..new };
     b.as_admin(&[b.ix_update_params(&b.admin.pubkey(), low)]);
     let m = b.market_state();
     assert_eq!((m.params, m.pending_params, m.params_effective_at), (new, low, effective_at + MAX_UNBONDING_SECONDS));
@@ -126,7 +126,9 @@ fn fail_update_params_equivocation_slash_bps_10001() { assert_params_rejected(|p
 #[test]
 fn fail_update_params_reporter_reward_bps_5001() { assert_params_rejected(|p| p.reporter_reward_bps = 5_001, E::ReporterRewardTooHigh) }
 #[test]
-fn fail_update_params_quorum_6() { assert_params_rejected(|p| p.settle_quorum = 6, E::InvalidQuorum) }
+fn fail_update_params_quorum_4() { assert_params_rejected(|p| p.min_quorum = 4, E::InvalidQuorum) }
+#[test]
+fn fail_update_params_validator_reward_bps_10001() { assert_params_rejected(|p| p.validator_reward_bps = 10_001, E::BpsOutOfRange) }
 #[test]
 fn fail_update_params_max_missed_windows_1441() { assert_params_rejected(|p| p.max_missed_windows = 1_441, E::InvalidMaxMissedWindows) }
 #[test]
@@ -136,7 +138,7 @@ fn fail_update_params_window_0() { assert_params_rejected(|p| p.window_seconds =
 #[test]
 fn fail_update_params_window_3601() { assert_params_rejected(|p| p.window_seconds = 3_601, E::InvalidWindowSeconds) }
 #[test]
-fn fail_update_params_quorum_0() { assert_params_rejected(|p| p.settle_quorum = 0, E::InvalidQuorum) }
+fn fail_update_params_quorum_0() { assert_params_rejected(|p| p.min_quorum = 0, E::InvalidQuorum) }
 #[test]
 fn fail_update_params_unbonding_over_365_days() { assert_params_rejected(|p| p.unbonding_seconds = MAX_UNBONDING_SECONDS + 1, E::InvalidUnbondingSeconds) }
 #[test]

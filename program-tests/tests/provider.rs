@@ -263,7 +263,7 @@ fn success_previous_worker_key_receipt_before_rotation_settles_at_grace_end() {
     b.set_time(T0 + 700);
     let ixs = b.settle_ixs(&b.worker.clone(), job, receipt(1, 100, T0 + 100));
     b.as_va(&ixs);
-    assert_eq!(b.job_state(&job).settled_seconds, 100);
+    assert_eq!(b.job_state(&job).paid_seconds, 100);
 }
 
 #[test]

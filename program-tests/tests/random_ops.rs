@@ -6,7 +6,8 @@
 //! - all DESIGN invariants hold (`Bench::send` -> `check_invariants`: per-job conservation, stake
 //!   vault == providers' stake + unbonding + validators' bond + unbonding, gpus_in_use, token
 //!   balances == supply), and payment tokens minted - supply == burned by settlements;
-//! - `settled_seconds` and `last_seq` of every job never decrease;
+//! - `claimed_seconds`, `paid_seconds` and `last_seq` of every job never decrease, and
+//!   `paid_seconds <= claimed_seconds`;
 //! - a failed step changed no program account, token account or mint (data and lamports);
 //! - a successful step moved payment tokens only as the jobs booked them: provider owners got
 //!   their jobs' `paid_provider`, the treasury `paid_treasury`, the burn `burned`, users their
@@ -99,8 +100,8 @@ struct World {
     signed: HashMap<Pubkey, Vec<(Receipt, SigningKey)>>,
     records: HashSet<(Pubkey, i64, u64)>,
     next_job_id: u64,
-    /// (settled_seconds, last_seq) of every live job after the previous step.
-    progress: HashMap<Pubkey, (u64, u64)>,
+    /// (paid_seconds, last_seq, claimed_seconds) of every live job after the previous step.
+    progress: HashMap<Pubkey, (u64, u64, u64)>,
     minted_payment: u64,
     /// The treasury owner's stake-mint account: where `sweep_vault` sends the vault's surplus.
     sweep_to: Pubkey,
@@ -271,9 +272,16 @@ impl World {
         } else {
             Expect::Ok
         };
+        // A committee of one or both validators, quorum 1.
+        let committee: Vec<Pubkey> = match self.rng.gen_range(0..3) {
+            0 => vec![self.vals[0].auth.pubkey()],
+            1 => vec![self.vals[1].auth.pubkey()],
+            _ => vec![self.vals[1].auth.pubkey(), self.vals[0].auth.pubkey()],
+        };
         let id = self.next_job_id;
         self.next_job_id += 1;
-        let ix = self.for_provider(self.b.ix_create_job(&self.users[u], id, gpus, deposit), p);
+        let ix = self.b.ix_create_job_with(&self.users[u], id, gpus, deposit, u64::MAX, &committee, 1);
+        let ix = self.for_provider(ix, p);
         let job = self.b.job_address(&self.users[u].key.pubkey(), id).0;
         Tx { on_ok: OnOk::NewJob(job), ..Self::tx("create_job", vec![ix], vec![self.users[u].key.insecure_clone()], expect) }
     }
@@ -333,8 +341,8 @@ impl World {
         } else {
             lwe + 1
         };
-        let bound = wall_bound(&j, window_end).max(j.settled_seconds as i64) as u64;
-        let cumulative = if short { bound } else { self.rng.gen_range(j.settled_seconds..=bound) };
+        let bound = wall_bound(&j, window_end).max(j.claimed_seconds as i64) as u64;
+        let cumulative = if short { bound } else { self.rng.gen_range(j.claimed_seconds..=bound) };
         let mut r = Receipt {
             seq: j.last_seq + self.rng.gen_range(1..=2),
             cumulative_seconds: cumulative,
@@ -368,14 +376,27 @@ impl World {
             _ => {}
         }
         let signer = worker_pubkey(&key);
-        let expect = expect_settle(&j, &prov, &r, &signer, now);
+        // The committee approves the whole claim, or less (a window it rejected), or (hostile)
+        // less than already paid or more than claimed.
+        let claim = r.cumulative_seconds.saturating_sub(j.claimed_seconds);
+        let approved = match self.rng.gen_range(0..10) {
+            0 => j.paid_seconds.saturating_sub(self.rng.gen_range(1..=10)),
+            1 => j.paid_seconds + claim + self.rng.gen_range(1..=10),
+            2 | 3 => j.paid_seconds + self.rng.gen_range(0..=claim),
+            _ => j.paid_seconds + claim,
+        };
+        let v = self.rng.gen_range(0..self.vals.len());
+        let va = self.vals[v].auth.insecure_clone();
+        let expect = if !j.committee[..usize::from(j.committee_len)].contains(&va.pubkey()) {
+            Expect::Err(1, E::NotCommitteeMember)
+        } else {
+            expect_settle(&j, &prov, &r, approved, &signer, now)
+        };
         if worker_signed {
             self.signed.entry(job).or_default().push((r, key.clone()));
         }
-        let v = self.rng.gen_range(0..self.vals.len());
-        let va = self.vals[v].auth.insecure_clone();
         let msg = self.b.receipt_message(&job, &r);
-        let settle = self.for_provider(self.b.ix_settle(&va.pubkey(), job, r), p);
+        let settle = self.for_provider(self.b.ix_settle_approved(&va.pubkey(), job, r, approved), p);
         Some(Self::tx("settle", vec![ed25519_ix(&key, &msg), settle], vec![va], expect))
     }
 
@@ -638,6 +659,8 @@ impl World {
         let (signer, expect) = if impostor {
             // An outsider presents a real validator's account.
             (self.outsider.key.insecure_clone(), Expect::Err(0, E::NotAValidator))
+        } else if !j.committee[..usize::from(j.committee_len)].contains(&signer.pubkey()) {
+            (signer, Expect::Err(0, E::NotCommitteeMember))
         } else if j.status != JobStatus::Running {
             (signer, Expect::Err(0, E::InvalidJobStatus))
         } else if (self.b.now - j.last_window_end) / i64::from(m.window_seconds) < i64::from(m.max_missed_windows) {
@@ -708,7 +731,7 @@ impl World {
         };
         let mut expect = Expect::Ok;
         match r.gen_range(0..8) {
-            0 => (new.settle_quorum, expect) = (6, Expect::Err(0, E::InvalidQuorum)),
+            0 => (new.min_quorum, expect) = (4, Expect::Err(0, E::InvalidQuorum)),
             1 => (new.reporter_reward_bps, expect) = (5_001, Expect::Err(0, E::ReporterRewardTooHigh)),
             _ => {}
         }
@@ -859,11 +882,13 @@ impl World {
         let live = self.live_jobs();
         let mut progress = HashMap::new();
         for (k, j) in live {
-            if let Some((settled, seq)) = self.progress.get(&k) {
-                assert!(j.settled_seconds >= *settled, "settled_seconds decreased on {k}");
+            if let Some((paid, seq, claimed)) = self.progress.get(&k) {
+                assert!(j.paid_seconds >= *paid, "paid_seconds decreased on {k}");
+                assert!(j.claimed_seconds >= *claimed, "claimed_seconds decreased on {k}");
                 assert!(j.last_seq >= *seq, "last_seq decreased on {k}");
             }
-            progress.insert(k, (j.settled_seconds, j.last_seq));
+            assert!(j.paid_seconds <= j.claimed_seconds, "paid more than claimed on {k}");
+            progress.insert(k, (j.paid_seconds, j.last_seq, j.claimed_seconds));
         }
         self.progress = progress;
         let burned = self.b.market_state().totals.burned;
@@ -929,7 +954,7 @@ fn wall_bound(j: &Job, window_end: i64) -> i64 {
 /// The settle rules of DESIGN section 5 / `settle.rs`, in the program's order (instruction 1;
 /// instruction 0 is the Ed25519 signature), with the job's own terms. The validator is always
 /// an Active one here.
-fn expect_settle(j: &Job, prov: &Provider, r: &Receipt, signer: &Pubkey, now: i64) -> Expect {
+fn expect_settle(j: &Job, prov: &Provider, r: &Receipt, approved: u64, signer: &Pubkey, now: i64) -> Expect {
     let err = |e| Expect::Err(1, e);
     match j.status {
         JobStatus::Running => {}
@@ -941,11 +966,15 @@ fn expect_settle(j: &Job, prov: &Provider, r: &Receipt, signer: &Pubkey, now: i6
     let skew = i64::from(j.terms.max_skew_seconds);
     if r.seq <= j.last_seq {
         err(E::StaleSequence)
-    } else if r.cumulative_seconds < j.settled_seconds {
+    } else if r.cumulative_seconds < j.claimed_seconds {
         err(E::CumulativeDecreased)
     } else if r.window_end <= j.last_window_end {
         err(E::WindowNotAfterLast)
-    } else if r.cumulative_seconds as i64 > wall_bound(j, r.window_end) {
+    } else if approved < j.paid_seconds {
+        err(E::ApprovedDecreased)
+    } else if approved - j.paid_seconds > r.cumulative_seconds - j.claimed_seconds {
+        err(E::ApprovedExceedsClaim)
+    } else if approved as i64 > wall_bound(j, r.window_end) {
         err(E::BilledSecondsExceedWallTime)
     } else if r.window_end > now + skew {
         err(E::WindowEndInFuture)

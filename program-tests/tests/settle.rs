@@ -25,7 +25,7 @@ fn settle_err(b: &mut Bench, job: Pubkey, r: gpu_market::Receipt) -> Transaction
     let before = b.job_state(&job);
     let err = b.settle(job, r).unwrap_err().err;
     let after = b.job_state(&job);
-    assert_eq!((after.last_seq, after.settled_seconds, after.paid_provider), (before.last_seq, before.settled_seconds, before.paid_provider));
+    assert_eq!((after.last_seq, after.paid_seconds, after.paid_provider), (before.last_seq, before.paid_seconds, before.paid_provider));
     err
 }
 
@@ -40,7 +40,7 @@ fn success_settle_pays_provider_treasury_burn_and_emits_inputs() {
     let r = receipt(1, 60, T0 + 60);
     let logs = b.settle(job, r).unwrap().logs;
     let j = b.job_state(&job);
-    assert_eq!((j.settled_seconds, j.last_seq, j.last_window_end, j.last_receipt_hash), (60, 1, T0 + 60, r.proof_hash));
+    assert_eq!((j.paid_seconds, j.last_seq, j.last_window_end, j.last_receipt_hash), (60, 1, T0 + 60, r.proof_hash));
     assert_eq!((j.paid_provider, j.paid_treasury, j.burned, j.status), (540, 30, 30, JobStatus::Running));
     assert_eq!(b.token_balance(&b.provider_owner.payment), 540);
     assert_eq!(b.token_balance(&b.fee_vault), 30);
@@ -51,8 +51,8 @@ fn success_settle_pays_provider_treasury_burn_and_emits_inputs() {
     assert_eq!(b.provider_state().reputation.verified_seconds, 60);
     assert_event(&logs, Settled {
         job, provider: b.provider, validator: b.validator, seq: 1, cumulative_seconds: 60, window_end: T0 + 60,
-        proof_hash: r.proof_hash, claimed_seconds: 60, billed_seconds: 60, rate_per_second: 10, fee_bps: 1_000,
-        burn_bps: 5_000, amount: 600, fee: 60, burned: 30, to_provider: 540, to_treasury: 30,
+        proof_hash: r.proof_hash, claimed_seconds: 60, approved_seconds: 60, billed_seconds: 60, rate_per_second: 10,
+        fee_bps: 1_000, burn_bps: 5_000, amount: 600, fee: 60, reward: 0, validator_reward_bps: 0, attesters: 1, burned: 30, to_provider: 540, to_treasury: 30,
         escrow_remaining: 9_400, exhausted: false,
     });
 }
@@ -61,7 +61,7 @@ fn success_settle_pays_provider_treasury_burn_and_emits_inputs() {
 fn success_settle_window_end_at_now_plus_skew() {
     let (mut b, job) = running();
     b.settle(job, receipt(1, 65, T0 + 65)).unwrap();
-    assert_eq!(b.job_state(&job).settled_seconds, 65);
+    assert_eq!(b.job_state(&job).paid_seconds, 65);
 }
 
 #[test]
@@ -120,7 +120,7 @@ fn success_finishing_job_final_receipt_at_grace_end() {
     b.finish(job); // ended_at = T0 + 60; grace (10 + 2) windows
     b.set_time(T0 + 60 + 12 * 60);
     b.settle(job, receipt(1, 60, T0 + 60)).unwrap();
-    assert_eq!(b.job_state(&job).settled_seconds, 60);
+    assert_eq!(b.job_state(&job).paid_seconds, 60);
 }
 
 #[test]
@@ -276,7 +276,7 @@ fn success_settle_quorum_2_one_ed25519_instruction() {
     let ixs = b.quorum_settle_ixs(job, receipt(1, 60, T0 + 60), &[&o[0].0], &[o[0].1]);
     assert_eq!(ixs.len(), 2);
     b.as_va(&ixs);
-    assert_eq!(b.job_state(&job).settled_seconds, 60);
+    assert_eq!(b.job_state(&job).paid_seconds, 60);
     assert_eq!(b.validator_state().settlements, 1);
 }
 
@@ -285,7 +285,7 @@ fn success_settle_quorum_3_one_ed25519_instruction() {
     let (mut b, job, o) = quorum_bench(3);
     let ixs = b.quorum_settle_ixs(job, receipt(1, 60, T0 + 60), &[&o[0].0, &o[1].0], &[o[0].1, o[1].1]);
     b.as_va(&ixs);
-    assert_eq!(b.job_state(&job).settled_seconds, 60);
+    assert_eq!(b.job_state(&job).paid_seconds, 60);
 }
 
 #[test]

@@ -58,7 +58,7 @@ fn success_slash_equivocation_rewards_burns_jails_and_fails_job_refunded_at_clos
     assert_eq!((j.status, j.refunded, j.ended_at), (JobStatus::Failed, 0, T0 + 30));
     assert_eq!(b.token_balance(&b.user.payment), user_before);
     let record: EquivocationRecord = b.account(&b.equivocation_record(&job, 1)).unwrap();
-    assert_eq!((record.job, record.seq, record.provider, record.reporter, record.slashed), (job, 1, b.provider, reporter.key.pubkey(), slashed));
+    assert_eq!((record.job, record.seq, record.offender, record.reporter, record.slashed), (job, 1, b.provider, reporter.key.pubkey(), slashed));
     assert_event(&logs, EquivocationSlashed {
         provider: b.provider, job, seq: 1, first_proof_hash: first.proof_hash, second_proof_hash: second.proof_hash,
         reporter: reporter.key.pubkey(), slash_bps: 5_000, reporter_reward_bps: 1_000, slashed, reward,
@@ -266,7 +266,7 @@ fn success_slash_downtime_quorum_1() {
     let j = b.job_state(&job);
     assert_eq!((j.status, j.refunded), (JobStatus::Failed, 0));
     assert_event(&logs, DowntimeSlashed {
-        provider: b.provider, job, missed_windows: 10, validators: 1, slash_bps: 100, reporter_reward_bps: 1_000,
+        provider: b.provider, job, missed_windows: 10, last_proof_window_end: 0, validators: 1, slash_bps: 100, reporter_reward_bps: 1_000,
         slashed: 1_000, reward: 100, burned: 900,
     });
 }

@@ -21,7 +21,7 @@ fn success_register_validator_bonds_and_emits_event() {
     assert_eq!(s.unbonding, Unbonding::default());
     assert_eq!(b.token_balance(&v.stake), 3_000);
     assert_eq!(b.market_state().totals.bonded, BOND + 5_000);
-    assert_event(&logs, ValidatorRegistered { market: b.market, validator: address, authority: v.key.pubkey(), bond: 5_000 });
+    assert_event(&logs, ValidatorRegistered { market: b.market, validator: address, authority: v.key.pubkey(), bond: 5_000, endpoint: ENDPOINT.into() });
 }
 
 fn register_err(bond: u64, change: impl FnOnce(&Bench, &Party, gpum_localnet::solana_instruction::Instruction) -> gpum_localnet::solana_instruction::Instruction) -> gpum_localnet::solana_transaction_error::TransactionError {

@@ -80,6 +80,12 @@ macro_rules! to_j_int {
 }
 to_j_int!(u8, u16, u32, u64, i64);
 
+impl ToJ for String {
+    fn j(&self) -> J {
+        J::S(self.clone())
+    }
+}
+
 impl ToJ for bool {
     fn j(&self) -> J {
         J::B(*self)
@@ -108,26 +114,30 @@ macro_rules! to_j_struct {
     };
 }
 
-to_j_struct!(MarketParams { fee_bps, burn_bps, min_stake_per_gpu, unbonding_seconds, window_seconds, settle_quorum, max_missed_windows, downtime_slash_bps, equivocation_slash_bps, reporter_reward_bps, validator_min_bond, max_skew_seconds, temp_critical_c, ecc_uncorrected_max });
-to_j_struct!(MarketTotals { staked, bonded, burned, fees, slashed, jobs });
+to_j_struct!(MarketParams { fee_bps, burn_bps, min_stake_per_gpu, unbonding_seconds, window_seconds, min_quorum, max_missed_windows, downtime_slash_bps, equivocation_slash_bps, reporter_reward_bps, validator_min_bond, max_skew_seconds, temp_critical_c, ecc_uncorrected_max, validator_reward_bps });
+to_j_struct!(MarketTotals { staked, bonded, burned, fees, slashed, jobs, rewards_unclaimed, rewards });
 to_j_struct!(Market { authority, creator, pending_authority, id, stake_mint, payment_mint, stake_vault, treasury, params, pending_params, params_effective_at, paused, totals, bump, stake_vault_bump, fee_vault, fee_vault_bump });
 to_j_struct!(GpuSpec { gpu_model, gpu_count, vram_mib, region });
 to_j_struct!(Unbonding { amount, release_at });
 to_j_struct!(Reputation { verified_seconds, windows_missed, jobs_completed, jobs_failed, slashes });
 to_j_struct!(Provider { market, owner, worker_key, worker_key_expires_at, retired_keys, last_equivocation_slash_at, spec, price_per_gpu_second, status, stake, unbonding, gpus_in_use, reputation, bump });
 to_j_struct!(RetiredWorkerKey { key, retired_at });
-to_j_struct!(JobTerms { rate_per_second, fee_bps, burn_bps, window_seconds, max_missed_windows, grace_seconds, max_skew_seconds, settle_quorum, downtime_slash_bps, equivocation_slash_bps, reporter_reward_bps, temp_critical_c, ecc_uncorrected_max });
-to_j_struct!(Validator { market, authority, bond, unbonding, status, settlements, bump });
-to_j_struct!(Job { market, user, provider, job_id, gpu_count, terms, deposited, settled_seconds, paid_provider, paid_treasury, burned, refunded, status, created_at, started_at, ended_at, last_seq, last_receipt_hash, last_window_end, bump, escrow_bump });
-to_j_struct!(EquivocationRecord { job, seq, provider, reporter, slashed, bump });
+to_j_struct!(JobTerms { rate_per_second, fee_bps, burn_bps, window_seconds, max_missed_windows, grace_seconds, max_skew_seconds, quorum, downtime_slash_bps, equivocation_slash_bps, reporter_reward_bps, temp_critical_c, ecc_uncorrected_max, validator_reward_bps });
+to_j_struct!(Validator { market, authority, bond, unbonding, status, settlements, bump, endpoint, rewards_earned, rewards_unclaimed, slashes });
+to_j_struct!(Job { market, user, provider, job_id, gpu_count, terms, committee, committee_len, deposited, claimed_seconds, paid_seconds, paid_provider, paid_validators, paid_treasury, burned, refunded, status, created_at, started_at, ended_at, last_seq, last_receipt_hash, last_window_end, bump, escrow_bump });
+to_j_struct!(EquivocationRecord { job, seq, offender, reporter, slashed, bump });
 
 to_j_struct!(MarketInitialized { market, authority, id, stake_mint, payment_mint, treasury, params });
 to_j_struct!(ProviderRegistered { market, provider, owner, worker_key, gpu_count, price_per_gpu_second });
 to_j_struct!(Staked { provider, amount, stake });
-to_j_struct!(ValidatorRegistered { market, validator, authority, bond });
+to_j_struct!(ValidatorRegistered { market, validator, authority, bond, endpoint });
+to_j_struct!(ValidatorUpdated { validator, endpoint });
+to_j_struct!(ValidatorRewardsClaimed { validator, destination, amount });
+to_j_struct!(CommitteeMemberReplaced { job, index, previous, member });
+to_j_struct!(ValidatorEquivocationSlashed { validator, job, seq, first_approved, second_approved, reporter, slash_bps, reporter_reward_bps, slashed, reward, burned });
 to_j_struct!(JobCreated { market, job, user, provider, job_id, gpu_count, price_per_gpu_second, rate_per_second, deposit });
 to_j_struct!(JobAccepted { job, provider, signer, started_at });
-to_j_struct!(Settled { job, provider, validator, seq, cumulative_seconds, window_end, proof_hash, claimed_seconds, billed_seconds, rate_per_second, fee_bps, burn_bps, amount, fee, burned, to_provider, to_treasury, escrow_remaining, exhausted });
+to_j_struct!(Settled { job, provider, validator, seq, cumulative_seconds, window_end, proof_hash, claimed_seconds, approved_seconds, billed_seconds, rate_per_second, fee_bps, burn_bps, amount, fee, reward, validator_reward_bps, attesters, burned, to_provider, to_treasury, escrow_remaining, exhausted });
 to_j_struct!(JobFinished { job, by, ended_at });
 to_j_struct!(JobClosed { job, user, refunded, surplus_returned, deposited, paid_provider, paid_treasury, burned });
 to_j_struct!(ParamsAnnounced { market, current, pending, effective_at });
@@ -135,7 +145,7 @@ to_j_struct!(TreasurySet { market, previous, treasury });
 to_j_struct!(VaultSwept { market, amount, destination });
 to_j_struct!(FeesWithdrawn { market, treasury, amount });
 to_j_struct!(JobDeclined { job, provider, by });
-to_j_struct!(JobCompleted { job, by, settled_seconds });
+to_j_struct!(JobCompleted { job, by, paid_seconds });
 to_j_struct!(PausedSet { market, paused });
 to_j_struct!(AuthorityProposed { market, current, proposed });
 to_j_struct!(AuthorityAccepted { market, previous, authority });
@@ -149,7 +159,7 @@ to_j_struct!(JobToppedUp { job, amount, deposited });
 to_j_struct!(JobCancelled { job, refunded, surplus_returned });
 to_j_struct!(JobExpired { job, by, last_window_end, missed_windows });
 to_j_struct!(EquivocationSlashed { provider, job, seq, first_proof_hash, second_proof_hash, reporter, slash_bps, reporter_reward_bps, slashed, reward, burned, jailed_until });
-to_j_struct!(DowntimeSlashed { provider, job, missed_windows, validators, slash_bps, reporter_reward_bps, slashed, reward, burned });
+to_j_struct!(DowntimeSlashed { provider, job, missed_windows, last_proof_window_end, validators, slash_bps, reporter_reward_bps, slashed, reward, burned });
 
 impl ToJ for JobStatus {
     fn j(&self) -> J {
@@ -158,6 +168,12 @@ impl ToJ for JobStatus {
 }
 
 impl ToJ for [RetiredWorkerKey; gpu_market::state::RETIRED_KEYS] {
+    fn j(&self) -> J {
+        J::A(self.iter().map(ToJ::j).collect())
+    }
+}
+
+impl ToJ for [Pubkey; gpu_market::state::MAX_COMMITTEE] {
     fn j(&self) -> J {
         J::A(self.iter().map(ToJ::j).collect())
     }
@@ -197,7 +213,7 @@ fn params() -> MarketParams {
         min_stake_per_gpu: 1_000_000_007,
         unbonding_seconds: 1_209_601,
         window_seconds: 61,
-        settle_quorum: 3,
+        min_quorum: 3,
         max_missed_windows: 11,
         downtime_slash_bps: 101,
         equivocation_slash_bps: 5_001,
@@ -206,6 +222,7 @@ fn params() -> MarketParams {
         max_skew_seconds: 7,
         temp_critical_c: 93,
         ecc_uncorrected_max: 2,
+        validator_reward_bps: 1_999,
     }
 }
 
@@ -223,7 +240,7 @@ fn market() -> Market {
         pending_params: MarketParams { fee_bps: 17, temp_critical_c: 120, ..params() },
         params_effective_at: 1_751_209_601,
         paused: true,
-        totals: MarketTotals { staked: 11, bonded: 22, burned: 33, fees: 44, slashed: 55, jobs: 66 },
+        totals: MarketTotals { staked: 11, bonded: 22, burned: 33, fees: 44, slashed: 55, jobs: 66, rewards_unclaimed: 77, rewards: 88 },
         bump: 254,
         stake_vault_bump: 253,
         fee_vault: key(8),
@@ -268,6 +285,10 @@ fn validator(status: ValidatorStatus) -> Validator {
         status,
         settlements: 123_456_789,
         bump: 250,
+        endpoint: gpu_market::state::encode_endpoint("https://validator-1.example.org:8443/gpum").unwrap(),
+        rewards_earned: 4_321,
+        rewards_unclaimed: 1_234,
+        slashes: 1,
     }
 }
 
@@ -278,9 +299,13 @@ fn job(status: JobStatus) -> Job {
         provider: key(32),
         job_id: u64::MAX,
         gpu_count: 2,
-        terms: JobTerms { rate_per_second: 20, ..JobTerms::new(&params(), 20) },
+        terms: JobTerms::new(&params(), 20, 2),
         deposited: 12_001,
-        settled_seconds: 180,
+        committee: [key(33), key(34), key(35), Pubkey::default(), Pubkey::default()],
+        committee_len: 3,
+        claimed_seconds: 185,
+        paid_seconds: 180,
+        paid_validators: 17,
         paid_provider: 3_240,
         paid_treasury: 180,
         burned: 180,
@@ -329,25 +354,33 @@ fn synthetic_accounts() -> Vec<J> {
     for s in [JobStatus::Open, JobStatus::Running, JobStatus::Finishing, JobStatus::Completed, JobStatus::Cancelled, JobStatus::Failed, JobStatus::Declined] {
         v.push(account_vector(&format!("job_{}", format!("{s:?}").to_lowercase()), "Job", &job(s)));
     }
-    let record = EquivocationRecord { job: key(40), seq: 9, provider: key(41), reporter: key(42), slashed: 50_000_000_001, bump: 247 };
+    let record = EquivocationRecord { job: key(40), seq: 9, offender: key(41), reporter: key(42), slashed: 50_000_000_001, bump: 247 };
     v.push(account_vector("equivocation_record", "EquivocationRecord", &record));
     v
 }
 
 fn synthetic_events() -> Vec<J> {
     let p = params();
-    let other = MarketParams { fee_bps: 0, settle_quorum: 1, ..p };
+    let other = MarketParams { fee_bps: 0, min_quorum: 1, ..p };
     vec![
         event_vector("MarketInitialized", &MarketInitialized { market: key(50), authority: key(51), id: 7, stake_mint: key(52), payment_mint: key(53), treasury: key(54), params: p }),
         event_vector("ProviderRegistered", &ProviderRegistered { market: key(50), provider: key(55), owner: key(56), worker_key: key(57), gpu_count: 8, price_per_gpu_second: 10_000_000_001 }),
         event_vector("Staked", &Staked { provider: key(55), amount: 100_001, stake: 200_002 }),
-        event_vector("ValidatorRegistered", &ValidatorRegistered { market: key(50), validator: key(58), authority: key(59), bond: 10_003 }),
+        event_vector("ValidatorRegistered", &ValidatorRegistered { market: key(50), validator: key(58), authority: key(59), bond: 10_003, endpoint: "https://v.example:8443".into() }),
+        event_vector("ValidatorUpdated", &ValidatorUpdated { validator: key(58), endpoint: "http://10.0.0.7:8787".into() }),
+        event_vector("ValidatorRewardsClaimed", &ValidatorRewardsClaimed { validator: key(58), destination: key(67), amount: 4_444 }),
+        event_vector("CommitteeMemberReplaced", &CommitteeMemberReplaced { job: key(60), index: 2, previous: key(58), member: key(68) }),
+        event_vector("ValidatorEquivocationSlashed", &ValidatorEquivocationSlashed {
+            validator: key(58), job: key(60), seq: 6, first_approved: 300, second_approved: 301, reporter: key(64),
+            slash_bps: 5_001, reporter_reward_bps: 1_001, slashed: 5_002, reward: 500, burned: 4_502,
+        }),
         event_vector("JobCreated", &JobCreated { market: key(50), job: key(60), user: key(61), provider: key(55), job_id: 42, gpu_count: 3, price_per_gpu_second: 11, rate_per_second: 33, deposit: 19_801 }),
         event_vector("JobAccepted", &JobAccepted { job: key(60), provider: key(55), signer: key(57), started_at: 1_750_000_061 }),
         event_vector("Settled", &Settled {
             job: key(60), provider: key(55), validator: key(58), seq: 5, cumulative_seconds: 301, window_end: 1_750_000_362,
-            proof_hash: bytes32(0x3c), claimed_seconds: 61, billed_seconds: 60, rate_per_second: 33, fee_bps: 1_234,
-            burn_bps: 4_321, amount: 1_980, fee: 244, burned: 105, to_provider: 1_736, to_treasury: 139,
+            proof_hash: bytes32(0x3c), claimed_seconds: 61, approved_seconds: 299, billed_seconds: 60, rate_per_second: 33,
+            fee_bps: 1_234, burn_bps: 4_321, amount: 1_980, fee: 245, reward: 48, validator_reward_bps: 1_999, attesters: 2,
+            burned: 85, to_provider: 1_735, to_treasury: 112,
             escrow_remaining: 13, exhausted: true,
         }),
         event_vector("JobFinished", &JobFinished { job: key(60), by: key(61), ended_at: 1_750_000_400 }),
@@ -357,7 +390,7 @@ fn synthetic_events() -> Vec<J> {
         event_vector("VaultSwept", &VaultSwept { market: key(50), amount: 77, destination: key(66) }),
         event_vector("FeesWithdrawn", &FeesWithdrawn { market: key(50), treasury: key(54), amount: 1_234_567 }),
         event_vector("JobDeclined", &JobDeclined { job: key(60), provider: key(55), by: key(57) }),
-        event_vector("JobCompleted", &JobCompleted { job: key(60), by: key(64), settled_seconds: 3_601 }),
+        event_vector("JobCompleted", &JobCompleted { job: key(60), by: key(64), paid_seconds: 3_601 }),
         event_vector("PausedSet", &PausedSet { market: key(50), paused: true }),
         event_vector("AuthorityProposed", &AuthorityProposed { market: key(50), current: key(51), proposed: key(62) }),
         event_vector("AuthorityAccepted", &AuthorityAccepted { market: key(50), previous: key(51), authority: key(62) }),
@@ -376,7 +409,7 @@ fn synthetic_events() -> Vec<J> {
             jailed_until: 1_751_209_603,
         }),
         event_vector("DowntimeSlashed", &DowntimeSlashed {
-            provider: key(55), job: key(60), missed_windows: 12, validators: 3, slash_bps: 101, reporter_reward_bps: 1_001,
+            provider: key(55), job: key(60), missed_windows: 12, last_proof_window_end: 1_750_000_300, validators: 3, slash_bps: 101, reporter_reward_bps: 1_001,
             slashed: 1_010, reward: 101, burned: 909,
         }),
     ]
@@ -480,7 +513,8 @@ fn every_event_and_account_type_has_a_vector() {
         PausedSet::DISCRIMINATOR, AuthorityProposed::DISCRIMINATOR, AuthorityAccepted::DISCRIMINATOR,
         ProviderUpdated::DISCRIMINATOR, WorkerKeyRotated::DISCRIMINATOR, UnstakeRequested::DISCRIMINATOR,
         StakeWithdrawn::DISCRIMINATOR, ValidatorExitRequested::DISCRIMINATOR, ValidatorBondWithdrawn::DISCRIMINATOR,
-        JobToppedUp::DISCRIMINATOR, JobCancelled::DISCRIMINATOR, JobExpired::DISCRIMINATOR,
+        ValidatorUpdated::DISCRIMINATOR, ValidatorRewardsClaimed::DISCRIMINATOR, CommitteeMemberReplaced::DISCRIMINATOR,
+        ValidatorEquivocationSlashed::DISCRIMINATOR, JobToppedUp::DISCRIMINATOR, JobCancelled::DISCRIMINATOR, JobExpired::DISCRIMINATOR,
         EquivocationSlashed::DISCRIMINATOR, DowntimeSlashed::DISCRIMINATOR,
     ];
     let source = include_str!("../../programs/gpu_market/src/events.rs");

@@ -38,7 +38,7 @@ pub fn default_params() -> MarketParams {
         min_stake_per_gpu: 1_000,
         unbonding_seconds: 14 * 86_400,
         window_seconds: 60,
-        settle_quorum: 1,
+        min_quorum: 1,
         max_missed_windows: 10,
         downtime_slash_bps: 100,
         equivocation_slash_bps: 5_000,
@@ -47,8 +47,13 @@ pub fn default_params() -> MarketParams {
         max_skew_seconds: 5,
         temp_critical_c: 95,
         ecc_uncorrected_max: 0,
+        // Rewards are tested on their own (settle.rs); 0 keeps the other tests' figures simple.
+        validator_reward_bps: 0,
     }
 }
+
+/// The endpoint every bench validator registers.
+pub const ENDPOINT: &str = "http://127.0.0.1:8787";
 
 /// Maps an Anchor error variant to the runtime error it produces in instruction `ix`.
 pub fn custom(ix: u8, code: u32) -> TransactionError {
@@ -83,6 +88,9 @@ pub struct Bench {
     pub validator: Pubkey,
     pub user: Party,
     pub now: i64,
+    /// Committee (validator authorities) and quorum of the jobs `ix_create_job` creates.
+    pub committee: Vec<Pubkey>,
+    pub quorum: u8,
 }
 
 pub fn pda(seeds: &[&[u8]]) -> Pubkey {
@@ -123,6 +131,8 @@ impl Bench {
             validator: Pubkey::default(),
             user: Party { key: user_key, payment: Pubkey::default(), stake: Pubkey::default() },
             now: T0,
+            committee: vec![],
+            quorum: 1,
             admin,
         };
         b.set_time(T0);
@@ -151,6 +161,7 @@ impl Bench {
         b.validator = pda(&[gpu_market::seeds::VALIDATOR, b.market.as_ref(), v.key.pubkey().as_ref()]);
         let ix = b.ix_register_validator(&v.key.pubkey(), v.stake, 10_000);
         b.send(&[ix], &[&v.key]).unwrap();
+        b.committee = vec![v.key.pubkey()];
         b
     }
 
@@ -404,8 +415,12 @@ impl Bench {
     }
 
     pub fn ix_register_validator(&self, authority: &Pubkey, from: Pubkey, bond: u64) -> Instruction {
+        self.ix_register_validator_at(authority, from, bond, ENDPOINT)
+    }
+
+    pub fn ix_register_validator_at(&self, authority: &Pubkey, from: Pubkey, bond: u64, endpoint: &str) -> Instruction {
         Self::ix(
-            gpu_market::instruction::RegisterValidator { bond },
+            gpu_market::instruction::RegisterValidator { bond, endpoint: endpoint.into() },
             gpu_market::accounts::RegisterValidator {
                 authority: *authority,
                 market: self.market,
@@ -419,15 +434,22 @@ impl Bench {
         )
     }
 
-    /// `create_job` accepting any price (`max_price_per_gpu_second = u64::MAX`).
+    /// `create_job` accepting any price (`max_price_per_gpu_second = u64::MAX`), with the bench's
+    /// committee and quorum.
     pub fn ix_create_job(&self, user: &Party, job_id: u64, gpu_count: u16, deposit: u64) -> Instruction {
         self.ix_create_job_capped(user, job_id, gpu_count, deposit, u64::MAX)
     }
 
     pub fn ix_create_job_capped(&self, user: &Party, job_id: u64, gpu_count: u16, deposit: u64, max_price_per_gpu_second: u64) -> Instruction {
+        self.ix_create_job_with(user, job_id, gpu_count, deposit, max_price_per_gpu_second, &self.committee.clone(), self.quorum)
+    }
+
+    /// `create_job` with `committee` (their Validator accounts as remaining accounts) and `quorum`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn ix_create_job_with(&self, user: &Party, job_id: u64, gpu_count: u16, deposit: u64, max_price_per_gpu_second: u64, committee: &[Pubkey], quorum: u8) -> Instruction {
         let (job, escrow) = self.job_address(&user.key.pubkey(), job_id);
-        Self::ix(
-            gpu_market::instruction::CreateJob { job_id, gpu_count, deposit, max_price_per_gpu_second },
+        let mut ix = Self::ix(
+            gpu_market::instruction::CreateJob { job_id, gpu_count, deposit, max_price_per_gpu_second, committee: committee.to_vec(), quorum },
             gpu_market::accounts::CreateJob {
                 user: user.key.pubkey(),
                 market: self.market,
@@ -439,7 +461,9 @@ impl Bench {
                 token_program: TOKEN_PROGRAM,
                 system_program: SYSTEM_PROGRAM,
             },
-        )
+        );
+        ix.accounts.extend(committee.iter().map(|a| meta(self.validator_address(a), false)));
+        ix
     }
 
     pub fn ix_accept_job(&self, signer: &Pubkey, job: Pubkey) -> Instruction {
@@ -472,9 +496,14 @@ impl Bench {
         )
     }
 
+    /// `settle` of `receipt` approving its whole claim (`approved = cumulative_seconds`).
     pub fn ix_settle(&self, validator_authority: &Pubkey, job: Pubkey, receipt: Receipt) -> Instruction {
+        self.ix_settle_approved(validator_authority, job, receipt, receipt.cumulative_seconds)
+    }
+
+    pub fn ix_settle_approved(&self, validator_authority: &Pubkey, job: Pubkey, receipt: Receipt, approved_seconds: u64) -> Instruction {
         Self::ix(
-            gpu_market::instruction::Settle { receipt },
+            gpu_market::instruction::Settle { receipt, approved_seconds },
             gpu_market::accounts::Settle {
                 validator_authority: *validator_authority,
                 market: self.market,
@@ -664,6 +693,34 @@ pub fn ed25519_multi_ix(signers: &[&SigningKey], message: &[u8]) -> Instruction 
         data.extend_from_slice(&s.sign(message).to_bytes());
     }
     data.extend_from_slice(message);
+    Instruction { program_id: ED25519_PROGRAM_ID, accounts: vec![], data }
+}
+
+/// The compact settle signature instruction: one copy of the attestation message (receipt
+/// message || approved); the worker signs its first `RECEIPT_MESSAGE_LEN` bytes, each attester
+/// all of it.
+pub fn ed25519_settle_ix(worker: &SigningKey, attesters: &[&SigningKey], attestation: &[u8]) -> Instruction {
+    let receipt_len = gpu_market::receipt::RECEIPT_MESSAGE_LEN;
+    let n = 1 + attesters.len() as u16;
+    let header = 2 + 14 * n;
+    let msg_off = header + 96 * n;
+    let mut data = vec![n as u8, 0];
+    let mut signed: Vec<(&SigningKey, &[u8])> = vec![(worker, &attestation[..receipt_len])];
+    signed.extend(attesters.iter().map(|k| (*k, attestation)));
+    for (i, (_, m)) in signed.iter().enumerate() {
+        let i = i as u16;
+        let (pk_off, sig_off) = (header + 32 * i, header + 32 * n + 64 * i);
+        for v in [sig_off, u16::MAX, pk_off, u16::MAX, msg_off, m.len() as u16, u16::MAX] {
+            data.extend_from_slice(&v.to_le_bytes());
+        }
+    }
+    for (k, _) in &signed {
+        data.extend_from_slice(&k.verifying_key().to_bytes());
+    }
+    for (k, m) in &signed {
+        data.extend_from_slice(&k.sign(m).to_bytes());
+    }
+    data.extend_from_slice(attestation);
     Instruction { program_id: ED25519_PROGRAM_ID, accounts: vec![], data }
 }
 
@@ -1003,8 +1060,14 @@ impl Bench {
     /// `slash_downtime` submitted by `validator_authority` (reward to `reporter_stake`); `others`
     /// are the extra quorum members, passed as (Validator account, its authority as signer).
     pub fn ix_slash_downtime(&self, validator_authority: &Pubkey, reporter_stake: Pubkey, job: Pubkey, others: &[Pubkey]) -> Instruction {
+        self.ix_slash_downtime_seen(validator_authority, reporter_stake, job, others, 0)
+    }
+
+    /// `slash_downtime` attesting that the newest proof the signers accepted ended at
+    /// `last_proof_window_end`.
+    pub fn ix_slash_downtime_seen(&self, validator_authority: &Pubkey, reporter_stake: Pubkey, job: Pubkey, others: &[Pubkey], last_proof_window_end: i64) -> Instruction {
         let mut ix = Self::ix(
-            gpu_market::instruction::SlashDowntime {},
+            gpu_market::instruction::SlashDowntime { last_proof_window_end },
             gpu_market::accounts::SlashDowntime {
                 validator_authority: *validator_authority,
                 validator: self.validator_address(validator_authority),
@@ -1018,15 +1081,18 @@ impl Bench {
         ix
     }
 
-    /// [Ed25519(worker + attesters over one message), settle + extra Validator accounts].
+    /// [Ed25519(worker over the receipt, attesters over the attestation, one shared copy of the
+    /// 181 attestation bytes), settle (approving the whole claim) + extra Validator accounts].
     pub fn quorum_settle_ixs(&self, job: Pubkey, r: Receipt, attesters: &[&Keypair], extra_validators: &[Pubkey]) -> Vec<Instruction> {
-        let msg = self.receipt_message(&job, &r);
+        self.quorum_settle_approved_ixs(job, r, r.cumulative_seconds, attesters, extra_validators)
+    }
+
+    pub fn quorum_settle_approved_ixs(&self, job: Pubkey, r: Receipt, approved: u64, attesters: &[&Keypair], extra_validators: &[Pubkey]) -> Vec<Instruction> {
+        let msg = gpu_market::receipt::attestation_message(&self.receipt_message(&job, &r), approved);
         let keys: Vec<SigningKey> = attesters.iter().map(|k| signing_key(k)).collect();
-        let mut signers = vec![&self.worker];
-        signers.extend(keys.iter());
-        let mut settle = self.ix_settle(&self.validator_authority.pubkey(), job, r);
-        settle.accounts.extend(extra_validators.iter().map(|v| meta(*v, false)));
-        vec![ed25519_multi_ix(&signers, &msg), settle]
+        let mut settle = self.ix_settle_approved(&self.validator_authority.pubkey(), job, r, approved);
+        settle.accounts.extend(extra_validators.iter().map(|v| meta(*v, true)));
+        vec![ed25519_settle_ix(&self.worker, &keys.iter().collect::<Vec<_>>(), &msg), settle]
     }
 
     /// `started_at` of a job.
@@ -1096,12 +1162,82 @@ impl Bench {
         (stranger, elsewhere)
     }
 
-    /// A bench with `settle_quorum = quorum`, two more validators (bond 5_000) and a running
-    /// 1-GPU job (deposit 10_000) started at `T0`.
+    /// A bench with two more validators (bond 5_000), a committee of all three (the bench
+    /// validator first) with `quorum`, and a running 1-GPU job (deposit 10_000) started at `T0`.
     pub fn with_quorum(quorum: u8) -> (Bench, Pubkey, Vec<(Keypair, Pubkey)>) {
-        let mut b = Bench::with_params(MarketParams { settle_quorum: quorum, ..default_params() });
-        let others = (1..3).map(|_| { let (v, a) = b.add_validator(5_000); (v.key, a) }).collect();
+        let mut b = Bench::new();
+        let others: Vec<(Keypair, Pubkey)> = (1..3).map(|_| { let (v, a) = b.add_validator(5_000); (v.key, a) }).collect();
+        b.committee.extend(others.iter().map(|(k, _)| k.pubkey()));
+        b.quorum = quorum;
         let (job, _) = b.running_job(1, 1, 10_000);
         (b, job, others)
+    }
+}
+
+impl Bench {
+    pub fn ix_update_validator(&self, authority: &Pubkey, endpoint: &str) -> Instruction {
+        Self::ix(
+            gpu_market::instruction::UpdateValidator { endpoint: endpoint.into() },
+            gpu_market::accounts::UpdateValidator { authority: *authority, validator: self.validator_address(authority) },
+        )
+    }
+
+    pub fn ix_claim_validator_rewards(&self, authority: &Pubkey, destination: Pubkey) -> Instruction {
+        Self::ix(
+            gpu_market::instruction::ClaimValidatorRewards {},
+            gpu_market::accounts::ClaimValidatorRewards {
+                authority: *authority,
+                market: self.market,
+                validator: self.validator_address(authority),
+                payment_mint: self.payment_mint,
+                fee_vault: self.fee_vault,
+                destination,
+                token_program: TOKEN_PROGRAM,
+            },
+        )
+    }
+
+    pub fn ix_replace_committee_member(&self, user: &Pubkey, job: Pubkey, index: u8, previous: &Pubkey, new: &Pubkey) -> Instruction {
+        Self::ix(
+            gpu_market::instruction::ReplaceCommitteeMember { index },
+            gpu_market::accounts::ReplaceCommitteeMember {
+                user: *user,
+                market: self.market,
+                provider: self.provider,
+                job,
+                previous_validator: self.validator_address(previous),
+                new_validator: self.validator_address(new),
+            },
+        )
+    }
+
+    /// [Ed25519(two attestations by `signer`), slash_validator_equivocation] against the
+    /// Validator account of `authority`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn validator_equivocation_ixs(&self, signer: &SigningKey, authority: &Pubkey, reporter: &Pubkey, reporter_stake: Pubkey, job: Pubkey, first: (Receipt, u64), second: (Receipt, u64)) -> Vec<Instruction> {
+        let m1 = gpu_market::receipt::attestation_message(&self.receipt_message(&job, &first.0), first.1);
+        let m2 = gpu_market::receipt::attestation_message(&self.receipt_message(&job, &second.0), second.1);
+        let validator = self.validator_address(authority);
+        let started_at = self.job_state(&job).started_at;
+        let record = pda(&[gpu_market::seeds::VALIDATOR_EQUIVOCATION, validator.as_ref(), job.as_ref(), &started_at.to_le_bytes(), &first.0.seq.to_le_bytes()]);
+        vec![
+            ed25519_entries_ix(&[(signer, &m1), (signer, &m2)]),
+            Self::ix(
+                gpu_market::instruction::SlashValidatorEquivocation { first: first.0, first_approved: first.1, second: second.0, second_approved: second.1 },
+                gpu_market::accounts::SlashValidatorEquivocation {
+                    reporter: *reporter,
+                    market: self.market,
+                    job,
+                    validator,
+                    stake_mint: self.stake_mint,
+                    stake_vault: self.stake_vault,
+                    reporter_stake_account: reporter_stake,
+                    record,
+                    instructions: INSTRUCTIONS_SYSVAR,
+                    token_program: TOKEN_PROGRAM,
+                    system_program: SYSTEM_PROGRAM,
+                },
+            ),
+        ]
     }
 }

@@ -10,7 +10,7 @@ pub enum GpuMarketError {
     BpsOutOfRange,
     #[msg("window_seconds must be between 1 and 3600")]
     InvalidWindowSeconds,
-    #[msg("settle_quorum must be between 1 and 5")]
+    #[msg("min_quorum must be between 1 and 3")]
     InvalidQuorum,
     #[msg("unbonding_seconds must be between 0 and 365 days")]
     InvalidUnbondingSeconds,
@@ -96,7 +96,7 @@ pub enum GpuMarketError {
     WrongReceiptSigner,
     #[msg("the signed message is not this receipt")]
     ReceiptMessageMismatch,
-    #[msg("settle_quorum needs one Ed25519 attestation and one Validator account per extra validator")]
+    #[msg("the job's quorum needs one Ed25519 attestation and one Validator account per extra committee member")]
     QuorumNotMet,
     #[msg("a validator may attest a receipt only once")]
     DuplicateValidator,
@@ -155,4 +155,22 @@ pub enum GpuMarketError {
     PriceAboveLimit,
     #[msg("the fee vault holds nothing to withdraw")]
     NothingToWithdrawFees,
+    #[msg("the endpoint must be an http:// or https:// URL of at most 96 printable bytes")]
+    InvalidEndpoint,
+    #[msg("a committee names 1 to 5 distinct Active validators of this market, none of them the provider")]
+    InvalidCommittee,
+    #[msg("the quorum must be at least the market's min_quorum, at most 3 and at most the committee size")]
+    InvalidJobQuorum,
+    #[msg("the signer is not a member of this job's committee")]
+    NotCommitteeMember,
+    #[msg("approved seconds are below those already paid")]
+    ApprovedDecreased,
+    #[msg("approved seconds grew by more than the claimed seconds")]
+    ApprovedExceedsClaim,
+    #[msg("the committee member to replace is still Active")]
+    MemberStillActive,
+    #[msg("no validator rewards to claim")]
+    NothingToClaim,
+    #[msg("equivocation evidence must be two different attestations for one seq")]
+    NotValidatorEquivocation,
 }

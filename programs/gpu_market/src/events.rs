@@ -47,6 +47,7 @@ pub struct ValidatorRegistered {
     pub validator: Pubkey,
     pub authority: Pubkey,
     pub bond: u64,
+    pub endpoint: String,
 }
 
 #[event]
@@ -80,13 +81,21 @@ pub struct Settled {
     pub cumulative_seconds: u64,
     pub window_end: i64,
     pub proof_hash: [u8; 32],
+    /// New seconds the worker claimed with this receipt (`cumulative - claimed_seconds`).
     pub claimed_seconds: u64,
+    /// The committee quorum's approved cumulative seconds.
+    pub approved_seconds: u64,
     pub billed_seconds: u64,
     pub rate_per_second: u64,
     pub fee_bps: u16,
     pub burn_bps: u16,
     pub amount: u64,
     pub fee: u64,
+    /// Credited to the attesting validators (equal shares, remainder to the submitter).
+    pub reward: u64,
+    pub validator_reward_bps: u16,
+    /// Attestations counted, the submitter's included.
+    pub attesters: u8,
     pub burned: u64,
     pub to_provider: u64,
     pub to_treasury: u64,
@@ -225,6 +234,8 @@ pub struct DowntimeSlashed {
     pub provider: Pubkey,
     pub job: Pubkey,
     pub missed_windows: u64,
+    /// The newest proof window the attesting committee members accepted (their attestation).
+    pub last_proof_window_end: i64,
     pub validators: u8,
     pub slash_bps: u16,
     pub reporter_reward_bps: u16,
@@ -244,7 +255,7 @@ pub struct JobDeclined {
 pub struct JobCompleted {
     pub job: Pubkey,
     pub by: Pubkey,
-    pub settled_seconds: u64,
+    pub paid_seconds: u64,
 }
 
 /// `update_params` announced parameters; they are in force from `effective_at` on.
@@ -276,4 +287,42 @@ pub struct FeesWithdrawn {
     pub market: Pubkey,
     pub treasury: Pubkey,
     pub amount: u64,
+}
+
+#[event]
+pub struct ValidatorUpdated {
+    pub validator: Pubkey,
+    pub endpoint: String,
+}
+
+#[event]
+pub struct ValidatorRewardsClaimed {
+    pub validator: Pubkey,
+    pub destination: Pubkey,
+    pub amount: u64,
+}
+
+/// The user replaced committee member `index` (no longer Active) of a job.
+#[event]
+pub struct CommitteeMemberReplaced {
+    pub job: Pubkey,
+    pub index: u8,
+    pub previous: Pubkey,
+    pub member: Pubkey,
+}
+
+/// Carries the inputs (bps) and outputs of the slash math.
+#[event]
+pub struct ValidatorEquivocationSlashed {
+    pub validator: Pubkey,
+    pub job: Pubkey,
+    pub seq: u64,
+    pub first_approved: u64,
+    pub second_approved: u64,
+    pub reporter: Pubkey,
+    pub slash_bps: u16,
+    pub reporter_reward_bps: u16,
+    pub slashed: u64,
+    pub reward: u64,
+    pub burned: u64,
 }

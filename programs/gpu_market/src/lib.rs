@@ -46,19 +46,69 @@ pub mod gpu_market {
     }
 
     /// Registers the signer as a bonded validator.
-    pub fn register_validator(ctx: Context<RegisterValidator>, bond: u64) -> Result<()> {
-        instructions::register_validator::handler(ctx, bond)
+    pub fn register_validator(
+        ctx: Context<RegisterValidator>,
+        bond: u64,
+        endpoint: String,
+    ) -> Result<()> {
+        instructions::register_validator::handler(ctx, bond, endpoint)
+    }
+
+    /// Changes a validator's public endpoint (its authority).
+    pub fn update_validator(ctx: Context<UpdateValidator>, endpoint: String) -> Result<()> {
+        instructions::register_validator::update(ctx, endpoint)
+    }
+
+    /// Pays a validator's unclaimed settlement rewards from the fee vault (its authority).
+    pub fn claim_validator_rewards(ctx: Context<ClaimValidatorRewards>) -> Result<()> {
+        instructions::register_validator::claim_rewards(ctx)
+    }
+
+    /// The user replaces a committee member that is no longer Active.
+    pub fn replace_committee_member(
+        ctx: Context<ReplaceCommitteeMember>,
+        index: u8,
+    ) -> Result<()> {
+        instructions::committee::replace(ctx, index)
+    }
+
+    /// Slashes a validator that attested two different values for one job and seq (anyone).
+    pub fn slash_validator_equivocation(
+        ctx: Context<SlashValidatorEquivocation>,
+        first: Receipt,
+        first_approved: u64,
+        second: Receipt,
+        second_approved: u64,
+    ) -> Result<()> {
+        instructions::committee::slash_validator_equivocation(
+            ctx,
+            first,
+            first_approved,
+            second,
+            second_approved,
+        )
     }
 
     /// Opens a job and escrows the user's deposit.
-    pub fn create_job(
-        ctx: Context<CreateJob>,
+    #[allow(clippy::too_many_arguments)]
+    pub fn create_job<'info>(
+        ctx: Context<'info, CreateJob<'info>>,
         job_id: u64,
         gpu_count: u16,
         deposit: u64,
         max_price_per_gpu_second: u64,
+        committee: Vec<Pubkey>,
+        quorum: u8,
     ) -> Result<()> {
-        instructions::create_job::handler(ctx, job_id, gpu_count, deposit, max_price_per_gpu_second)
+        instructions::create_job::handler(
+            ctx,
+            job_id,
+            gpu_count,
+            deposit,
+            max_price_per_gpu_second,
+            committee,
+            quorum,
+        )
     }
 
     /// The provider starts an Open job.
@@ -66,9 +116,13 @@ pub mod gpu_market {
         instructions::accept_job::handler(ctx)
     }
 
-    /// Pays one signed window receipt out of the job's escrow.
-    pub fn settle<'info>(ctx: Context<'info, Settle<'info>>, receipt: Receipt) -> Result<()> {
-        instructions::settle::handler(ctx, receipt)
+    /// Pays the seconds a quorum of the job's committee approved up to a signed receipt.
+    pub fn settle<'info>(
+        ctx: Context<'info, Settle<'info>>,
+        receipt: Receipt,
+        approved_seconds: u64,
+    ) -> Result<()> {
+        instructions::settle::handler(ctx, receipt, approved_seconds)
     }
 
     /// Stops billing of a Running job.
@@ -184,8 +238,11 @@ pub mod gpu_market {
         instructions::slash::slash_equivocation(ctx, first, second)
     }
 
-    /// Slashes a provider for missed windows on a validator quorum's attestation.
-    pub fn slash_downtime<'info>(ctx: Context<'info, SlashDowntime<'info>>) -> Result<()> {
-        instructions::slash::slash_downtime(ctx)
+    /// Slashes a provider for missed windows on its job committee's quorum attestation.
+    pub fn slash_downtime<'info>(
+        ctx: Context<'info, SlashDowntime<'info>>,
+        last_proof_window_end: i64,
+    ) -> Result<()> {
+        instructions::slash::slash_downtime(ctx, last_proof_window_end)
     }
 }

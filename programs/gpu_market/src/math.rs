@@ -2,8 +2,9 @@
 //!
 //! Rounding: the fee is rounded up, in the market's favour, so that splitting a payment into
 //! many tiny settlements never skips the fee (a 1-unit settlement at any non-zero fee pays a
-//! 1-unit fee); the burn share of the fee is rounded down, the remainder staying with the
-//! treasury. `to_provider + to_treasury + burned == amount` always, and the fee is never more
+//! 1-unit fee); the validators' reward share of the fee and the burn share of the rest are
+//! rounded down, the remainder staying with the treasury.
+//! `to_provider + reward + to_treasury + burned == amount` always, and the fee is never more
 //! than `ceil(amount * fee_bps / 10000) <= amount`.
 
 pub const BPS_DENOMINATOR: u64 = 10_000;
@@ -48,6 +49,9 @@ pub struct Payout {
     pub billed_seconds: u64,
     pub amount: u64,
     pub fee: u64,
+    /// `floor(fee * reward_bps / 10000)`, for the attesting validators.
+    pub reward: u64,
+    /// `floor((fee - reward) * burn_bps / 10000)`.
     pub burned: u64,
     pub to_provider: u64,
     pub to_treasury: u64,
@@ -56,26 +60,38 @@ pub struct Payout {
 /// Splits a settlement of `claimed_seconds` at `rate` per second, capped by what the escrow
 /// holds (its booked balance: donations are never paid out). Guarantees:
 /// `amount <= escrow_balance`, `fee == ceil(amount * fee_bps / 10000)`, and
-/// `to_provider + to_treasury + burned == amount == billed_seconds * rate`.
+/// `to_provider + reward + to_treasury + burned == amount == billed_seconds * rate`.
 pub fn payout(
     claimed_seconds: u64,
     rate: u64,
     escrow_balance: u64,
     fee_bps: u16,
     burn_bps: u16,
+    reward_bps: u16,
 ) -> Result<Payout, MathOverflow> {
     let billed_seconds = claimed_seconds.min(affordable_seconds(escrow_balance, rate)?);
     let amount = billed_seconds.checked_mul(rate).ok_or(MathOverflow)?;
     let fee = bps_of_ceil(amount, fee_bps)?;
-    let burned = bps_of(fee, burn_bps)?;
+    let reward = bps_of(fee, reward_bps)?;
+    let rest = fee.checked_sub(reward).ok_or(MathOverflow)?;
+    let burned = bps_of(rest, burn_bps)?;
     Ok(Payout {
         billed_seconds,
         amount,
         fee,
+        reward,
         burned,
         to_provider: amount.checked_sub(fee).ok_or(MathOverflow)?,
-        to_treasury: fee.checked_sub(burned).ok_or(MathOverflow)?,
+        to_treasury: rest.checked_sub(burned).ok_or(MathOverflow)?,
     })
+}
+
+/// Splits `reward` among `attesters` validators: `(share, remainder)` with
+/// `share * attesters + remainder == reward`; the submitter gets the remainder on top.
+pub fn reward_shares(reward: u64, attesters: u64) -> Result<(u64, u64), MathOverflow> {
+    let share = reward.checked_div(attesters).ok_or(MathOverflow)?;
+    let remainder = reward.checked_rem(attesters).ok_or(MathOverflow)?;
+    Ok((share, remainder))
 }
 
 /// The smallest deposit a job may start with: one window at its rate.
@@ -140,13 +156,13 @@ mod tests {
         assert_eq!(bps_of_ceil(u64::MAX, 10_000), Ok(u64::MAX));
         assert_eq!(bps_of_ceil(1, 10_001), Err(MathOverflow));
         // 1000 one-unit settlements at 1 % pay 1000 in fees; the old floor paid none.
-        let fees: u64 = (0..1000).map(|_| payout(1, 1, 1, 100, 0).unwrap().fee).sum();
+        let fees: u64 = (0..1000).map(|_| payout(1, 1, 1, 100, 0, 0).unwrap().fee).sum();
         assert_eq!(fees, 1000);
     }
 
     #[test]
     fn payout_caps_at_escrow() {
-        let p = payout(100, 7, 500, 1000, 5000).unwrap();
+        let p = payout(100, 7, 500, 1000, 5000, 0).unwrap();
         assert_eq!(p.billed_seconds, 71);
         assert_eq!(p.amount, 497);
         assert_eq!(p.fee, 50);
@@ -164,8 +180,8 @@ mod tests {
 
     #[test]
     fn payout_overflow_is_an_error() {
-        assert_eq!(payout(u64::MAX, 2, u64::MAX, 0, 0).map(|p| p.billed_seconds), Ok(u64::MAX / 2));
-        assert_eq!(payout(1, 0, 10, 0, 0), Err(MathOverflow));
+        assert_eq!(payout(u64::MAX, 2, u64::MAX, 0, 0, 0).map(|p| p.billed_seconds), Ok(u64::MAX / 2));
+        assert_eq!(payout(1, 0, 10, 0, 0, 0), Err(MathOverflow));
     }
 }
 
@@ -180,9 +196,10 @@ mod properties {
         /// the conservation equation holds for the escrow after payout.
         #[test]
         fn payout_conserves(claimed in any::<u64>(), rate in 1u64..=u64::MAX, escrow in any::<u64>(),
-                            fee_bps in 0u16..=2_500, burn_bps in 0u16..=10_000) {
-            if let Ok(p) = payout(claimed, rate, escrow, fee_bps, burn_bps) {
-                prop_assert_eq!(p.to_provider + p.to_treasury + p.burned, p.amount);
+                            fee_bps in 0u16..=2_500, burn_bps in 0u16..=10_000, reward_bps in 0u16..=10_000) {
+            if let Ok(p) = payout(claimed, rate, escrow, fee_bps, burn_bps, reward_bps) {
+                prop_assert_eq!(p.to_provider + p.reward + p.to_treasury + p.burned, p.amount);
+                prop_assert_eq!(p.reward + p.to_treasury + p.burned, p.fee);
                 prop_assert!(p.amount <= escrow);
                 prop_assert!(p.billed_seconds <= claimed);
                 prop_assert_eq!(p.amount, p.billed_seconds * rate);
@@ -201,16 +218,20 @@ mod properties {
         #[test]
         fn repeated_payouts_never_exceed_deposit(deposit in 0u64..1_000_000_000_000, rate in 1u64..1_000_000,
                                                   claims in proptest::collection::vec(0u64..100_000, 1..20),
-                                                  fee_bps in 0u16..=2_500, burn_bps in 0u16..=10_000) {
+                                                  fee_bps in 0u16..=2_500, burn_bps in 0u16..=10_000,
+                                                  reward_bps in 0u16..=10_000, attesters in 1u64..=3) {
             let mut escrow = deposit;
-            let (mut provider, mut treasury, mut burned) = (0u64, 0u64, 0u64);
+            let (mut provider, mut validators, mut treasury, mut burned) = (0u64, 0u64, 0u64, 0u64);
             for c in claims {
-                let p = payout(c, rate, escrow, fee_bps, burn_bps).unwrap();
+                let p = payout(c, rate, escrow, fee_bps, burn_bps, reward_bps).unwrap();
+                let (share, remainder) = reward_shares(p.reward, attesters).unwrap();
+                prop_assert_eq!(share * attesters + remainder, p.reward);
                 escrow -= p.amount;
                 provider += p.to_provider;
+                validators += p.reward;
                 treasury += p.to_treasury;
                 burned += p.burned;
-                prop_assert_eq!(provider + treasury + burned + escrow, deposit);
+                prop_assert_eq!(provider + validators + treasury + burned + escrow, deposit);
             }
         }
 

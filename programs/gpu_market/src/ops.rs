@@ -149,7 +149,7 @@ pub fn end_job(job: &mut Job, provider: &mut Provider, status: JobStatus, now: i
     job.status = status;
     let reputation = &mut provider.reputation;
     match status {
-        JobStatus::Completed if job.settled_seconds > 0 => {
+        JobStatus::Completed if job.paid_seconds > 0 => {
             reputation.jobs_completed = add(reputation.jobs_completed, 1)?;
         }
         JobStatus::Failed => reputation.jobs_failed = add(reputation.jobs_failed, 1)?,

@@ -39,6 +39,18 @@ impl Receipt {
     }
 }
 
+/// The attestation message a committee member signs: the whole receipt message followed by the
+/// approved cumulative seconds (u64 le). This is the shorter digest form DESIGN section 5 allows:
+/// it binds everything the receipt binds plus the approved total, and one copy of these bytes in
+/// the Ed25519 instruction serves the worker's signature (its first `RECEIPT_MESSAGE_LEN` bytes)
+/// and every attestation, which keeps a quorum-3 settle within one packet.
+pub fn attestation_message(receipt_message: &[u8], approved_seconds: u64) -> Vec<u8> {
+    let mut m = Vec::with_capacity(receipt_message.len().saturating_add(8));
+    m.extend_from_slice(receipt_message);
+    m.extend_from_slice(&approved_seconds.to_le_bytes());
+    m
+}
+
 pub const ED25519_PROGRAM_ID: Pubkey = solana_sdk_ids::ed25519_program::ID;
 const HEADER_LEN: usize = 2;
 const OFFSETS_LEN: usize = 14;

@@ -11,3 +11,5 @@ pub const STAKE_VAULT: &[u8] = b"stake_vault";
 pub const FEE_VAULT: &[u8] = b"fee_vault";
 /// `["equivocation", job, job.started_at (i64 le), seq (u64 le)]`.
 pub const EQUIVOCATION: &[u8] = b"equivocation";
+/// `["validator_equivocation", validator, job, job.started_at (i64 le), seq (u64 le)]`.
+pub const VALIDATOR_EQUIVOCATION: &[u8] = b"validator_equivocation";

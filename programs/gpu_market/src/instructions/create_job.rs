@@ -6,13 +6,19 @@ use crate::ops;
 use crate::events::{emit_event, JobCreated};
 use crate::math;
 use crate::seeds;
-use crate::state::{Job, JobStatus, JobTerms, Market, Provider, ProviderStatus};
+use crate::state::{
+    Job, JobStatus, JobTerms, Market, Provider, ProviderStatus, Validator, ValidatorStatus,
+    MAX_COMMITTEE, MAX_QUORUM,
+};
 
 /// The user opens job `job_id` on `provider` and moves `deposit` payment tokens from their own
 /// account into the job's escrow. Guarantees: the provider is Active, has `gpu_count` free GPUs
 /// and stake covering them; the job's terms (rate, fee, burn, window, missed-window limit,
 /// grace, skew, quorum, slash rates, health thresholds) are fixed now from the parameters in
-/// force and nothing changes them later; the provider's price is at most the
+/// force and nothing changes them later; the committee is 1..=5 distinct Active validators of
+/// this market chosen by the user (their Validator accounts as remaining accounts, in order),
+/// none of them the provider's owner or worker key, with a quorum between the market's
+/// `min_quorum` and `min(3, committee size)`; the provider's price is at most the
 /// `max_price_per_gpu_second` the user signed (a provider cannot front-run the user with a price
 /// rise); the deposit covers at least one window.
 #[derive(Accounts)]
@@ -49,12 +55,15 @@ pub struct CreateJob<'info> {
     pub system_program: Program<'info, System>,
 }
 
-pub fn handler(
-    ctx: Context<CreateJob>,
+#[allow(clippy::too_many_arguments)]
+pub fn handler<'info>(
+    ctx: Context<'info, CreateJob<'info>>,
     job_id: u64,
     gpu_count: u16,
     deposit: u64,
     max_price_per_gpu_second: u64,
+    committee: Vec<Pubkey>,
+    quorum: u8,
 ) -> Result<()> {
     let now = Clock::get()?.unix_timestamp;
     ctx.accounts.market.promote_params(now);
@@ -89,6 +98,8 @@ pub fn handler(
         math::min_deposit(rate, params.window_seconds).map_err(|_| GpuMarketError::MathOverflow)?;
     require!(deposit >= min_deposit, GpuMarketError::DepositTooSmall);
 
+    let members = check_committee(&ctx, &committee, quorum, params.min_quorum)?;
+
     ops::transfer_in(
         &ctx.accounts.token_program,
         &ctx.accounts.user_payment_account,
@@ -114,10 +125,14 @@ pub fn handler(
         provider: provider.key(),
         job_id,
         gpu_count,
-        terms: JobTerms::new(&params, rate),
+        terms: JobTerms::new(&params, rate, quorum),
+        committee: members,
+        committee_len: u8::try_from(committee.len()).map_err(|_| GpuMarketError::InvalidCommittee)?,
         deposited: deposit,
-        settled_seconds: 0,
+        claimed_seconds: 0,
+        paid_seconds: 0,
         paid_provider: 0,
+        paid_validators: 0,
         paid_treasury: 0,
         burned: 0,
         refunded: 0,
@@ -145,4 +160,41 @@ pub fn handler(
         deposit,
     });
     Ok(())
+}
+
+/// The user's committee: 1..=5 distinct Active validators of this market (their Validator
+/// accounts as remaining accounts, same order), none of them the provider's owner or worker
+/// key; `min_quorum <= quorum <= min(MAX_QUORUM, len)`. Returns the padded member array.
+fn check_committee<'info>(
+    ctx: &Context<'info, CreateJob<'info>>,
+    committee: &[Pubkey],
+    quorum: u8,
+    min_quorum: u8,
+) -> Result<[Pubkey; MAX_COMMITTEE]> {
+    require!(
+        (1..=MAX_COMMITTEE).contains(&committee.len())
+            && ctx.remaining_accounts.len() == committee.len(),
+        GpuMarketError::InvalidCommittee
+    );
+    let size = u8::try_from(committee.len()).map_err(|_| GpuMarketError::InvalidCommittee)?;
+    require!(
+        quorum >= min_quorum && quorum <= MAX_QUORUM.min(size),
+        GpuMarketError::InvalidJobQuorum
+    );
+    let provider = &ctx.accounts.provider;
+    let mut members = [Pubkey::default(); MAX_COMMITTEE];
+    for (i, (member, info)) in committee.iter().zip(ctx.remaining_accounts).enumerate() {
+        let v: Account<Validator> = Account::try_from(info)?;
+        require!(
+            v.authority == *member
+                && v.market == ctx.accounts.market.key()
+                && v.status == ValidatorStatus::Active
+                && *member != provider.owner
+                && *member != provider.worker_key
+                && !committee[..i].contains(member),
+            GpuMarketError::InvalidCommittee
+        );
+        members[i] = *member;
+    }
+    Ok(members)
 }

@@ -5,6 +5,7 @@
 pub mod accept_job;
 pub mod authority;
 pub mod close_job;
+pub mod committee;
 pub mod create_job;
 pub mod finish_job;
 pub mod initialize_market;
@@ -26,6 +27,7 @@ pub mod validator_exit;
 pub use accept_job::*;
 pub use authority::*;
 pub use close_job::*;
+pub use committee::*;
 pub use create_job::*;
 pub use finish_job::*;
 pub use initialize_market::*;

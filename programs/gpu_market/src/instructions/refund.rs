@@ -138,7 +138,7 @@ pub fn complete(ctx: Context<EndJob>) -> Result<()> {
     emit_event(JobCompleted {
         job: accounts.job.key(),
         by: accounts.signer.key(),
-        settled_seconds: accounts.job.settled_seconds,
+        paid_seconds: accounts.job.paid_seconds,
     });
     Ok(())
 }

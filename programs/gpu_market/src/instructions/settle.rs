@@ -6,31 +6,35 @@ use crate::errors::GpuMarketError;
 use crate::events::{emit_event, Settled};
 use crate::math;
 use crate::ops::{self, add, JobSigner};
-use crate::receipt::{ed25519_signers, Receipt};
+use crate::receipt::{attestation_message, ed25519_entries, Receipt};
 use crate::seeds;
 use crate::state::{Job, JobStatus, Market, Provider, Validator, ValidatorStatus};
 
-/// Pays one window receipt from the job's escrow: provider owner, fee vault, burn.
+/// Pays the seconds a quorum of the job's committee approved, out of the job's escrow: provider
+/// owner, fee vault (treasury share and validator rewards), burn.
 ///
 /// Specification (all terms are the job's, fixed at `create_job`):
-/// - the transaction signer is an Active validator of this market (`validator`);
-/// - the instruction right before this one is an Ed25519-program instruction over exactly
-///   `Receipt::message` whose first signature is the provider's worker key (current, unexpired
-///   at `window_end`, else `WorkerKeyExpired`; or a retired key for a window that ended by its
-///   retirement, within `window_seconds * max_missed_windows` of it); with `settle_quorum =
-///   q > 1` it carries `q - 1` more signatures over the same message bytes, by the `q - 1`
-///   distinct Active validators passed as remaining accounts, in the same order;
+/// - the transaction signer is an Active validator of this market and a member of the job's
+///   committee; its transaction signature is its attestation;
+/// - the instruction right before this one is an Ed25519-program instruction whose entry 0 is
+///   the provider's worker key over exactly `Receipt::message` (current key unexpired at
+///   `window_end`, else `WorkerKeyExpired`; or a retired key for a window that ended by its
+///   retirement, within `window_seconds * max_missed_windows` of it), and whose entries
+///   1..quorum are attestations over `attestation_message(receipt, approved_seconds)` by
+///   `quorum - 1` other distinct committee members, whose Active Validator accounts are passed
+///   as writable remaining accounts in the same order;
 /// - the job is Running, or Finishing with `window_end <= ended_at` within the grace;
-/// - `seq > last_seq`, `cumulative_seconds >= settled_seconds`, `window_end > last_window_end`,
+/// - `seq > last_seq`, `cumulative_seconds >= claimed_seconds`, `window_end > last_window_end`,
 ///   `window_end <= now + max_skew_seconds`;
-/// - wall time bounds billing in total, not per step: `cumulative_seconds <= window_end -
-///   started_at + max_skew_seconds`, and `<= ended_at - started_at` once the job finished; since
-///   paid seconds never exceed the cumulative claim, seconds ever paid obey the same bound;
-/// - billed seconds are capped by the escrow's booked balance (a donation is never paid out);
-///   money moves only to the provider owner's payment account, the market's fee vault (the
-///   treasury share, which `withdraw_fees` forwards; no account of the authority is touched,
-///   so the authority cannot stall settlement) and the burn; the
-///   fee is rounded up; when the booked escrow can no longer pay one second the job is
+/// - `approved_seconds >= paid_seconds`, `approved_seconds - paid_seconds <=
+///   cumulative_seconds - claimed_seconds` (a committee pays no second the worker did not
+///   claim in this receipt), and, absolutely, `approved_seconds <= window_end - started_at +
+///   max_skew_seconds` and `<= ended_at - started_at` once the job finished: seconds ever
+///   paid never exceed wall time;
+/// - billed seconds (`approved - paid`) are capped by the escrow's booked balance (a donation
+///   is never paid out); the fee is rounded up; `validator_reward_bps` of it is credited to the
+///   attesting members in equal parts (the remainder to the submitter), claimable with
+///   `claim_validator_rewards`; when the booked escrow can no longer pay one second the job is
 ///   Completed and its GPUs released.
 ///
 /// Replaying a settled receipt fails with `StaleSequence`.
@@ -75,6 +79,7 @@ pub struct Settle<'info> {
 pub fn handler<'info>(
     ctx: Context<'info, Settle<'info>>,
     receipt: Receipt,
+    approved_seconds: u64,
 ) -> Result<()> {
     let now = Clock::get()?.unix_timestamp;
     let job = &ctx.accounts.job;
@@ -83,6 +88,10 @@ pub fn handler<'info>(
     require!(
         ctx.accounts.validator.status == ValidatorStatus::Active,
         GpuMarketError::ValidatorNotActive
+    );
+    require!(
+        job.member_index(&ctx.accounts.validator_authority.key()).is_some(),
+        GpuMarketError::NotCommitteeMember
     );
     let window_end_bound = receipt
         .window_end
@@ -107,7 +116,7 @@ pub fn handler<'info>(
     };
     require!(receipt.seq > job.last_seq, GpuMarketError::StaleSequence);
     require!(
-        receipt.cumulative_seconds >= job.settled_seconds,
+        receipt.cumulative_seconds >= job.claimed_seconds,
         GpuMarketError::CumulativeDecreased
     );
     require!(
@@ -116,10 +125,14 @@ pub fn handler<'info>(
     );
     let claimed = receipt
         .cumulative_seconds
-        .checked_sub(job.settled_seconds)
+        .checked_sub(job.claimed_seconds)
         .ok_or(GpuMarketError::MathOverflow)?;
+    let approved = approved_seconds
+        .checked_sub(job.paid_seconds)
+        .ok_or(GpuMarketError::ApprovedDecreased)?;
+    require!(approved <= claimed, GpuMarketError::ApprovedExceedsClaim);
     require!(
-        i128::from(receipt.cumulative_seconds) <= i128::from(wall_bound),
+        i128::from(approved_seconds) <= i128::from(wall_bound),
         GpuMarketError::BilledSecondsExceedWallTime
     );
     let latest_allowed = now
@@ -130,15 +143,17 @@ pub fn handler<'info>(
         GpuMarketError::WindowEndInFuture
     );
 
-    check_signatures(&ctx, &receipt, now)?;
+    let mut attesters = check_signatures(&ctx, &receipt, approved_seconds, now)?;
 
-    // Money: escrow -> provider owner, fee vault (treasury share), burn.
+    // Money: escrow -> provider owner, fee vault (treasury share + rewards), burn.
+    let job = &ctx.accounts.job;
     let p = math::payout(
-        claimed,
+        approved,
         terms.rate_per_second,
         job.booked_escrow()?,
         terms.fee_bps,
         terms.burn_bps,
+        terms.validator_reward_bps,
     )
     .map_err(|_| GpuMarketError::MathOverflow)?;
     let job_signer = JobSigner::of(job);
@@ -160,7 +175,7 @@ pub fn handler<'info>(
         accounts.fee_vault.to_account_info(),
         accounts.job.to_account_info(),
         &seeds,
-        p.to_treasury,
+        add(p.to_treasury, p.reward)?,
     )?;
     ops::burn_signed(
         &accounts.token_program,
@@ -172,11 +187,10 @@ pub fn handler<'info>(
     )?;
     let job = &mut ctx.accounts.job;
     let provider = &mut ctx.accounts.provider;
-    job.settled_seconds = job
-        .settled_seconds
-        .checked_add(p.billed_seconds)
-        .ok_or(GpuMarketError::MathOverflow)?;
+    job.claimed_seconds = receipt.cumulative_seconds;
+    job.paid_seconds = add(job.paid_seconds, p.billed_seconds)?;
     job.paid_provider = add(job.paid_provider, p.to_provider)?;
+    job.paid_validators = add(job.paid_validators, p.reward)?;
     job.paid_treasury = add(job.paid_treasury, p.to_treasury)?;
     job.burned = add(job.burned, p.burned)?;
     job.last_seq = receipt.seq;
@@ -188,15 +202,34 @@ pub fn handler<'info>(
     if exhausted {
         ops::end_job(job, provider, JobStatus::Completed, now)?;
     }
+    // Rewards: equal shares to every attester, the remainder to the submitter.
+    let count = u64::try_from(attesters.len()).map_err(|_| GpuMarketError::MathOverflow)?;
+    let (share, remainder) = math::reward_shares(p.reward, add(count, 1)?)
+        .map_err(|_| GpuMarketError::MathOverflow)?;
+    for other in attesters.iter_mut() {
+        other.rewards_earned = add(other.rewards_earned, share)?;
+        other.rewards_unclaimed = add(other.rewards_unclaimed, share)?;
+        other.exit(ctx.program_id)?;
+    }
+    let own = add(share, remainder)?;
     let validator = &mut ctx.accounts.validator;
     validator.settlements = add(validator.settlements, 1)?;
+    validator.rewards_earned = add(validator.rewards_earned, own)?;
+    validator.rewards_unclaimed = add(validator.rewards_unclaimed, own)?;
     let market = &mut ctx.accounts.market;
     market.totals.fees = add(market.totals.fees, p.fee)?;
     market.totals.burned = add(market.totals.burned, p.burned)?;
+    market.totals.rewards = add(market.totals.rewards, p.reward)?;
+    market.totals.rewards_unclaimed = add(market.totals.rewards_unclaimed, p.reward)?;
 
     ctx.accounts.escrow.reload()?;
     ctx.accounts.job.invariant(ctx.accounts.escrow.amount)?;
     ctx.accounts.provider.invariant()?;
+    ctx.accounts.fee_vault.reload()?;
+    require!(
+        ctx.accounts.fee_vault.amount >= ctx.accounts.market.totals.rewards_unclaimed,
+        GpuMarketError::InvariantViolated
+    );
     emit_event(Settled {
         job: ctx.accounts.job.key(),
         provider: ctx.accounts.provider.key(),
@@ -206,12 +239,16 @@ pub fn handler<'info>(
         window_end: receipt.window_end,
         proof_hash: receipt.proof_hash,
         claimed_seconds: claimed,
+        approved_seconds,
         billed_seconds: p.billed_seconds,
         rate_per_second: terms.rate_per_second,
         fee_bps: terms.fee_bps,
         burn_bps: terms.burn_bps,
         amount: p.amount,
         fee: p.fee,
+        reward: p.reward,
+        validator_reward_bps: terms.validator_reward_bps,
+        attesters: u8::try_from(count.saturating_add(1)).unwrap_or(u8::MAX),
         burned: p.burned,
         to_provider: p.to_provider,
         to_treasury: p.to_treasury,
@@ -221,46 +258,59 @@ pub fn handler<'info>(
     Ok(())
 }
 
-/// The Ed25519 instruction right before `settle`: the worker's signature, then one attestation
-/// per extra validator (remaining accounts, same order), all over the same receipt message.
+/// The Ed25519 instruction right before `settle`: entry 0 the worker's signature over the
+/// receipt message, then one attestation per extra committee member (remaining accounts, same
+/// order) over the attestation message. Returns those members' Validator accounts.
 fn check_signatures<'info>(
     ctx: &Context<'info, Settle<'info>>,
     receipt: &Receipt,
+    approved_seconds: u64,
     now: i64,
-) -> Result<()> {
+) -> Result<Vec<Account<'info, Validator>>> {
     let accounts = &ctx.accounts;
     let sysvar = accounts.instructions.to_account_info();
     let message = receipt.message(ctx.program_id, &accounts.market.key(), &accounts.job.key());
+    let attestation = attestation_message(&message, approved_seconds);
     let current = load_current_index_checked(&sysvar)?;
     let index = current
         .checked_sub(1)
         .ok_or(GpuMarketError::MissingEd25519Instruction)?;
     let ix = load_instruction_at_checked(usize::from(index), &sysvar)?;
-    let signers = ed25519_signers(&ix, index, &message)?;
-    let terms = accounts.job.terms;
+    let entries = ed25519_entries(&ix, index)?;
+    require!(entries[0].message == message, GpuMarketError::ReceiptMessageMismatch);
+    let worker = entries[0].signer;
+    let job = &accounts.job;
     let provider = &accounts.provider;
-    if signers[0] == provider.worker_key && provider.current_key_expired_at(receipt.window_end) {
+    if worker == provider.worker_key && provider.current_key_expired_at(receipt.window_end) {
         return err!(GpuMarketError::WorkerKeyExpired);
     }
     require!(
         provider.receipt_key_valid(
-            &signers[0],
+            &worker,
             receipt.window_end,
             now,
-            terms.key_rotation_grace_seconds(),
+            job.terms.key_rotation_grace_seconds(),
         ),
         GpuMarketError::WrongReceiptSigner
     );
 
-    let extra = usize::from(terms.settle_quorum.saturating_sub(1));
+    let extra = usize::from(job.terms.quorum.saturating_sub(1));
     require!(
-        ctx.remaining_accounts.len() == extra && signers.len() == 1 + extra,
+        ctx.remaining_accounts.len() == extra && entries.len() == extra.saturating_add(1),
         GpuMarketError::QuorumNotMet
     );
     let mut seen: Vec<Pubkey> = vec![accounts.validator_authority.key()];
-    for (info, attester) in ctx.remaining_accounts.iter().zip(&signers[1..]) {
+    let mut attesters = Vec::with_capacity(extra);
+    for (info, entry) in ctx.remaining_accounts.iter().zip(&entries[1..]) {
+        require!(entry.message == attestation, GpuMarketError::ReceiptMessageMismatch);
         let other: Account<Validator> = Account::try_from(info)?;
+        require!(info.is_writable, GpuMarketError::QuorumNotMet);
         require_keys_eq!(other.market, accounts.market.key(), GpuMarketError::NotAValidator);
+        require_keys_eq!(entry.signer, other.authority, GpuMarketError::NotAValidator);
+        require!(
+            job.member_index(&other.authority).is_some(),
+            GpuMarketError::NotCommitteeMember
+        );
         require!(
             other.status == ValidatorStatus::Active,
             GpuMarketError::ValidatorNotActive
@@ -269,8 +319,8 @@ fn check_signatures<'info>(
             !seen.contains(&other.authority),
             GpuMarketError::DuplicateValidator
         );
-        require_keys_eq!(*attester, other.authority, GpuMarketError::NotAValidator);
         seen.push(other.authority);
+        attesters.push(other);
     }
-    Ok(())
+    Ok(attesters)
 }

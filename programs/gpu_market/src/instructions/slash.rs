@@ -178,7 +178,7 @@ pub fn slash_equivocation(ctx: Context<SlashEquivocation>, first: Receipt, secon
     ctx.accounts.record.set_inner(EquivocationRecord {
         job: job_key,
         seq: first.seq,
-        provider: ctx.accounts.targets.provider.key(),
+        offender: ctx.accounts.targets.provider.key(),
         reporter: ctx.accounts.reporter.key(),
         slashed: split.amount,
         bump: ctx.bumps.record,
@@ -200,12 +200,14 @@ pub fn slash_equivocation(ctx: Context<SlashEquivocation>, first: Receipt, secon
     Ok(())
 }
 
-/// A quorum of the job's `settle_quorum` distinct Active validators attests that a Running job's provider
-/// has proved nothing for at least `max_missed_windows` windows: slashes `downtime_slash_bps`
-/// (reward to the submitting validator's `reporter_stake_account`, rest burned) and fails the
-/// job; the user's `close_job` refunds the escrow. The signer is one validator; the others are
-/// passed as remaining
-/// accounts in pairs (Validator account, its authority as a signer).
+/// A quorum (the job's `quorum`) of distinct Active members of the job's committee attests,
+/// by signing this transaction, that none of them accepted a proof of this Running job ending
+/// after `last_proof_window_end`; if `max_missed_windows` windows have passed since the later of
+/// that and the last settled window, the provider is slashed `downtime_slash_bps` (reward to
+/// the submitting validator's `reporter_stake_account`, rest burned) and the job fails; the
+/// user's `close_job` refunds the escrow. Downtime is measured from proofs the committee saw,
+/// so late settlement never slashes an honest provider. The signer is one member; the others
+/// are passed as remaining accounts in pairs (Validator account, its authority as a signer).
 #[derive(Accounts)]
 pub struct SlashDowntime<'info> {
     pub validator_authority: Signer<'info>,
@@ -216,15 +218,20 @@ pub struct SlashDowntime<'info> {
     pub targets: SlashTargets<'info>,
 }
 
-pub fn slash_downtime<'info>(ctx: Context<'info, SlashDowntime<'info>>) -> Result<()> {
+pub fn slash_downtime<'info>(
+    ctx: Context<'info, SlashDowntime<'info>>,
+    last_proof_window_end: i64,
+) -> Result<()> {
     let now = Clock::get()?.unix_timestamp;
     let terms = ctx.accounts.targets.job.terms;
     let market_key = ctx.accounts.targets.market.key();
     let v = &ctx.accounts.validator;
     require_keys_eq!(v.market, market_key, GpuMarketError::NotAValidator);
     require!(v.status == ValidatorStatus::Active, GpuMarketError::ValidatorNotActive);
+    let job = &ctx.accounts.targets.job;
+    require!(job.member_index(&v.authority).is_some(), GpuMarketError::NotCommitteeMember);
 
-    let extra = usize::from(terms.settle_quorum.saturating_sub(1));
+    let extra = usize::from(terms.quorum.saturating_sub(1));
     require!(ctx.remaining_accounts.len() == extra * 2, GpuMarketError::QuorumNotMet);
     let mut seen = vec![v.authority];
     for pair in ctx.remaining_accounts.chunks(2) {
@@ -236,14 +243,15 @@ pub fn slash_downtime<'info>(ctx: Context<'info, SlashDowntime<'info>>) -> Resul
             GpuMarketError::QuorumNotMet
         );
         require!(!seen.contains(&other.authority), GpuMarketError::DuplicateValidator);
+        require!(job.member_index(&other.authority).is_some(), GpuMarketError::NotCommitteeMember);
         seen.push(other.authority);
     }
 
-    let job = &ctx.accounts.targets.job;
     require!(job.status == JobStatus::Running, GpuMarketError::InvalidJobStatus);
     let window = i64::from(terms.window_seconds);
+    let last_seen = job.last_window_end.max(last_proof_window_end);
     let missed = now
-        .checked_sub(job.last_window_end)
+        .checked_sub(last_seen)
         .and_then(|idle| idle.checked_div(window))
         .ok_or(GpuMarketError::MathOverflow)?;
     require!(
@@ -259,6 +267,7 @@ pub fn slash_downtime<'info>(ctx: Context<'info, SlashDowntime<'info>>) -> Resul
         provider: ctx.accounts.targets.provider.key(),
         job: ctx.accounts.targets.job.key(),
         missed_windows: missed,
+        last_proof_window_end,
         validators: seen.len() as u8,
         slash_bps: bps,
         reporter_reward_bps: terms.reporter_reward_bps,

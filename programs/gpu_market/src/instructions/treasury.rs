@@ -80,8 +80,8 @@ pub fn sweep_vault(ctx: Context<SweepVault>) -> Result<()> {
     Ok(())
 }
 
-/// Permissionless: moves everything in the market's fee vault (the treasury share of every
-/// settlement, and any donation) to the market's treasury account. Settlement never depends
+/// Permissionless: moves the market's fee vault balance above the validators' unclaimed rewards
+/// (the treasury share of every settlement, and any donation) to the market's treasury account. Settlement never depends
 /// on the treasury account: if it is closed or frozen, only this waits for `set_treasury`.
 #[derive(Accounts)]
 pub struct WithdrawFees<'info> {
@@ -96,7 +96,12 @@ pub struct WithdrawFees<'info> {
 }
 
 pub fn withdraw_fees(ctx: Context<WithdrawFees>) -> Result<()> {
-    let amount = ctx.accounts.fee_vault.amount;
+    let amount = ctx
+        .accounts
+        .fee_vault
+        .amount
+        .checked_sub(ctx.accounts.market.totals.rewards_unclaimed)
+        .ok_or(GpuMarketError::InvariantViolated)?;
     require!(amount > 0, GpuMarketError::NothingToWithdrawFees);
     let signer = MarketSigner::of(&ctx.accounts.market);
     ops::transfer_signed(

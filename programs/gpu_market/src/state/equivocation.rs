@@ -7,7 +7,9 @@ use anchor_lang::prelude::*;
 pub struct EquivocationRecord {
     pub job: Pubkey,
     pub seq: u64,
-    pub provider: Pubkey,
+    /// The slashed account: the Provider (`slash_equivocation`) or the Validator
+    /// (`slash_validator_equivocation`, record seeds `["validator_equivocation", ...]`).
+    pub offender: Pubkey,
     pub reporter: Pubkey,
     pub slashed: u64,
     pub bump: u8,

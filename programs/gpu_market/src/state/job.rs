@@ -3,6 +3,9 @@ use anchor_lang::prelude::*;
 use crate::errors::GpuMarketError;
 use crate::state::MarketParams;
 
+/// Validators a user may name for a job.
+pub const MAX_COMMITTEE: usize = 5;
+
 #[derive(AnchorSerialize, AnchorDeserialize, Clone, Copy, Debug, PartialEq, Eq, InitSpace)]
 pub enum JobStatus {
     Open,
@@ -36,16 +39,18 @@ pub struct JobTerms {
     /// After the job ends, receipts up to `ended_at` settle for this long; `close_job` waits.
     pub grace_seconds: i64,
     pub max_skew_seconds: u32,
-    pub settle_quorum: u8,
+    /// Attestations (the submitter's included) a settle or downtime report needs: the user's q.
+    pub quorum: u8,
     pub downtime_slash_bps: u16,
     pub equivocation_slash_bps: u16,
     pub reporter_reward_bps: u16,
     pub temp_critical_c: u16,
     pub ecc_uncorrected_max: u32,
+    pub validator_reward_bps: u16,
 }
 
 impl JobTerms {
-    pub fn new(params: &MarketParams, rate_per_second: u64) -> Self {
+    pub fn new(params: &MarketParams, rate_per_second: u64, quorum: u8) -> Self {
         Self {
             rate_per_second,
             fee_bps: params.fee_bps,
@@ -54,12 +59,13 @@ impl JobTerms {
             max_missed_windows: params.max_missed_windows,
             grace_seconds: params.grace_seconds(),
             max_skew_seconds: params.max_skew_seconds,
-            settle_quorum: params.settle_quorum,
+            quorum,
             downtime_slash_bps: params.downtime_slash_bps,
             equivocation_slash_bps: params.equivocation_slash_bps,
             reporter_reward_bps: params.reporter_reward_bps,
             temp_critical_c: params.temp_critical_c,
             ecc_uncorrected_max: params.ecc_uncorrected_max,
+            validator_reward_bps: params.validator_reward_bps,
         }
     }
 
@@ -87,11 +93,19 @@ pub struct Job {
     pub job_id: u64,
     pub gpu_count: u16,
     pub terms: JobTerms,
+    /// The validators the user chose (authority keys), `committee_len` of them first; only they
+    /// settle, attest and report downtime for this job.
+    pub committee: [Pubkey; MAX_COMMITTEE],
+    pub committee_len: u8,
     pub deposited: u64,
-    /// Seconds paid so far; never more than the wall time since `started_at` (+ skew while
-    /// running), in total.
-    pub settled_seconds: u64,
+    /// Cumulative seconds of the last settled receipt (the worker's claim).
+    pub claimed_seconds: u64,
+    /// Seconds paid so far: the committee's approved total; never more than the claim, nor the
+    /// wall time since `started_at` (+ skew while running), in total.
+    pub paid_seconds: u64,
     pub paid_provider: u64,
+    /// Rewards credited to the attesting validators (held by the fee vault until claimed).
+    pub paid_validators: u64,
     pub paid_treasury: u64,
     pub burned: u64,
     pub refunded: u64,
@@ -108,10 +122,21 @@ pub struct Job {
 }
 
 impl Job {
+    /// The committee members, in the user's order.
+    pub fn members(&self) -> &[Pubkey] {
+        let len = usize::from(self.committee_len).min(MAX_COMMITTEE);
+        &self.committee[..len]
+    }
+
+    /// Index of `authority` in the committee, if it is a member.
+    pub fn member_index(&self, authority: &Pubkey) -> Option<usize> {
+        self.members().iter().position(|m| m == authority)
+    }
+
     /// Tokens the books say are still in escrow:
-    /// `deposited - paid_provider - paid_treasury - burned - refunded`.
+    /// `deposited - paid_provider - paid_validators - paid_treasury - burned - refunded`.
     pub fn booked_escrow(&self) -> Result<u64> {
-        [self.paid_provider, self.paid_treasury, self.burned, self.refunded]
+        [self.paid_provider, self.paid_validators, self.paid_treasury, self.burned, self.refunded]
             .iter()
             .try_fold(self.deposited, |left, v| left.checked_sub(*v))
             .ok_or_else(|| GpuMarketError::InvariantViolated.into())

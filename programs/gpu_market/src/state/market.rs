@@ -7,8 +7,10 @@ pub const MAX_BPS: u16 = 10_000;
 pub const MAX_WINDOW_SECONDS: u32 = 3_600;
 pub const MAX_UNBONDING_SECONDS: i64 = 365 * 24 * 3_600;
 pub const MAX_SKEW_SECONDS: u32 = 300;
-/// A quorum settle must fit one transaction: the worker's signature plus 4 attestations.
-pub const MAX_QUORUM: u8 = 5;
+/// A settle with `q` attestations must fit one 1232-byte legacy transaction: the Ed25519
+/// instruction carries q signatures and keys, and the settle q - 1 more Validator accounts
+/// (pinned by a packet-size test). Committees may be larger (`MAX_COMMITTEE`).
+pub const MAX_QUORUM: u8 = 3;
 /// Downtime and expiry need at most a day of missed 60 s windows.
 pub const MAX_MISSED_WINDOWS: u32 = 1_440;
 /// A reporter never earns more than half of a slash, so reporting oneself always loses.
@@ -27,7 +29,8 @@ pub struct MarketParams {
     pub min_stake_per_gpu: u64,
     pub unbonding_seconds: i64,
     pub window_seconds: u32,
-    pub settle_quorum: u8,
+    /// The smallest quorum a user may choose for a job's committee (1..=3).
+    pub min_quorum: u8,
     pub max_missed_windows: u32,
     pub downtime_slash_bps: u16,
     pub equivocation_slash_bps: u16,
@@ -38,12 +41,19 @@ pub struct MarketParams {
     pub temp_critical_c: u16,
     /// Uncorrected ECC errors a GPU may report in one window and still bill.
     pub ecc_uncorrected_max: u32,
+    /// Share of each settlement's fee credited to the attesting validators (<= 10000).
+    pub validator_reward_bps: u16,
 }
 
 impl MarketParams {
     pub fn validate(&self) -> Result<()> {
         require!(self.fee_bps <= MAX_FEE_BPS, GpuMarketError::FeeTooHigh);
-        for bps in [self.burn_bps, self.downtime_slash_bps, self.equivocation_slash_bps] {
+        for bps in [
+            self.burn_bps,
+            self.downtime_slash_bps,
+            self.equivocation_slash_bps,
+            self.validator_reward_bps,
+        ] {
             require!(bps <= MAX_BPS, GpuMarketError::BpsOutOfRange);
         }
         require!(
@@ -55,7 +65,7 @@ impl MarketParams {
             GpuMarketError::InvalidWindowSeconds
         );
         require!(
-            (1..=MAX_QUORUM).contains(&self.settle_quorum),
+            (1..=MAX_QUORUM).contains(&self.min_quorum),
             GpuMarketError::InvalidQuorum
         );
         require!(
@@ -101,6 +111,10 @@ pub struct MarketTotals {
     pub slashed: u64,
     /// Jobs ever created.
     pub jobs: u64,
+    /// Validator rewards credited and not yet claimed; the fee vault holds at least this much.
+    pub rewards_unclaimed: u64,
+    /// Validator rewards ever credited.
+    pub rewards: u64,
 }
 
 /// `["market", creator, id]`: the PDA keeps the creating authority in its seeds, so it stays

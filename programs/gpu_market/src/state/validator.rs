@@ -1,6 +1,10 @@
 use anchor_lang::prelude::*;
 
+use crate::errors::GpuMarketError;
 use crate::state::Unbonding;
+
+/// Bytes of a validator's endpoint URL (zero-padded UTF-8).
+pub const ENDPOINT_LEN: usize = 96;
 
 #[derive(AnchorSerialize, AnchorDeserialize, Clone, Copy, Debug, PartialEq, Eq, InitSpace)]
 pub enum ValidatorStatus {
@@ -19,4 +23,28 @@ pub struct Validator {
     pub status: ValidatorStatus,
     pub settlements: u64,
     pub bump: u8,
+    /// Public base URL of its HTTP API (`http://` or `https://`), zero-padded: workers deliver
+    /// proofs there, committee members exchange attestations there.
+    pub endpoint: [u8; ENDPOINT_LEN],
+    /// Rewards ever credited (a share of the fee of every settlement it attested).
+    pub rewards_earned: u64,
+    /// Credited rewards not yet claimed (`claim_validator_rewards`); held by the fee vault.
+    pub rewards_unclaimed: u64,
+    pub slashes: u32,
+}
+
+/// Checks and pads an endpoint URL: 1..=96 bytes of printable ASCII without spaces, starting
+/// with `http://` or `https://`.
+pub fn encode_endpoint(url: &str) -> Result<[u8; ENDPOINT_LEN]> {
+    let bytes = url.as_bytes();
+    require!(
+        bytes.len() <= ENDPOINT_LEN
+            && (url.starts_with("http://") || url.starts_with("https://"))
+            && bytes.len() > "https://".len()
+            && bytes.iter().all(|b| b.is_ascii_graphic()),
+        GpuMarketError::InvalidEndpoint
+    );
+    let mut out = [0u8; ENDPOINT_LEN];
+    out[..bytes.len()].copy_from_slice(bytes);
+    Ok(out)
 }
