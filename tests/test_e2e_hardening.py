@@ -49,14 +49,25 @@ class Chain:
     payment_mint: Pubkey
     market: Pubkey
     provider: Pubkey
+    validator: Keypair
     next_job_id: int = 1
 
     def create_job(self, market: Pubkey | None = None, provider: Pubkey | None = None,
                    max_price: int | None = None) -> Pubkey:  # fmt: skip
+        """A 1-GPU job whose committee is ``validator`` alone (quorum 1)."""
         job_id, self.next_job_id = self.next_job_id, self.next_job_id + 1
         _, job = self.client.create_job(self.user, market or self.market, provider or self.provider,
-                                        job_id, 1, DEPOSIT, max_price)  # fmt: skip
+                                        job_id, 1, DEPOSIT, committee=[self.validator.pubkey()],
+                                        quorum=1, max_price_per_gpu_second=max_price)  # fmt: skip
         return job
+
+    def register_validator(self, market: Pubkey) -> None:
+        """``validator`` bonds 1,000 stake units in ``market`` (its endpoint is never called)."""
+        bond = tokens.ata(self.validator.pubkey(), self.stake_mint)
+        if self.client.account_info(bond) is None:
+            tokens.create_ata(self.client, self.admin, self.validator.pubkey(), self.stake_mint)
+        tokens.mint_to(self.client, self.stake_mint, bond, self.admin, 1_000)
+        self.client.register_validator(self.validator, market, 1_000, "http://127.0.0.1:9")
 
     def user_balance(self) -> int:
         return self.client.token_balance(tokens.ata(self.user.pubkey(), self.payment_mint))
@@ -73,9 +84,9 @@ def chain(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Chain]:
         proc = procs.start("localnet", [localnet_binary(), "--port", str(port)])
         wait_for_line(proc, workdir / "localnet.log", "ready on", timeout=60)
         url = f"http://127.0.0.1:{port}"
-        admin, owner, worker, user = Keypair(), Keypair(), Keypair(), Keypair()
+        admin, owner, worker, user, validator = Keypair(), Keypair(), Keypair(), Keypair(), Keypair()
         client = GpuMarketClient(url, payer=admin)
-        for kp in (admin, owner, worker, user):
+        for kp in (admin, owner, worker, user, validator):
             client.airdrop(kp.pubkey(), 10 * 10**9)
         stake_mint = tokens.create_mint(client, admin, 6)
         payment_mint = tokens.create_mint(client, admin, 6)
@@ -87,8 +98,10 @@ def chain(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Chain]:
         market = pda.market_pda(admin.pubkey(), 0)
         spec = {"gpu_model": "Simulated H100", "gpu_count": 4, "vram_mib": 81920, "region": "local"}
         client.register_provider(owner, worker.pubkey(), spec, PRICE, market)
-        yield Chain(url, client, admin, owner, worker, user, stake_mint, payment_mint, market,
-                    pda.provider_pda(market, owner.pubkey()))  # fmt: skip
+        chain = Chain(url, client, admin, owner, worker, user, stake_mint, payment_mint, market,
+                      pda.provider_pda(market, owner.pubkey()), validator)  # fmt: skip
+        chain.register_validator(market)
+        yield chain
     finally:
         if client is not None:
             client.close()
@@ -193,6 +206,7 @@ def test_params_are_announced_and_apply_to_new_jobs_only(chain: Chain) -> None:
     market = pda.market_pda(chain.admin.pubkey(), 1)
     spec = {"gpu_model": "Simulated H100", "gpu_count": 4, "vram_mib": 81920, "region": "local"}
     c.register_provider(chain.owner, chain.worker.pubkey(), spec, PRICE, market)
+    chain.register_validator(market)
     provider = pda.provider_pda(market, chain.owner.pubkey())
     old_job = chain.create_job(market, provider)
 
@@ -222,10 +236,17 @@ def test_create_job_refuses_a_price_raised_after_the_user_read_it(chain: Chain,
     c = chain.client
     with pytest.raises(ValueError, match="PriceAboveLimit"):  # already above: nothing is sent
         chain.create_job(max_price=PRICE - 1)
-    read_before = c._pricing(chain.market, chain.provider)  # what the user's client read
+    # What the user's client read: the Provider account before the front-run.
+    provider_before = c.account_info(chain.provider)
     c.update_provider(chain.owner, chain.provider, price_per_gpu_second=PRICE + 1)  # front-run
     try:
-        monkeypatch.setattr(c, "_pricing", lambda market, provider: read_before)
+        read = c._account_infos
+
+        def stale_provider(keys):  # create_job reads [market, provider, clock, *committee]
+            infos = read(keys)
+            return [provider_before if k == chain.provider else i for k, i in zip(keys, infos)]
+
+        monkeypatch.setattr(c, "_account_infos", stale_provider)
         before = chain.user_balance()
         assert _error(chain.create_job) == "PriceAboveLimit"  # the limit defaulted to PRICE
         assert chain.user_balance() == before
@@ -257,7 +278,7 @@ def _settle_one_window(chain: Chain, validator: Keypair, job: Pubkey, seq: int) 
     msg = receipt_message(bytes(c.program_id), bytes(chain.market), bytes(job), seq, seq * WINDOW,
                           window_end, proof_hash)  # fmt: skip
     item = SettleItem(job, seq, seq * WINDOW, window_end, proof_hash, chain.worker.pubkey(),
-                      bytes(chain.worker.sign_message(msg)))  # fmt: skip
+                      bytes(chain.worker.sign_message(msg)), approved_seconds=seq * WINDOW)  # fmt: skip
     return str(c.settle(validator, [item]))
 
 
@@ -275,18 +296,14 @@ def test_settles_pay_the_fee_vault_while_the_treasury_is_closed(chain: Chain) ->
     assert c.account_info(closing) is None
 
     # Settlement does not touch the treasury: the treasury share goes to the fee vault.
-    validator = Keypair()
-    c.airdrop(validator.pubkey(), 10**9)
-    bond = tokens.create_ata(c, chain.admin, validator.pubkey(), chain.stake_mint)
-    tokens.mint_to(c, chain.stake_mint, bond, chain.admin, 1_000)
-    c.register_validator(validator, chain.market, 1_000)
+    validator = chain.validator  # the job's committee of one
     waiting = c.fees_to_withdraw(chain.market)
     job = chain.create_job()
     c.accept_job(chain.worker, job)
     for seq in (1, 2):
         _settle_one_window(chain, validator, job, seq)
     j = c.fetch_job(job)
-    assert j.settled_seconds == 2 * WINDOW and j.paid_treasury > 0
+    assert j.paid_seconds == 2 * WINDOW and j.paid_treasury > 0
     assert c.fees_to_withdraw(chain.market) == waiting + j.paid_treasury
     assert c.fetch_validator(pda.validator_pda(chain.market, validator.pubkey())).settlements == 2
 

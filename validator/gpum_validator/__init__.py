@@ -1,9 +1,12 @@
 """gpu-market validator node: verifies worker window proofs and settles them on chain.
 
-Public API (pinned by tests/test_api.py): the intake, settler, store and pure checks.
+Public API (pinned by tests/test_api.py): the intake, the committee member endpoints, the
+settler and reporters, the store and the pure checks and round rules.
 """
 
+from .attest import leader_of, quorum_value, settle_bound
 from .config import HealthThresholds, SettlePolicy, VerifyConfig
+from .downtime import DowntimeReporter
 from .errors import (
     ChainUnavailable,
     ConfigError,
@@ -12,16 +15,20 @@ from .errors import (
     StoreError,
     ValidatorError,
 )
+from .members import Member
 from .service import Intake
 from .settlement import SettlementLoop, Settler, due_reason
+from .slashing import EquivocationReporter, ValidatorEquivocationReporter
 from .store import SQLiteStore, Store, StoreLimits
 from .verify import (
     Authenticated,
     JobRules,
     JobState,
+    PrevProof,
     Verdict,
     authenticate,
     check_assignment,
+    check_committee,
     check_window,
     check_worker_key,
     health_bound,
@@ -32,11 +39,15 @@ __all__ = [
     "Authenticated",
     "ChainUnavailable",
     "ConfigError",
+    "DowntimeReporter",
     "Equivocation",
+    "EquivocationReporter",
     "HealthThresholds",
     "Intake",
     "JobRules",
     "JobState",
+    "Member",
+    "PrevProof",
     "Rejection",
     "SQLiteStore",
     "SettlePolicy",
@@ -45,14 +56,19 @@ __all__ = [
     "Store",
     "StoreError",
     "StoreLimits",
+    "ValidatorEquivocationReporter",
     "ValidatorError",
     "Verdict",
     "VerifyConfig",
     "authenticate",
     "check_assignment",
+    "check_committee",
     "check_window",
     "check_worker_key",
     "due_reason",
     "health_bound",
     "job_rules",
+    "leader_of",
+    "quorum_value",
+    "settle_bound",
 ]

@@ -19,17 +19,18 @@ from solders.pubkey import Pubkey
 
 from .errors import ChainUnavailable
 from .store import ChainJobInfo
-from .verify import JobState, field_of, status_of
+from .verify import JobState, committee_of, field_of, quorum_of, status_of
 
 
 class ChainClient(Protocol):
-    """Chain reads and the settle transaction, as documented in docs/sdk-api.md."""
+    """Chain reads and transactions, as documented in docs/sdk-api.md (issue 8 names)."""
 
     def fetch_market(self, market: Pubkey) -> Any | None: ...
     def fetch_provider(self, provider: Pubkey) -> Any | None: ...
     def fetch_job(self, job: Pubkey) -> Any | None: ...
+    def fetch_validator_by_authority(self, market: Pubkey, authority: Pubkey) -> Any | None: ...
     def settle(self, validator_authority: Any, items: Sequence[Any]) -> Any: ...
-    def max_settle_items_per_tx(self) -> int: ...
+    def max_settle_items_per_tx(self, quorum: int = 1) -> int: ...
 
 
 def chain_error_name(exc: BaseException) -> str | None:
@@ -77,26 +78,39 @@ def _field_or(obj: Any, name: str, default: Any) -> Any:
 
 
 def job_info(job: Any) -> ChainJobInfo:
-    """The settlement facts of a Job view; rate and window length come from ``job.terms``."""
+    """The settlement facts of a Job view; rate, window length, quorum and the other limits
+    come from ``job.terms``."""
     terms = field_of(job, "terms")
     return ChainJobInfo(
         status=status_of(job),
         last_seq=int(field_of(job, "last_seq")),
-        settled_seconds=int(field_of(job, "settled_seconds")),
+        paid_seconds=int(field_of(job, "paid_seconds")),
         rate_per_second=int(field_of(terms, "rate_per_second")),
         escrow_remaining=escrow_remaining(job),
         ended_at=int(field_of(job, "ended_at")),
         window_seconds=int(field_of(terms, "window_seconds")),
+        claimed_seconds=int(field_of(job, "claimed_seconds")),
+        last_window_end=int(field_of(job, "last_window_end")),
+        started_at=int(field_of(job, "started_at")),
+        committee=tuple(committee_of(job)),
+        quorum=quorum_of(job),
+        max_skew_seconds=int(field_of(terms, "max_skew_seconds")),
+        max_missed_windows=int(field_of(terms, "max_missed_windows")),
     )
 
 
 def baseline_state(job: Any) -> JobState:
-    """Where a job's accepted history starts when this validator has none: the chain's last
-    settled receipt (``last_window_end`` is ``started_at`` before the first settlement)."""
+    """Where a job's approved history starts when this validator has none (or only older
+    than the chain's): the chain's last settled receipt, with the committee's approved
+    total ``paid_seconds`` (``last_window_end`` is ``started_at`` before the first
+    settlement, when there is no receipt hash to chain to)."""
+    last_seq = int(field_of(job, "last_seq"))
     return JobState(
-        last_seq=int(field_of(job, "last_seq")),
-        cumulative_seconds=int(field_of(job, "settled_seconds")),
+        last_seq=last_seq,
+        cumulative_seconds=int(field_of(job, "claimed_seconds")),
         last_window_end=int(field_of(job, "last_window_end")),
+        approved_total=int(field_of(job, "paid_seconds")),
+        last_hash=bytes(field_of(job, "last_receipt_hash")) if last_seq > 0 else None,
     )
 
 

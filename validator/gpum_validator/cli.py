@@ -1,4 +1,5 @@
-"""``gpum-validator``: ``run`` (intake + settlement) and ``status`` (reads the database).
+"""``gpum-validator``: ``run`` (intake, committee member endpoints, settle rounds, slash
+reports) and ``status`` (reads the database).
 
 Every configuration problem exits with status 2 and one line ``error: ...`` saying what to
 fix; logs are one line per event: ``time level component message``.
@@ -19,7 +20,13 @@ import click
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 
-from .config import DEFAULT_LISTEN, DEFAULT_SETTLE_EVERY, SettlePolicy, VerifyConfig
+from .config import (
+    DEFAULT_LISTEN,
+    DEFAULT_SETTLE_EVERY,
+    HealthThresholds,
+    SettlePolicy,
+    VerifyConfig,
+)
 from .errors import ConfigError, StoreError, ValidatorError
 from .verify import field_of
 
@@ -94,16 +101,36 @@ def main() -> None:
               help="settle a job every N accepted windows")
 @click.option("--settle-interval", default=5.0, show_default=True, type=float,
               help="seconds between settlement passes")
+@click.option("--leader-timeout", default=2.0, show_default=True, type=float,
+              help="windows a round's leader has before the next committee member leads")
+@click.option("--temp-critical-c", default=None, type=int,
+              help="own stricter critical GPU temperature (the lower of it and the job's "
+                   "terms applies)")
+@click.option("--ecc-uncorrected-max", default=None, type=int,
+              help="own stricter allowance of uncorrected ECC errors per window")
 @click.option("--log-level", default="info", show_default=True,
               type=click.Choice(["debug", "info", "warning", "error"]))
 def run(url: str, keypair_path: Path, market: str, program_id: str | None, listen: str,
         allow_remote: bool, db_path: Path | None, settle_every: int,
-        settle_interval: float, log_level: str) -> None:
-    """Serve the proof intake and settle accepted windows until SIGINT/SIGTERM."""
+        settle_interval: float, leader_timeout: float, temp_critical_c: int | None,
+        ecc_uncorrected_max: int | None, log_level: str) -> None:
+    """Serve the proof intake and the committee endpoints, lead settle rounds and report
+    equivocation and downtime, until SIGINT/SIGTERM."""
     setup_logging(log_level)
+    own: HealthThresholds | None = None
+    if temp_critical_c is not None or ecc_uncorrected_max is not None:
+        base = HealthThresholds(temp_critical_c=200, ecc_uncorrected_max=2**31)
+        own = HealthThresholds(
+            base.temp_critical_c if temp_critical_c is None else temp_critical_c,
+            base.ecc_uncorrected_max if ecc_uncorrected_max is None else ecc_uncorrected_max)
     try:
+        if own is not None:
+            own.validate()
+        policy = SettlePolicy(settle_every_windows=settle_every,
+                              leader_timeout_windows=leader_timeout)
+        policy.validate()
         _run(url, keypair_path, market, program_id, listen, allow_remote,
-             db_path or default_db(), settle_every, settle_interval)
+             db_path or default_db(), policy, settle_interval, own)
     except ValidatorError as e:
         _fail(e)
 
@@ -124,22 +151,25 @@ def _connect(url: str, payer: Keypair, program_id: Pubkey | None) -> Any:
 
 
 def _run(url: str, keypair_path: Path, market_s: str, program_id_s: str | None, listen: str,
-         allow_remote: bool, db_path: Path, settle_every: int,
-         settle_interval: float) -> None:
+         allow_remote: bool, db_path: Path, policy: SettlePolicy, settle_interval: float,
+         own_health: HealthThresholds | None) -> None:
     from gpu_market import PROGRAM_ID
 
+    from .downtime import DowntimeReporter
+    from .members import Member
     from .metrics import Metrics
+    from .peers import Peers
+    from .rewards import RewardsProbe
     from .server import HealthProbe, ValidatorHTTPServer, parse_listen, serve_in_thread
     from .service import Intake
     from .settlement import SettlementLoop, Settler
-    from .slashing import EquivocationReporter
+    from .slashing import EquivocationReporter, ValidatorEquivocationReporter
     from .store import SQLiteStore
 
     authority = load_keypair(keypair_path)
     market = parse_address(market_s, "--market")
     program_id = parse_address(program_id_s, "--program-id") if program_id_s else None
     host, port = parse_listen(listen, allow_remote)
-    SettlePolicy(settle_every_windows=settle_every).validate()
     client = _connect(url, authority, program_id)
     try:
         market_view = client.fetch_market(market)
@@ -151,7 +181,7 @@ def _run(url: str, keypair_path: Path, market_s: str, program_id_s: str | None, 
     # Window length, skew and health thresholds are per job (job.terms), read per proof.
     cfg = VerifyConfig(
         program_id=bytes(getattr(client, "program_id", None) or program_id or PROGRAM_ID),
-        market=bytes(market))
+        market=bytes(market), authority=bytes(authority.pubkey()), own_health=own_health)
     cfg.validate()
     try:
         db_path.parent.mkdir(parents=True, exist_ok=True)
@@ -159,46 +189,56 @@ def _run(url: str, keypair_path: Path, market_s: str, program_id_s: str | None, 
         raise ConfigError(f"--db {db_path}: cannot create its directory ({e})") from None
     store = SQLiteStore(db_path)
     metrics = Metrics()
-    policy = SettlePolicy(settle_every_windows=settle_every)
+    peers = Peers(client, cfg.market, policy.peer_timeout_seconds, policy.endpoint_ttl_seconds)
     reporter = EquivocationReporter(client, authority, store, cfg.program_id, policy, metrics)
     intake = Intake(cfg, store, client, metrics, on_equivocation=reporter.notify)
-    settler = Settler(client, authority, store, policy, metrics)
+    settler = Settler(client, authority, store, policy, metrics, peers=peers)
+    member = Member(cfg, authority, store, client, metrics)
+    tasks = (ValidatorEquivocationReporter(client, authority, store, policy,
+                                           metrics).report_pending,
+             DowntimeReporter(client, authority, store, peers, policy, metrics).report_pending,
+             RewardsProbe(client, cfg.market, cfg.authority, store).refresh)
     try:
-        server = ValidatorHTTPServer((host, port), intake, store, HealthProbe(client, cfg.market))
+        server = ValidatorHTTPServer((host, port), intake, store,
+                                     HealthProbe(client, cfg.market), member=member)
     except OSError as e:
         raise ConfigError(f"--listen {listen}: cannot bind ({e})") from None
-    _warn_if_not_validator(client, market, authority.pubkey(), cfg.program_id)
-    loop = SettlementLoop(settler, settle_interval, reporter=reporter)
+    _warn_if_not_validator(client, market, authority.pubkey())
+    loop = SettlementLoop(settler, settle_interval, reporter=reporter, tasks=tasks)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     serve_in_thread(server)
     loop.start()
     log.info("listening on http://%s:%d market=%s authority=%s settle_every=%d db=%s",
-             host, server.server_port, market, authority.pubkey(), settle_every, db_path)
+             host, server.server_port, market, authority.pubkey(),
+             policy.settle_every_windows, db_path)
     stop.wait()
     log.info("shutting down")
     server.shutdown()
     loop.stop()
+    peers.close()
     store.close()
 
 
-def _warn_if_not_validator(client: Any, market: Pubkey, authority: Pubkey,
-                           program_id: bytes) -> None:
+def _warn_if_not_validator(client: Any, market: Pubkey, authority: Pubkey) -> None:
     try:
-        from gpu_market.pda import validator_pda
-
-        v = client.fetch_validator(
-            validator_pda(market, authority, Pubkey.from_bytes(program_id)))
+        v = client.fetch_validator_by_authority(market, authority)
     except Exception as e:  # noqa: BLE001 - advisory only
         log.debug("could not check the validator registration: %s", e)
         return
     if v is None:
-        log.warning("%s is not a registered validator of market %s: settle will fail until "
-                    "it registers (gpum register-validator)", authority, market)
-    elif str(field_of(v, "status")).lower() != "active":
+        log.warning("%s is not a registered validator of market %s: no job can name it and "
+                    "settle will fail until it registers (register_validator with a bond and "
+                    "this node's public URL)", authority, market)
+        return
+    if str(field_of(v, "status")).lower() != "active":
         log.warning("validator %s is %s, not active: settle will fail", authority,
                     field_of(v, "status"))
+    if not str(field_of(v, "endpoint") or ""):
+        log.warning("validator %s has no endpoint on chain: workers and other committee "
+                    "members cannot reach it (update_validator with this node's public URL)",
+                    authority)
 
 
 @main.command()
@@ -226,6 +266,9 @@ def status(db_path: Path | None, as_json: bool) -> None:
     summary["recent_failed_intents"] = [
         {"id": i.id, "job": str(Pubkey.from_bytes(i.job)), "seq": i.seq_to,
          "last_error": i.last_error} for i in failed]
+    if summary.get("rewards") is None:
+        summary["rewards"] = ("not read yet: `gpum-validator run` reads the Validator account "
+                              "every minute")
     store.close()
     if as_json:
         click.echo(json.dumps(summary, indent=2))

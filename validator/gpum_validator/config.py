@@ -12,6 +12,8 @@ DEFAULT_LISTEN = "127.0.0.1:8787"
 DEFAULT_SETTLE_EVERY = 5
 MAX_BODY_BYTES = 256 * 1024
 MAX_BATCH = 64
+MAX_PEER_RESPONSE_BYTES = 16 * 1024
+"""The most a committee member's answer may hold (they are a few hundred bytes)."""
 
 
 @dataclass(frozen=True)
@@ -34,24 +36,42 @@ class HealthThresholds:
         if self.ecc_uncorrected_max < 0:
             raise ConfigError("ecc_uncorrected_max must be >= 0")
 
+    def stricter(self, own: HealthThresholds | None) -> HealthThresholds:
+        """These thresholds (a job's terms) tightened by a validator's ``own`` policy: the
+        lower critical temperature and the lower ECC allowance. ``own`` can only make a
+        validator approve less than the terms allow, never more."""
+        if own is None:
+            return self
+        return HealthThresholds(min(self.temp_critical_c, own.temp_critical_c),
+                                min(self.ecc_uncorrected_max, own.ecc_uncorrected_max))
+
 
 @dataclass(frozen=True)
 class VerifyConfig:
-    """What every proof is checked against: this validator's program and market.
+    """What every proof is checked against: this validator's program, market and authority.
 
-    Window length, skew allowance and health thresholds are deliberately absent: they are
-    per job, fixed in ``job.terms`` at ``create_job`` (``verify.job_rules``), so a change of
-    the market's params never changes how an existing job's windows are judged.
+    Window length, skew allowance and health thresholds come from the job: they are fixed in
+    ``job.terms`` at ``create_job`` (``verify.job_rules``), so a change of the market's params
+    never changes how an existing job's windows are judged. ``own_health`` is this
+    validator's own, optional, stricter policy (``HealthThresholds.stricter``): with it the
+    validator approves fewer seconds of a hot or erroring GPU than the terms would.
+
+    ``authority`` is this validator's authority key: only proofs of jobs whose on-chain
+    committee names it are accepted (``verify.check_committee``).
     """
 
     program_id: bytes
     market: bytes
+    authority: bytes
+    own_health: HealthThresholds | None = None
 
     def validate(self) -> None:
-        for name in ("program_id", "market"):
+        for name in ("program_id", "market", "authority"):
             v = getattr(self, name)
             if not isinstance(v, bytes) or len(v) != 32:
                 raise ConfigError(f"{name} must be a 32-byte public key")
+        if self.own_health is not None:
+            self.own_health.validate()
 
 
 @dataclass(frozen=True)
@@ -69,9 +89,20 @@ class SettlePolicy:
     retry_cap_seconds: float = 120.0
     max_chain_error_attempts: int = 5
     """Attempts for retryable chain errors (e.g. WindowEndInFuture) before giving up."""
+    leader_timeout_windows: float = 2.0
+    """How long a round's leader has before the next committee member leads it (in the job's
+    windows; ``--leader-timeout``)."""
+    peer_timeout_seconds: float = 5.0
+    """Timeout of one HTTP request to another committee member."""
+    endpoint_ttl_seconds: float = 60.0
+    """How long a member's endpoint (from its Validator account) is cached."""
 
     def validate(self) -> None:
         if self.settle_every_windows < 1:
             raise ConfigError("--settle-every must be at least 1")
         if self.low_escrow_windows < 0 or self.max_unsettled_age_windows < 1:
             raise ConfigError("low_escrow_windows >= 0 and max_unsettled_age_windows >= 1")
+        if not self.leader_timeout_windows > 0:
+            raise ConfigError("--leader-timeout must be more than 0 windows")
+        if not self.peer_timeout_seconds > 0:
+            raise ConfigError("peer_timeout_seconds must be more than 0")

@@ -20,6 +20,11 @@ class Metrics:
         self.settlements: Counter[str] = Counter()
         self.equivocation_reports: Counter[str] = Counter()
         self.unstored: Counter[str] = Counter()
+        self.member_requests: Counter[tuple[str, str]] = Counter()
+        self.rounds: Counter[str] = Counter()
+        self.attestations: Counter[str] = Counter()
+        self.downtime_reports: Counter[str] = Counter()
+        self.validator_equivocation_reports: Counter[str] = Counter()
 
     def proof(self, result: str, reason: str = "") -> None:
         """result: accepted | duplicate | rejected (final) | retry (retryable rejection) |
@@ -44,12 +49,47 @@ class Metrics:
         with self._lock:
             self.equivocation_reports[outcome] += 1
 
+    def member_request(self, endpoint: str, result: str) -> None:
+        """A request another member made: endpoint query | sign | downtime_sign; result ok or
+        the error reason."""
+        with self._lock:
+            self.member_requests[(endpoint, result)] += 1
+
+    def round(self, outcome: str) -> None:
+        """A due settle round: led (an intent was written) | not_leader | waiting (too few
+        members answered or signed) | deferred (this leader's own total is below the quorum
+        value, or nothing can be settled with the receipt) | not_member."""
+        with self._lock:
+            self.rounds[outcome] += 1
+
+    def attestation(self, result: str) -> None:
+        """An attestation this validator asked for as a leader: received | refused |
+        invalid (a signature that does not verify) | unreachable."""
+        with self._lock:
+            self.attestations[result] += 1
+
+    def downtime_report(self, outcome: str) -> None:
+        """A slash_downtime attempt: slashed | job_gone | retry | failed | waiting."""
+        with self._lock:
+            self.downtime_reports[outcome] += 1
+
+    def validator_equivocation_report(self, outcome: str) -> None:
+        """A slash_validator_equivocation attempt: slashed | already_slashed | job_gone |
+        retry | failed."""
+        with self._lock:
+            self.validator_equivocation_reports[outcome] += 1
+
     def render(self, gauges: dict[str, tuple[str, Callable[[], float]]]) -> str:
         with self._lock:
             proofs = sorted(self.proofs.items())
             settlements = sorted(self.settlements.items())
             reports = dict(self.equivocation_reports)
             unstored = dict(self.unstored)
+            member_requests = sorted(self.member_requests.items())
+            rounds = dict(self.rounds)
+            attestations = dict(self.attestations)
+            downtime = dict(self.downtime_reports)
+            vreports = dict(self.validator_equivocation_reports)
         out = ["# HELP gpum_validator_proofs_total Proofs received, by result and reason.",
                "# TYPE gpum_validator_proofs_total counter"]
         for (result, reason), n in proofs:
@@ -72,6 +112,26 @@ class Metrics:
         for why in ("ahead", "job_cap", "total_cap"):
             out.append(f'gpum_validator_rejections_unstored_total{{why="{why}"}} '
                        f'{unstored.get(why, 0)}')
+        out += [("# HELP gpum_validator_member_requests_total Requests of other committee "
+                 "members, by endpoint and result."),
+                "# TYPE gpum_validator_member_requests_total counter"]
+        for (endpoint, result), n in member_requests:
+            out.append(f'gpum_validator_member_requests_total{{endpoint="{_esc(endpoint)}",'
+                       f'result="{_esc(result)}"}} {n}')
+        for name, help_, values, labels in (
+                ("gpum_validator_settle_rounds_total", "Due settle rounds, by outcome.", rounds,
+                 ("led", "not_leader", "waiting", "deferred", "not_member")),
+                ("gpum_validator_attestations_requested_total",
+                 "Attestations asked of other members as a leader, by result.", attestations,
+                 ("received", "refused", "invalid", "unreachable")),
+                ("gpum_validator_downtime_reports_total", "slash_downtime attempts, by outcome.",
+                 downtime, ("slashed", "job_gone", "retry", "failed", "waiting")),
+                ("gpum_validator_validator_equivocation_reports_total",
+                 "slash_validator_equivocation submissions, by outcome.", vreports,
+                 ("slashed", "already_slashed", "job_gone", "retry", "failed"))):
+            out += [f"# HELP {name} {help_}", f"# TYPE {name} counter"]
+            for label in labels:
+                out.append(f'{name}{{outcome="{label}"}} {values.get(label, 0)}')
         for name, (help_, fn) in gauges.items():
             out += [f"# HELP {name} {help_}", f"# TYPE {name} gauge", f"{name} {fn():g}"]
         return "\n".join(out) + "\n"

@@ -1,5 +1,6 @@
-"""HTTP intake (stdlib ``ThreadingHTTPServer``): POST /v1/proofs, /v1/proofs/batch;
-GET /v1/jobs/<job>/head, /health, /metrics.
+"""HTTP intake (stdlib ``ThreadingHTTPServer``): POST /v1/proofs, /v1/proofs/batch; the
+committee member endpoints POST /v1/attestations/query, /v1/attestations/sign,
+/v1/downtime/sign (``members.Member``); GET /v1/jobs/<job>/head, /health, /metrics.
 
 Limits: bodies over ``MAX_BODY_BYTES`` get 413 without being read; a body without
 Content-Length gets 411; a Content-Type other than JSON gets 415; bodies that are not
@@ -36,6 +37,8 @@ from .errors import (
     StoreError,
     error_body,
 )
+from .members import Member
+from .rewards import stored_rewards
 from .schema import b58_pubkey
 from .service import Intake
 from .store import Store
@@ -90,11 +93,12 @@ class ValidatorHTTPServer(ThreadingHTTPServer):
 
     def __init__(self, addr: tuple[str, int], intake: Intake, store: Store,
                  probe: HealthProbe | Callable[[], bool],
-                 max_body: int = MAX_BODY_BYTES) -> None:
+                 max_body: int = MAX_BODY_BYTES, member: Member | None = None) -> None:
         self.intake = intake
         self.store = store
         self.probe = probe
         self.max_body = max_body
+        self.member = member
         super().__init__(addr, _Handler)
 
     def chain_ok(self) -> bool:
@@ -143,7 +147,14 @@ class ValidatorHTTPServer(ThreadingHTTPServer):
             v = self.store.summary().get("last_settlement_at") if self.store.ping() else None
             return float(v) if isinstance(v, (int, float)) else 0.0
 
+        def earned() -> float:
+            r = stored_rewards(self.store) if self.store.ping() else None
+            return float(r["earned"]) if r and isinstance(r.get("earned"), int) else 0.0
+
         return self.intake.metrics.render({
+            "gpum_validator_rewards_earned": (
+                ("Rewards ever credited to this validator (its Validator account, in payment "
+                 "token base units; 0 until read)."), earned),
             "gpum_validator_pending_windows": (
                 "Accepted windows not yet covered by a confirmed settlement.", pending),
             "gpum_validator_last_settlement_timestamp_seconds": (
@@ -199,6 +210,11 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:  # stdlib name
         routes = {"/v1/proofs": self.server.intake.submit,
                   "/v1/proofs/batch": self.server.intake.submit_batch}
+        member = self.server.member
+        if member is not None:
+            routes.update({"/v1/attestations/query": member.query,
+                           "/v1/attestations/sign": member.sign,
+                           "/v1/downtime/sign": member.downtime_sign})
         handler = routes.get(self.path)
         if handler is None:
             self._error(404, "not_found", f"no route POST {self.path}", close=True)

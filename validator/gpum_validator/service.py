@@ -1,15 +1,21 @@
-"""Proof intake: schema -> authenticate -> job assignment -> worker key -> duplicate /
-equivocation -> window checks -> store.
+"""Proof intake: schema -> authenticate -> job assignment -> committee membership ->
+worker key -> duplicate / equivocation -> window checks -> store.
 
 ``Intake.submit`` returns ``(http_status, json_body)`` as docs/wire-formats.md specifies;
 it is the only place that combines the pure checks (``verify``) with storage and chain
 reads. Guarantees:
 
 * nothing is stored, and nothing is compared for equivocation, unless the proof is
-  authenticated, its job exists in this market and is assigned to ``proof.provider``, and
-  the signing key is valid for that provider at ``window_end``: only the job's own provider
-  can occupy a (job, seq), so a stranger can neither block a job's sequence nor pollute its
-  head (``GET /v1/jobs/<job>/head``);
+  authenticated, its job exists in this market, is assigned to ``proof.provider`` and names
+  this validator in its committee (else 403 ``not_in_committee``, final), and the signing key
+  is valid for that provider at ``window_end``: only the job's own provider can occupy a
+  (job, seq), so a stranger can neither block a job's sequence nor pollute its head
+  (``GET /v1/jobs/<job>/head``);
+* an accepted proof carries the seconds this validator approved of its window and its
+  approved total for the job up to it; a job this validator holds no history of (or only
+  history older than the chain's last settled receipt) starts from the chain:
+  ``last_seq``, ``claimed_seconds``, ``paid_seconds``, ``last_window_end``,
+  ``last_receipt_hash`` (a late joiner, a lost database);
 * a rejected proof is stored only when its seq extends the job's stored sequence (at most
   one past the highest seq accepted or stored), within ``StoreLimits``; one far ahead is
   answered but never reserves its slot;
@@ -35,7 +41,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from gpu_market.proof import ProofDecodeError, decode_proof
+from gpu_market.proof import ZERO_HASH, ProofDecodeError, decode_proof
 from solders.pubkey import Pubkey
 
 from .chain import (
@@ -61,8 +67,10 @@ from .store import DEFAULT_LIMITS, Store, StoredProof, StoreLimits
 from .verify import (
     Authenticated,
     JobState,
+    PrevProof,
     authenticate,
     check_assignment,
+    check_committee,
     check_window,
     check_worker_key,
 )
@@ -172,10 +180,12 @@ class Intake:
         if self.store.decision_of(p.job, p.seq, auth.hash) == "accepted":
             self.metrics.proof("duplicate")
             return {"status": "duplicate", **ok}
-        # Job assignment and key validity come before anything is stored or compared.
+        # Job assignment, membership and key validity come before anything is stored or
+        # compared.
         job = read("the job account", lambda: self.client.fetch_job(Pubkey.from_bytes(p.job)))
         try:
             check_assignment(auth, job, self.cfg)
+            check_committee(job, self.cfg)
             self._check_key(auth)
         except Rejection as r:
             raise self._reject(r, auth) from None
@@ -187,23 +197,27 @@ class Intake:
             other = next((s for s in stored if s.hash != auth.hash), None)
             if other is not None:
                 self._equivocation(auth, other, ok["job"])
-            state = self.store.job_state(p.job) or baseline_state(job)
-            prev = self._prev_hash(p.job, p.seq)
+            local = self.store.job_state(p.job)
+            state = start_state(local, baseline_state(job), p.seq)
+            prev = self._prev(p.job, p.seq, state)
             try:
                 verdict = check_window(auth, job, state, self.cfg, int(self.clock()), prev)
             except Rejection as r:
                 self._store_rejection(auth, r, state)
                 raise self._reject(r, auth) from None
             now = self.clock()
-            self.store.record_accepted(auth, verdict, state, now)
+            self.store.record_accepted(auth, verdict, None if local is None else local.last_seq,
+                                       now)
             self.store.update_chain_info(p.job, job_info(job), now)
         self.metrics.proof("accepted")
         if verdict.missed_seqs:
             log.warning("job=%s missed windows seq %d..%d", ok["job"], verdict.missed_seqs[0],
                         verdict.missed_seqs[-1])
-        log.info("accepted job=%s seq=%d billable=%d cumulative=%d", ok["job"], p.seq,
-                 p.billable_seconds, p.cumulative_seconds)
-        return {"status": "accepted", **ok}
+        log.info("accepted job=%s seq=%d billable=%d approved=%d cumulative=%d approved_total=%d",
+                 ok["job"], p.seq, p.billable_seconds, verdict.approved_seconds,
+                 p.cumulative_seconds, verdict.approved_total)
+        return {"status": "accepted", **ok, "approved_seconds": verdict.approved_seconds,
+                "approved_total": verdict.approved_total}
 
     def _equivocation(self, auth: Authenticated, other: StoredProof, job_b58: str) -> None:
         """Both proofs are signed by keys of the job's own provider (nothing else is ever
@@ -243,14 +257,34 @@ class Intake:
             provider = self.providers.get(auth.proof.provider, refresh=True)
             check_worker_key(auth, provider, self.cfg)
 
-    def _prev_hash(self, job: bytes, seq: int) -> bytes | None:
-        if seq <= 1:
-            return None
-        stored = self.store.proofs_at(job, seq - 1)
+    def _prev(self, job: bytes, seq: int, state: JobState) -> PrevProof | None:
+        """The worker's proof of ``seq - 1`` as stored here (the accepted one, else the only
+        one), else the state's last receipt when that is ``seq - 1`` and its hash is known
+        (the chain's last settled receipt for a job this validator starts on, or the job's
+        start for seq 1), else None."""
+        stored = self.store.proofs_at(job, seq - 1) if seq > 1 else []
         accepted = [s for s in stored if s.decision == "accepted"]
-        if accepted:
-            return accepted[0].hash
-        return stored[0].hash if len(stored) == 1 else None
+        pick = accepted[0] if accepted else (stored[0] if len(stored) == 1 else None)
+        if pick is not None:
+            return PrevProof(pick.hash, pick.cumulative_seconds, pick.window_end)
+        if state.last_seq == seq - 1 and (state.last_hash is not None or state.last_seq == 0):
+            # The chain's last settled receipt, or the job's start (nothing claimed yet).
+            return PrevProof(state.last_hash or ZERO_HASH, state.cumulative_seconds,
+                             state.last_window_end)
+        return None
+
+
+def start_state(local: JobState | None, chain: JobState, seq: int) -> JobState:
+    """The state a proof of ``seq`` is judged against: this validator's own history, unless it
+    has none, or the chain has settled past it and the proof is after the chain's last
+    receipt; then the chain's (the committee's approved ``paid_seconds``, its last receipt),
+    keeping the GPU set this validator saw."""
+    if local is None:
+        return chain
+    if chain.last_seq > local.last_seq and seq > chain.last_seq:
+        return JobState(chain.last_seq, chain.cumulative_seconds, chain.last_window_end,
+                        local.gpu_uuids, chain.approved_total, chain.last_hash)
+    return local
 
 
 def _job_of(item: object) -> bytes | None:

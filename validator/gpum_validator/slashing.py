@@ -19,6 +19,9 @@ terminal:
    ``retry`` up to ``max_chain_error_attempts`` attempts, then ``failed`` (terminal, logged).
 
 A report that is ``done`` is never resubmitted, across restarts.
+
+``ValidatorEquivocationReporter`` does the same for committee members caught signing two
+different attestations for one (job, seq): ``slash_validator_equivocation``.
 """
 
 from __future__ import annotations
@@ -219,3 +222,108 @@ class EquivocationReporter:
         summary.retry_later += 1
         log.warning("equivocation job=%s seq=%d: slash_equivocation not done (%s); retry in "
                     "%.0fs", job, case.seq, why, delay)
+
+
+class ValidatorEquivocationReporter:
+    """Turns a member's two different attestations for one (job, seq), received by this
+    validator as a leader (``Store.record_received_attestation``), into at most one
+    successful ``slash_validator_equivocation`` per (job, seq, member).
+
+    Like ``EquivocationReporter``: the job gone -> ``done``; ``sent`` recorded before the
+    call; ``AccountAlreadyInUse`` (the record exists: slashed already, by anyone) -> ``done``;
+    transport errors retry with backoff forever, other errors up to
+    ``max_chain_error_attempts``, then ``failed``. The receipts and signatures come from the
+    stored attestations (the first two different ones).
+    """
+
+    def __init__(self, client: Any, authority: Any, store: Store,
+                 policy: SettlePolicy | None = None, metrics: Metrics | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.client = client
+        self.authority = authority
+        self.store = store
+        self.policy = policy or SettlePolicy()
+        self.metrics = metrics or Metrics()
+        self.clock = clock
+        self._lock = threading.Lock()
+
+    def report_pending(self, force: bool = False) -> ReportSummary:
+        with self._lock:
+            summary = ReportSummary()
+            now = self.clock()
+            for case in self.store.validator_equivocation_cases(open_only=True):
+                if not force and case.next_attempt_at > now:
+                    summary.retry_later += 1
+                    continue
+                try:
+                    self._report(case, summary)
+                except ChainUnavailable as e:
+                    self._retry(case, str(e), summary, transport=True)
+            return summary
+
+    def _mark(self, case: Any, status: str, **kw: Any) -> None:
+        self.store.mark_validator_equivocation(case.job, case.seq, case.member, status,
+                                               self.clock(), **kw)
+
+    def _done(self, case: Any, outcome: str, summary: ReportSummary,
+              signature: str | None = None, error: str | None = None) -> None:
+        self._mark(case, "done", signature=signature, outcome=outcome, error=error)
+        self.metrics.validator_equivocation_report(outcome)
+        if outcome == "slashed":
+            summary.slashed += 1
+            summary.signatures.append(str(signature))
+        else:
+            summary.already_done += 1
+
+    def _report(self, case: Any, summary: ReportSummary) -> None:
+        job = Pubkey.from_bytes(case.job)
+        member = Pubkey.from_bytes(case.member)
+        if read("the job account", lambda: self.client.fetch_job(job)) is None:
+            self._done(case, "job_gone", summary, error="job account no longer exists")
+            return
+        atts = self.store.received_attestations(case.job, case.seq, case.member)
+        pair = next(((a, b) for i, a in enumerate(atts) for b in atts[i + 1:]
+                     if (a.approved_seconds, a.proof_hash) != (b.approved_seconds,
+                                                               b.proof_hash)), None)
+        if pair is None:
+            self._mark(case, "failed", outcome="failed", error="evidence rows missing")
+            self.metrics.validator_equivocation_report("failed")
+            summary.failed += 1
+            return
+        a, b = pair
+        first = Receipt(a.seq, a.cumulative_seconds, a.window_end, a.proof_hash)
+        second = Receipt(b.seq, b.cumulative_seconds, b.window_end, b.proof_hash)
+        self._mark(case, "sent", count_attempt=True)
+        try:
+            sig = self.client.slash_validator_equivocation(
+                self.authority, job, member, first, a.approved_seconds, a.signature,
+                second, b.approved_seconds, b.signature)
+        except Exception as e:  # noqa: BLE001 - classified below
+            name = chain_error_name(e)
+            if name in ALREADY_SLASHED_ERRORS:
+                self._done(case, "already_slashed", summary, error=name)
+            elif name is None and not isinstance(e, ValueError):
+                self._retry(case, f"{type(e).__name__}: {e}", summary, transport=True)
+            else:
+                self._retry(case, f"{name or type(e).__name__}: {e}", summary, transport=False)
+            return
+        self._done(case, "slashed", summary, signature=str(sig))
+        log.critical("SLASHED validator %s for equivocation job=%s seq=%d tx=%s", member, job,
+                     case.seq, sig)
+
+    def _retry(self, case: Any, why: str, summary: ReportSummary, *, transport: bool) -> None:
+        now = self.clock()
+        attempts = case.attempts + 1
+        if not transport and attempts >= self.policy.max_chain_error_attempts:
+            self._mark(case, "failed", outcome="failed", error=why)
+            self.metrics.validator_equivocation_report("failed")
+            summary.failed += 1
+            log.error("validator equivocation job=%s seq=%d: FAILED after %d attempts: %s",
+                      Pubkey.from_bytes(case.job), case.seq, attempts, why)
+            return
+        delay = backoff(self.policy, attempts)
+        self._mark(case, "retry", error=why, next_attempt_at=now + delay)
+        self.metrics.validator_equivocation_report("retry")
+        summary.retry_later += 1
+        log.warning("validator equivocation job=%s seq=%d not reported (%s); retry in %.0fs",
+                    Pubkey.from_bytes(case.job), case.seq, why, delay)

@@ -9,6 +9,13 @@ under a lock (SQLite serialises writers anyway).
 Schema version ``SCHEMA_VERSION`` is kept in ``meta``; an older database is migrated in
 place, opening one written by a newer version raises ``StoreError`` instead of guessing.
 
+Approvals (issue 8): every accepted proof row carries the seconds this validator approved of
+its window and its approved total for the job up to that seq (``approved_at``); the
+attestations it signed as a committee member (``attestations_given``: at most one value per
+(job, seq), written before the signature leaves the process), the attestations it received
+as a leader (``attestations_received``, kept as evidence), validator-equivocation cases and
+downtime reports are tables of their own.
+
 Bounds (``StoreLimits``): rejected proofs are capped per job (the lowest seqs that are not
 equivocation evidence are evicted first, so a job's newest proofs, which its head and a
 retry need, stay) and in total (beyond it new rejections are answered but not stored); a
@@ -23,7 +30,7 @@ import json
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,7 +39,7 @@ from typing import Protocol
 from .errors import StoreError
 from .verify import Authenticated, JobState, Verdict
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 MAX_PROOFS_PER_SEQ = 2
 """Different proofs kept for one (job, seq): the first and one conflicting (the evidence)."""
 
@@ -54,6 +61,8 @@ CREATE TABLE IF NOT EXISTS proofs (
     received_at REAL NOT NULL,
     decision TEXT NOT NULL CHECK (decision IN ('accepted', 'rejected')),
     reason TEXT,
+    approved_seconds INTEGER,
+    approved_total INTEGER,
     PRIMARY KEY (job, seq, hash)
 );
 CREATE INDEX IF NOT EXISTS proofs_accepted ON proofs (job, decision, seq);
@@ -67,13 +76,21 @@ CREATE TABLE IF NOT EXISTS jobs (
     accepted_windows INTEGER NOT NULL DEFAULT 0,
     chain_status TEXT,
     chain_last_seq INTEGER NOT NULL DEFAULT 0,
-    settled_seconds INTEGER NOT NULL DEFAULT 0,
+    settled_seconds INTEGER NOT NULL DEFAULT 0,  -- the chain's paid_seconds
     rate_per_second INTEGER NOT NULL DEFAULT 0,
     escrow_remaining INTEGER NOT NULL DEFAULT 0,
     ended_at INTEGER NOT NULL DEFAULT 0,
     chain_checked_at REAL NOT NULL DEFAULT 0,
     updated_at REAL NOT NULL,
-    window_seconds INTEGER NOT NULL DEFAULT 0
+    window_seconds INTEGER NOT NULL DEFAULT 0,
+    approved_total INTEGER NOT NULL DEFAULT 0,
+    chain_claimed_seconds INTEGER NOT NULL DEFAULT 0,
+    chain_last_window_end INTEGER NOT NULL DEFAULT 0,
+    started_at INTEGER NOT NULL DEFAULT 0,
+    committee TEXT NOT NULL DEFAULT '[]',
+    quorum INTEGER NOT NULL DEFAULT 1,
+    max_skew_seconds INTEGER NOT NULL DEFAULT 0,
+    max_missed_windows INTEGER NOT NULL DEFAULT 0
 );
 CREATE TABLE IF NOT EXISTS intents (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -91,7 +108,9 @@ CREATE TABLE IF NOT EXISTS intents (
     last_error TEXT,
     next_attempt_at REAL NOT NULL DEFAULT 0,
     created_at REAL NOT NULL,
-    updated_at REAL NOT NULL
+    updated_at REAL NOT NULL,
+    approved_seconds INTEGER,
+    attestations TEXT NOT NULL DEFAULT '[]'
 );
 CREATE INDEX IF NOT EXISTS intents_open ON intents (status, job);
 CREATE TABLE IF NOT EXISTS missed_windows (
@@ -123,6 +142,72 @@ CREATE TABLE IF NOT EXISTS equivocation_reports (
 );
 """
 
+_SCHEMA_V3 = """
+CREATE TABLE IF NOT EXISTS attestations_given (
+    job BLOB NOT NULL,
+    seq INTEGER NOT NULL,
+    approved_seconds INTEGER NOT NULL,
+    proof_hash BLOB NOT NULL,
+    signature BLOB NOT NULL,
+    requester BLOB,
+    signed_at REAL NOT NULL,
+    PRIMARY KEY (job, seq)
+);
+CREATE TABLE IF NOT EXISTS attestations_received (
+    job BLOB NOT NULL,
+    seq INTEGER NOT NULL,
+    member BLOB NOT NULL,
+    approved_seconds INTEGER NOT NULL,
+    cumulative_seconds INTEGER NOT NULL,
+    window_end INTEGER NOT NULL,
+    proof_hash BLOB NOT NULL,
+    signature BLOB NOT NULL,
+    received_at REAL NOT NULL,
+    PRIMARY KEY (job, seq, member, approved_seconds, proof_hash)
+);
+CREATE TABLE IF NOT EXISTS validator_equivocations (
+    job BLOB NOT NULL,
+    seq INTEGER NOT NULL,
+    member BLOB NOT NULL,
+    recorded_at REAL NOT NULL,
+    status TEXT CHECK (status IN ('sent', 'retry', 'done', 'failed')),
+    signature TEXT,
+    outcome TEXT,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    last_error TEXT,
+    next_attempt_at REAL NOT NULL DEFAULT 0,
+    updated_at REAL NOT NULL,
+    PRIMARY KEY (job, seq, member)
+);
+CREATE TABLE IF NOT EXISTS downtime_reports (
+    job BLOB NOT NULL,
+    last_proof_window_end INTEGER NOT NULL,
+    status TEXT NOT NULL CHECK (status IN ('sent', 'retry', 'done', 'failed')),
+    signature TEXT,
+    outcome TEXT,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    last_error TEXT,
+    next_attempt_at REAL NOT NULL DEFAULT 0,
+    updated_at REAL NOT NULL,
+    PRIMARY KEY (job, last_proof_window_end)
+);
+"""
+
+_V3_COLUMNS = (
+    ("proofs", "approved_seconds INTEGER"),
+    ("proofs", "approved_total INTEGER"),
+    ("jobs", "approved_total INTEGER NOT NULL DEFAULT 0"),
+    ("jobs", "chain_claimed_seconds INTEGER NOT NULL DEFAULT 0"),
+    ("jobs", "chain_last_window_end INTEGER NOT NULL DEFAULT 0"),
+    ("jobs", "started_at INTEGER NOT NULL DEFAULT 0"),
+    ("jobs", "committee TEXT NOT NULL DEFAULT '[]'"),
+    ("jobs", "quorum INTEGER NOT NULL DEFAULT 1"),
+    ("jobs", "max_skew_seconds INTEGER NOT NULL DEFAULT 0"),
+    ("jobs", "max_missed_windows INTEGER NOT NULL DEFAULT 0"),
+    ("intents", "approved_seconds INTEGER"),
+    ("intents", "attestations TEXT NOT NULL DEFAULT '[]'"),
+)
+
 REPORT_STATUSES = ("sent", "retry", "done", "failed")
 TERMINAL_REPORT_STATUSES = ("done", "failed")
 
@@ -141,6 +226,10 @@ class StoredProof:
     received_at: float
     decision: str
     reason: str | None
+    approved_seconds: int | None = None
+    """Seconds of this window this validator approved (accepted proofs only)."""
+    approved_total: int | None = None
+    """This validator's approved total for the job up to this seq (accepted proofs only)."""
 
 
 @dataclass(frozen=True)
@@ -184,16 +273,24 @@ DEFAULT_LIMITS = StoreLimits()
 
 @dataclass(frozen=True)
 class ChainJobInfo:
-    """The chain facts the settlement policy needs, as last read (rate and window length
-    from the job's terms; ``window_seconds`` 0 = not read yet)."""
+    """The chain facts the settlement policy needs, as last read (rate, window length and the
+    other limits from the job's terms; ``window_seconds`` 0 = not read yet). ``committee``
+    holds the members' authority keys in order."""
 
     status: str
     last_seq: int
-    settled_seconds: int
+    paid_seconds: int
     rate_per_second: int
     escrow_remaining: int
     ended_at: int
     window_seconds: int = 0
+    claimed_seconds: int = 0
+    last_window_end: int = 0
+    started_at: int = 0
+    committee: tuple[bytes, ...] = ()
+    quorum: int = 1
+    max_skew_seconds: int = 0
+    max_missed_windows: int = 0
 
 
 @dataclass(frozen=True)
@@ -206,6 +303,21 @@ class SettleCandidate:
     unsettled_windows: int
     oldest_unsettled_window_end: int
     accepted_cumulative: int
+    chain: ChainJobInfo | None
+    chain_checked_at: float
+    approved_total: int = 0
+    """This validator's approved total up to ``latest``."""
+
+
+@dataclass(frozen=True)
+class JobRow:
+    """One job this validator holds proofs of: its newest accepted window and chain facts."""
+
+    job: bytes
+    last_seq: int
+    cumulative_seconds: int
+    last_window_end: int
+    approved_total: int
     chain: ChainJobInfo | None
     chain_checked_at: float
 
@@ -228,22 +340,91 @@ class Intent:
     next_attempt_at: float
     created_at: float
     updated_at: float
+    approved_seconds: int = 0
+    attestations: tuple[tuple[bytes, bytes], ...] = ()
+    """(member authority, signature over the attestation message), in settle order."""
+
+
+@dataclass(frozen=True)
+class GivenAttestation:
+    """The one value this validator signed for a (job, seq) as a committee member."""
+
+    job: bytes
+    seq: int
+    approved_seconds: int
+    proof_hash: bytes
+    signature: bytes
+    requester: bytes | None
+    signed_at: float
+
+
+@dataclass(frozen=True)
+class ReceivedAttestation:
+    """A valid attestation another member gave this validator (as a leader): evidence."""
+
+    job: bytes
+    seq: int
+    member: bytes
+    approved_seconds: int
+    cumulative_seconds: int
+    window_end: int
+    proof_hash: bytes
+    signature: bytes
+    received_at: float
+
+
+@dataclass(frozen=True)
+class ValidatorEquivocationCase:
+    """A member that signed two different attestations for one (job, seq), and the state of
+    its ``slash_validator_equivocation`` report (None until attempted, then like
+    ``EquivocationCase``)."""
+
+    job: bytes
+    seq: int
+    member: bytes
+    recorded_at: float
+    status: str | None = None
+    signature: str | None = None
+    outcome: str | None = None
+    attempts: int = 0
+    last_error: str | None = None
+    next_attempt_at: float = 0.0
+
+
+@dataclass(frozen=True)
+class DowntimeReport:
+    """One ``slash_downtime`` submission for (job, last_proof_window_end)."""
+
+    job: bytes
+    last_proof_window_end: int
+    status: str
+    signature: str | None
+    outcome: str | None
+    attempts: int
+    last_error: str | None
+    next_attempt_at: float
+    updated_at: float
 
 
 class Store(Protocol):
-    """What the intake and the settler need from durable storage."""
+    """What the intake, the settler, the member endpoints and the reporters need from
+    durable storage."""
 
     def job_state(self, job: bytes) -> JobState | None: ...
     def proofs_at(self, job: bytes, seq: int) -> list[StoredProof]: ...
+    def accepted_at(self, job: bytes, seq: int) -> StoredProof | None: ...
+    def newest_accepted(self, job: bytes) -> StoredProof | None: ...
     def decision_of(self, job: bytes, seq: int, hash: bytes) -> str | None: ...
     def max_seq(self, job: bytes) -> int: ...
     def head(self, job: bytes) -> StoredProof | None: ...
     def record_rejected(self, auth: Authenticated, reason: str, now: float,
                         limits: StoreLimits = DEFAULT_LIMITS) -> str | None: ...
-    def record_accepted(self, auth: Authenticated, verdict: Verdict, baseline: JobState,
-                        now: float) -> None: ...
+    def record_accepted(self, auth: Authenticated, verdict: Verdict,
+                        stored_last_seq: int | None, now: float) -> None: ...
     def record_equivocation(self, auth: Authenticated, other_hash: bytes, now: float) -> bool: ...
     def update_chain_info(self, job: bytes, info: ChainJobInfo, now: float) -> None: ...
+    def chain_info(self, job: bytes) -> tuple[ChainJobInfo | None, float]: ...
+    def jobs(self) -> list[JobRow]: ...
     def equivocation_cases(self, *, open_only: bool = False) -> list[EquivocationCase]: ...
     def mark_equivocation_report(self, job: bytes, seq: int, status: str, now: float, *,
                                  signature: str | None = None, outcome: str | None = None,
@@ -251,14 +432,37 @@ class Store(Protocol):
                                  next_attempt_at: float | None = None,
                                  count_attempt: bool = False) -> None: ...
     def settle_candidates(self) -> list[SettleCandidate]: ...
-    def add_intent(self, proof: StoredProof, seq_from: int, now: float) -> Intent: ...
+    def add_intent(self, proof: StoredProof, seq_from: int, now: float,
+                   approved_seconds: int | None = None,
+                   attestations: Sequence[tuple[bytes, bytes]] = ()) -> Intent: ...
     def open_intents(self) -> list[Intent]: ...
     def mark_intent(self, intent_id: int, status: str, now: float, *,
                     signature: str | None = None, error: str | None = None,
                     next_attempt_at: float | None = None,
                     count_attempt: bool = False) -> None: ...
     def intents(self, job: bytes | None = None) -> list[Intent]: ...
+    def given_attestation(self, job: bytes, seq: int) -> GivenAttestation | None: ...
+    def record_given_attestation(self, att: GivenAttestation) -> GivenAttestation: ...
+    def record_received_attestation(self, att: ReceivedAttestation) -> bool: ...
+    def received_attestations(self, job: bytes, seq: int,
+                              member: bytes | None = None) -> list[ReceivedAttestation]: ...
+    def validator_equivocation_cases(self, *, open_only: bool = False
+                                     ) -> list[ValidatorEquivocationCase]: ...
+    def mark_validator_equivocation(self, job: bytes, seq: int, member: bytes, status: str,
+                                    now: float, *, signature: str | None = None,
+                                    outcome: str | None = None, error: str | None = None,
+                                    next_attempt_at: float | None = None,
+                                    count_attempt: bool = False) -> None: ...
+    def downtime_report(self, job: bytes, last_proof_window_end: int) -> DowntimeReport | None: ...
+    def mark_downtime_report(self, job: bytes, last_proof_window_end: int, status: str,
+                             now: float, *, signature: str | None = None,
+                             outcome: str | None = None, error: str | None = None,
+                             next_attempt_at: float | None = None,
+                             count_attempt: bool = False) -> None: ...
+    def set_meta(self, key: str, value: str) -> None: ...
+    def get_meta(self, key: str) -> str | None: ...
     def summary(self) -> dict[str, object]: ...
+    def pending_windows(self) -> int: ...
     def ping(self) -> bool: ...
     def close(self) -> None: ...
 
@@ -281,7 +485,7 @@ class SQLiteStore:
         self._lock = threading.RLock()
 
     def _migrate(self) -> None:
-        self._db.executescript(_SCHEMA)  # idempotent DDL; executescript commits itself
+        self._db.executescript(_SCHEMA + _SCHEMA_V3)  # idempotent DDL; commits itself
         self._db.execute("BEGIN IMMEDIATE")
         try:
             row = self._db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
@@ -291,12 +495,8 @@ class SQLiteStore:
             elif int(row[0]) > SCHEMA_VERSION:
                 raise StoreError(f"database {self.path} has schema version {row[0]}, newer "
                                  f"than this validator ({SCHEMA_VERSION}); upgrade gpum-validator")
-            elif int(row[0]) < 2:
-                # v1 -> v2: the job's window length (from its terms) is kept for the
-                # settlement policy; chain_checked_at=0 makes the next pass re-read it.
-                self._db.execute("ALTER TABLE jobs ADD COLUMN window_seconds INTEGER NOT NULL "
-                                 "DEFAULT 0")
-                self._db.execute("UPDATE jobs SET chain_checked_at=0")
+            elif int(row[0]) < SCHEMA_VERSION:
+                self._upgrade(int(row[0]))
                 self._db.execute("UPDATE meta SET value=? WHERE key='schema_version'",
                                  (str(SCHEMA_VERSION),))
             self._db.execute("COMMIT")
@@ -304,6 +504,30 @@ class SQLiteStore:
             if self._db.in_transaction:
                 self._db.execute("ROLLBACK")
             raise
+
+    def _add_column(self, table: str, column: str) -> None:
+        name = column.split()[0]
+        have = {r[1] for r in self._db.execute(f"PRAGMA table_info({table})")}
+        if name not in have:
+            self._db.execute(f"ALTER TABLE {table} ADD COLUMN {column}")
+
+    def _upgrade(self, version: int) -> None:
+        """Migrate a database of schema ``version`` in place (inside the open transaction)."""
+        if version < 2:
+            # v1 -> v2: the job's window length (from its terms) is kept for the policy.
+            self._add_column("jobs", "window_seconds INTEGER NOT NULL DEFAULT 0")
+        if version < 3:
+            # v2 -> v3 (approvals): before issue 8 a validator accepted only an unbroken
+            # cumulative chain, so its approved total at a seq was the cumulative claim.
+            for table, column in _V3_COLUMNS:
+                self._add_column(table, column)
+            self._db.execute("UPDATE proofs SET approved_total=cumulative_seconds "
+                             "WHERE decision='accepted' AND approved_total IS NULL")
+            self._db.execute("UPDATE jobs SET approved_total=cumulative_seconds")
+            self._db.execute("UPDATE intents SET approved_seconds=cumulative_seconds "
+                             "WHERE approved_seconds IS NULL")
+        # The next settlement pass re-reads every job's chain facts (terms, committee).
+        self._db.execute("UPDATE jobs SET chain_checked_at=0")
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
@@ -331,31 +555,50 @@ class SQLiteStore:
     # ------------------------------------------------------------------ proofs, job state
 
     def job_state(self, job: bytes) -> JobState | None:
-        rows = self._q("SELECT last_seq, cumulative_seconds, last_window_end, gpu_uuids "
-                       "FROM jobs WHERE job=?", (job,))
+        rows = self._q("SELECT last_seq, cumulative_seconds, last_window_end, gpu_uuids, "
+                       "approved_total FROM jobs WHERE job=?", (job,))
         if not rows:
             return None
-        s, c, w, u = rows[0]
-        return JobState(s, c, w, tuple(json.loads(u)) if u else None)
+        s, c, w, u, a = rows[0]
+        h = self._q("SELECT hash FROM proofs WHERE job=? AND seq=? AND decision='accepted'",
+                    (job, s))
+        return JobState(s, c, w, tuple(json.loads(u)) if u else None, int(a),
+                        h[0][0] if h else None)
 
     _PROOF_COLS = ("job, seq, hash, proof, proof_signature, receipt_signature, worker_key, "
-                   "cumulative_seconds, window_end, received_at, decision, reason")
+                   "cumulative_seconds, window_end, received_at, decision, reason, "
+                   "approved_seconds, approved_total")
 
     def proofs_at(self, job: bytes, seq: int) -> list[StoredProof]:
         rows = self._q(f"SELECT {self._PROOF_COLS} FROM proofs WHERE job=? AND seq=? "
                        "ORDER BY received_at", (job, seq))
         return [StoredProof(*r) for r in rows]
 
+    def accepted_at(self, job: bytes, seq: int) -> StoredProof | None:
+        """The accepted proof of (job, seq) (at most one), with its approved total."""
+        rows = self._q(f"SELECT {self._PROOF_COLS} FROM proofs WHERE job=? AND seq=? "
+                       "AND decision='accepted'", (job, seq))
+        return StoredProof(*rows[0]) if rows else None
+
+    def newest_accepted(self, job: bytes) -> StoredProof | None:
+        """The accepted proof of ``job`` with the highest seq, or None."""
+        rows = self._q(f"SELECT {self._PROOF_COLS} FROM proofs WHERE job=? "
+                       "AND decision='accepted' ORDER BY seq DESC LIMIT 1", (job,))
+        return StoredProof(*rows[0]) if rows else None
+
     def _upsert_proof(self, db: sqlite3.Connection, auth: Authenticated, decision: str,
-                      reason: str | None, now: float) -> None:
+                      reason: str | None, now: float, approved: int | None = None,
+                      total: int | None = None) -> None:
         p, s = auth.proof, auth.signed
         db.execute(
-            f"INSERT INTO proofs ({self._PROOF_COLS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?) "
+            f"INSERT INTO proofs ({self._PROOF_COLS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?) "
             "ON CONFLICT (job, seq, hash) DO UPDATE SET decision=excluded.decision, "
-            "reason=excluded.reason, received_at=excluded.received_at "
+            "reason=excluded.reason, received_at=excluded.received_at, "
+            "approved_seconds=excluded.approved_seconds, approved_total=excluded.approved_total "
             "WHERE proofs.decision != 'accepted'",
             (p.job, p.seq, auth.hash, s.proof, s.proof_signature, s.receipt_signature,
-             p.worker_key, p.cumulative_seconds, p.window_end, now, decision, reason))
+             p.worker_key, p.cumulative_seconds, p.window_end, now, decision, reason,
+             approved, total))
 
     def decision_of(self, job: bytes, seq: int, hash: bytes) -> str | None:
         """The stored decision of exactly these proof bytes, or None."""
@@ -411,28 +654,34 @@ class SQLiteStore:
             self._upsert_proof(db, auth, "rejected", reason, now)
         return None
 
-    def record_accepted(self, auth: Authenticated, verdict: Verdict, baseline: JobState,
-                        now: float) -> None:
-        """Atomically store the accepted proof, advance the job state, record missed seqs.
+    def record_accepted(self, auth: Authenticated, verdict: Verdict,
+                        stored_last_seq: int | None, now: float) -> None:
+        """Atomically store the accepted proof with its approved seconds and total, advance
+        the job state, record missed seqs.
 
-        ``baseline`` is the state the proof was verified against; if the stored state moved
-        since (a concurrent accept), StoreError is raised and nothing changes.
+        ``stored_last_seq`` is the job's stored last accepted seq the proof was verified
+        against (None: none stored); if it moved since (a concurrent accept), StoreError is
+        raised and nothing changes.
         """
         p = auth.proof
         uuids = json.dumps(sorted(g.uuid for g in p.gpus))
         with self._tx() as db:
             row = db.execute("SELECT last_seq FROM jobs WHERE job=?", (p.job,)).fetchone()
-            if row is not None and row[0] != baseline.last_seq:
+            if (row[0] if row is not None else None) != stored_last_seq:
                 raise StoreError("job state changed during verification; resubmit")
-            self._upsert_proof(db, auth, "accepted", None, now)
+            self._upsert_proof(db, auth, "accepted", None, now, verdict.approved_seconds,
+                               verdict.approved_total)
             db.execute(
                 "INSERT INTO jobs (job, last_seq, cumulative_seconds, last_window_end, "
-                "gpu_uuids, accepted_windows, updated_at) VALUES (?,?,?,?,?,1,?) "
+                "gpu_uuids, accepted_windows, updated_at, approved_total) "
+                "VALUES (?,?,?,?,?,1,?,?) "
                 "ON CONFLICT (job) DO UPDATE SET last_seq=excluded.last_seq, "
                 "cumulative_seconds=excluded.cumulative_seconds, "
                 "last_window_end=excluded.last_window_end, gpu_uuids=excluded.gpu_uuids, "
-                "accepted_windows=jobs.accepted_windows+1, updated_at=excluded.updated_at",
-                (p.job, p.seq, p.cumulative_seconds, p.window_end, uuids, now))
+                "accepted_windows=jobs.accepted_windows+1, updated_at=excluded.updated_at, "
+                "approved_total=excluded.approved_total",
+                (p.job, p.seq, p.cumulative_seconds, p.window_end, uuids, now,
+                 verdict.approved_total))
             db.executemany("INSERT OR IGNORE INTO missed_windows VALUES (?,?,?)",
                            [(p.job, s, now) for s in verdict.missed_seqs])
 
@@ -505,62 +754,112 @@ class SQLiteStore:
                                       (job,))]
 
     def update_chain_info(self, job: bytes, info: ChainJobInfo, now: float) -> None:
-        """Remember the job's chain facts (status, escrow, settled seq) read at ``now``."""
+        """Remember the job's chain facts (status, escrow, settled seq, terms, committee)
+        read at ``now``."""
         with self._tx() as db:
             db.execute(
                 "UPDATE jobs SET chain_status=?, chain_last_seq=?, settled_seconds=?, "
                 "rate_per_second=?, escrow_remaining=?, ended_at=?, window_seconds=?, "
-                "chain_checked_at=? WHERE job=?",
-                (info.status, info.last_seq, info.settled_seconds, info.rate_per_second,
-                 info.escrow_remaining, info.ended_at, info.window_seconds, now, job))
+                "chain_claimed_seconds=?, chain_last_window_end=?, started_at=?, committee=?, "
+                "quorum=?, max_skew_seconds=?, max_missed_windows=?, chain_checked_at=? "
+                "WHERE job=?",
+                (info.status, info.last_seq, info.paid_seconds, info.rate_per_second,
+                 info.escrow_remaining, info.ended_at, info.window_seconds,
+                 info.claimed_seconds, info.last_window_end, info.started_at,
+                 json.dumps([m.hex() for m in info.committee]), info.quorum,
+                 info.max_skew_seconds, info.max_missed_windows, now, job))
+
+    _CHAIN_COLS = ("chain_status, chain_last_seq, settled_seconds, rate_per_second, "
+                   "escrow_remaining, ended_at, window_seconds, chain_claimed_seconds, "
+                   "chain_last_window_end, started_at, committee, quorum, max_skew_seconds, "
+                   "max_missed_windows, chain_checked_at")
+
+    @staticmethod
+    def _chain(cols: Sequence) -> tuple[ChainJobInfo | None, float]:
+        (st, cls, paid, rate, esc, ended, ws, claimed, lwe, started, committee, quorum, skew,
+         missed, checked) = cols
+        if st is None:
+            return None, float(checked)
+        members = tuple(bytes.fromhex(m) for m in json.loads(committee or "[]"))
+        return ChainJobInfo(st, cls, paid, rate, esc, ended, ws, claimed, lwe, started,
+                            members, quorum, skew, missed), float(checked)
+
+    def chain_info(self, job: bytes) -> tuple[ChainJobInfo | None, float]:
+        """The job's chain facts as last stored and when they were read (None, 0: never)."""
+        rows = self._q(f"SELECT {self._CHAIN_COLS} FROM jobs WHERE job=?", (job,))
+        return self._chain(rows[0]) if rows else (None, 0.0)
+
+    def jobs(self) -> list[JobRow]:
+        """Every job with accepted proofs, with its newest accepted window and chain facts."""
+        rows = self._q(f"SELECT job, last_seq, cumulative_seconds, last_window_end, "
+                       f"approved_total, {self._CHAIN_COLS} FROM jobs ORDER BY job")
+        out = []
+        for r in rows:
+            chain, checked = self._chain(r[5:])
+            out.append(JobRow(r[0], r[1], r[2], r[3], r[4], chain, checked))
+        return out
 
     # ------------------------------------------------------------------ settlement
 
     def settle_candidates(self) -> list[SettleCandidate]:
         """Jobs whose newest accepted seq is above every intent's seq and the chain's last_seq."""
         with self._lock:
-            jobs = self._q(
-                "SELECT job, cumulative_seconds, chain_status, chain_last_seq, settled_seconds, "
-                "rate_per_second, escrow_remaining, ended_at, window_seconds, chain_checked_at "
-                "FROM jobs")
+            jobs = self._q(f"SELECT job, cumulative_seconds, {self._CHAIN_COLS} FROM jobs")
             out = []
-            for (job, cum, st, cls, ss, rate, esc, ended, ws, checked) in jobs:
+            for row in jobs:
+                job, cum = row[0], row[1]
+                chain, checked = self._chain(row[2:])
                 # A failed intent also covers its receipt: a terminal failure is never retried
                 # with the same receipt (only a newer accepted receipt makes a new intent).
                 covered = self._q("SELECT COALESCE(MAX(seq_to), 0) FROM intents WHERE job=?",
                                   (job,))[0][0]
-                covered = max(covered, cls)
+                covered = max(covered, row[3])  # chain_last_seq
                 rows = self._q(
                     f"SELECT {self._PROOF_COLS} FROM proofs WHERE job=? AND decision='accepted' "
                     "AND seq>? ORDER BY seq", (job, covered))
                 if not rows:
                     continue
                 proofs = [StoredProof(*r) for r in rows]
-                chain = (ChainJobInfo(st, cls, ss, rate, esc, ended, ws) if st is not None
-                         else None)
-                out.append(SettleCandidate(job, proofs[-1], covered, len(proofs),
-                                           proofs[0].window_end, cum, chain, checked))
+                latest = proofs[-1]
+                out.append(SettleCandidate(job, latest, covered, len(proofs),
+                                           proofs[0].window_end, cum, chain, checked,
+                                           int(latest.approved_total or 0)))
             return out
 
     _INTENT_COLS = ("id, job, seq_from, seq_to, cumulative_seconds, window_end, proof_hash, "
                     "worker_key, receipt_signature, status, signature, attempts, last_error, "
-                    "next_attempt_at, created_at, updated_at")
+                    "next_attempt_at, created_at, updated_at, approved_seconds, attestations")
 
-    def add_intent(self, proof: StoredProof, seq_from: int, now: float) -> Intent:
-        """Durably record the intent to settle ``proof``'s receipt (status 'intended')."""
+    @staticmethod
+    def _intent(row: Sequence) -> Intent:
+        *head, approved, atts = row
+        pairs = tuple((bytes.fromhex(a), bytes.fromhex(s)) for a, s in json.loads(atts or "[]"))
+        return Intent(*head, approved_seconds=int(head[4] if approved is None else approved),
+                      attestations=pairs)
+
+    def add_intent(self, proof: StoredProof, seq_from: int, now: float,
+                   approved_seconds: int | None = None,
+                   attestations: Sequence[tuple[bytes, bytes]] = ()) -> Intent:
+        """Durably record the intent to settle ``proof``'s receipt with ``approved_seconds``
+        (default: this validator's total at it) and the other members' ``attestations``
+        (status 'intended')."""
+        approved = (int(proof.approved_total or 0) if approved_seconds is None
+                    else int(approved_seconds))
+        atts = json.dumps([[bytes(a).hex(), bytes(sig).hex()] for a, sig in attestations])
         with self._tx() as db:
             cur = db.execute(
                 "INSERT INTO intents (job, seq_from, seq_to, cumulative_seconds, window_end, "
-                "proof_hash, worker_key, receipt_signature, status, created_at, updated_at) "
-                "VALUES (?,?,?,?,?,?,?,?,'intended',?,?)",
+                "proof_hash, worker_key, receipt_signature, status, created_at, updated_at, "
+                "approved_seconds, attestations) VALUES (?,?,?,?,?,?,?,?,'intended',?,?,?,?)",
                 (proof.job, seq_from, proof.seq, proof.cumulative_seconds, proof.window_end,
-                 proof.hash, proof.worker_key, proof.receipt_signature, now, now))
+                 proof.hash, proof.worker_key, proof.receipt_signature, now, now, approved,
+                 atts))
             row = db.execute(f"SELECT {self._INTENT_COLS} FROM intents WHERE id=?",
                              (cur.lastrowid,)).fetchone()
-        return Intent(*row)
+        return self._intent(row)
 
     def open_intents(self) -> list[Intent]:
-        return [Intent(*r) for r in self._q(
+        return [self._intent(r) for r in self._q(
             f"SELECT {self._INTENT_COLS} FROM intents WHERE status IN ('intended','sent') "
             "ORDER BY id")]
 
@@ -570,7 +869,7 @@ class SQLiteStore:
         else:
             rows = self._q(f"SELECT {self._INTENT_COLS} FROM intents WHERE job=? ORDER BY id",
                            (job,))
-        return [Intent(*r) for r in rows]
+        return [self._intent(r) for r in rows]
 
     def mark_intent(self, intent_id: int, status: str, now: float, *,
                     signature: str | None = None, error: str | None = None,
@@ -587,6 +886,142 @@ class SQLiteStore:
                 "WHERE id=? AND status IN ('intended','sent')",
                 (status, signature, error, next_attempt_at, 1 if count_attempt else 0, now,
                  intent_id))
+
+    # ------------------------------------------------------------------ attestations
+
+    _GIVEN_COLS = "job, seq, approved_seconds, proof_hash, signature, requester, signed_at"
+
+    def given_attestation(self, job: bytes, seq: int) -> GivenAttestation | None:
+        """The value this validator signed for (job, seq), if any."""
+        rows = self._q(f"SELECT {self._GIVEN_COLS} FROM attestations_given WHERE job=? AND seq=?",
+                       (job, seq))
+        return GivenAttestation(*rows[0]) if rows else None
+
+    def record_given_attestation(self, att: GivenAttestation) -> GivenAttestation:
+        """Store ``att`` unless (job, seq) already holds one; returns what is stored (the
+        earlier one if there was one). On disk before it returns, so a signature that leaves
+        the process is never followed by a different value for the same (job, seq), also
+        after a crash."""
+        with self._tx() as db:
+            db.execute(f"INSERT OR IGNORE INTO attestations_given ({self._GIVEN_COLS}) "
+                       "VALUES (?,?,?,?,?,?,?)",
+                       (att.job, att.seq, att.approved_seconds, att.proof_hash, att.signature,
+                        att.requester, att.signed_at))
+            row = db.execute(f"SELECT {self._GIVEN_COLS} FROM attestations_given "
+                             "WHERE job=? AND seq=?", (att.job, att.seq)).fetchone()
+        return GivenAttestation(*row)
+
+    _RECEIVED_COLS = ("job, seq, member, approved_seconds, cumulative_seconds, window_end, "
+                      "proof_hash, signature, received_at")
+
+    def record_received_attestation(self, att: ReceivedAttestation) -> bool:
+        """Keep a valid attestation of another member (evidence). True when it makes a new
+        validator-equivocation case: the member had signed a different (receipt, approved)
+        for the same (job, seq)."""
+        with self._tx() as db:
+            db.execute(f"INSERT OR IGNORE INTO attestations_received ({self._RECEIVED_COLS}) "
+                       "VALUES (?,?,?,?,?,?,?,?,?)",
+                       (att.job, att.seq, att.member, att.approved_seconds,
+                        att.cumulative_seconds, att.window_end, att.proof_hash, att.signature,
+                        att.received_at))
+            n = db.execute("SELECT COUNT(*) FROM attestations_received WHERE job=? AND seq=? "
+                           "AND member=?", (att.job, att.seq, att.member)).fetchone()[0]
+            if n < 2:
+                return False
+            cur = db.execute("INSERT OR IGNORE INTO validator_equivocations (job, seq, member, "
+                             "recorded_at, updated_at) VALUES (?,?,?,?,?)",
+                             (att.job, att.seq, att.member, att.received_at, att.received_at))
+            return cur.rowcount == 1
+
+    def received_attestations(self, job: bytes, seq: int,
+                              member: bytes | None = None) -> list[ReceivedAttestation]:
+        """Attestations received for (job, seq) (of ``member`` only, if given), oldest first."""
+        sql = f"SELECT {self._RECEIVED_COLS} FROM attestations_received WHERE job=? AND seq=?"
+        args: tuple = (job, seq)
+        if member is not None:
+            sql += " AND member=?"
+            args += (member,)
+        return [ReceivedAttestation(*r) for r in self._q(sql + " ORDER BY received_at, "
+                                                         "approved_seconds", args)]
+
+    def validator_equivocation_cases(self, *, open_only: bool = False
+                                     ) -> list[ValidatorEquivocationCase]:
+        """Members caught signing two values for one (job, seq), with their report state."""
+        sql = ("SELECT job, seq, member, recorded_at, status, signature, outcome, attempts, "
+               "last_error, next_attempt_at FROM validator_equivocations")
+        if open_only:
+            sql += " WHERE status IS NULL OR status NOT IN ('done', 'failed')"
+        return [ValidatorEquivocationCase(*r) for r in self._q(sql + " ORDER BY recorded_at")]
+
+    def mark_validator_equivocation(self, job: bytes, seq: int, member: bytes, status: str,
+                                    now: float, *, signature: str | None = None,
+                                    outcome: str | None = None, error: str | None = None,
+                                    next_attempt_at: float | None = None,
+                                    count_attempt: bool = False) -> None:
+        """Record the report of (job, seq, member); done/failed are terminal."""
+        if status not in REPORT_STATUSES:
+            raise ValueError(f"unknown report status {status!r}")
+        with self._tx() as db:
+            db.execute(
+                "UPDATE validator_equivocations SET status=?, "
+                "signature=COALESCE(?, signature), outcome=COALESCE(?, outcome), "
+                "attempts=attempts+?, last_error=COALESCE(?, last_error), "
+                "next_attempt_at=COALESCE(?, next_attempt_at), updated_at=? "
+                "WHERE job=? AND seq=? AND member=? "
+                "AND (status IS NULL OR status NOT IN ('done', 'failed'))",
+                (status, signature, outcome, 1 if count_attempt else 0, error, next_attempt_at,
+                 now, job, seq, member))
+
+    # ------------------------------------------------------------------ downtime
+
+    _DOWNTIME_COLS = ("job, last_proof_window_end, status, signature, outcome, attempts, "
+                      "last_error, next_attempt_at, updated_at")
+
+    def downtime_report(self, job: bytes, last_proof_window_end: int) -> DowntimeReport | None:
+        rows = self._q(f"SELECT {self._DOWNTIME_COLS} FROM downtime_reports WHERE job=? "
+                       "AND last_proof_window_end=?", (job, last_proof_window_end))
+        return DowntimeReport(*rows[0]) if rows else None
+
+    def downtime_reports(self) -> list[DowntimeReport]:
+        return [DowntimeReport(*r) for r in self._q(
+            f"SELECT {self._DOWNTIME_COLS} FROM downtime_reports ORDER BY updated_at")]
+
+    def mark_downtime_report(self, job: bytes, last_proof_window_end: int, status: str,
+                             now: float, *, signature: str | None = None,
+                             outcome: str | None = None, error: str | None = None,
+                             next_attempt_at: float | None = None,
+                             count_attempt: bool = False) -> None:
+        """Record the downtime report of (job, last_proof_window_end); done/failed are
+        terminal, never reopened."""
+        if status not in REPORT_STATUSES:
+            raise ValueError(f"unknown report status {status!r}")
+        n = 1 if count_attempt else 0
+        with self._tx() as db:
+            db.execute(
+                f"INSERT INTO downtime_reports ({self._DOWNTIME_COLS}) VALUES (?,?,?,?,?,?,?,?,?) "
+                "ON CONFLICT (job, last_proof_window_end) DO UPDATE SET status=excluded.status, "
+                "signature=COALESCE(excluded.signature, downtime_reports.signature), "
+                "outcome=COALESCE(excluded.outcome, downtime_reports.outcome), "
+                "attempts=downtime_reports.attempts+?, "
+                "last_error=COALESCE(excluded.last_error, downtime_reports.last_error), "
+                "next_attempt_at=COALESCE(?, downtime_reports.next_attempt_at), "
+                "updated_at=excluded.updated_at "
+                "WHERE downtime_reports.status NOT IN ('done', 'failed')",
+                (job, last_proof_window_end, status, signature, outcome, n, error,
+                 next_attempt_at or 0.0, now, n, next_attempt_at))
+
+    # ------------------------------------------------------------------ meta
+
+    def set_meta(self, key: str, value: str) -> None:
+        if key == "schema_version":
+            raise ValueError("schema_version is managed by the store")
+        with self._tx() as db:
+            db.execute("INSERT INTO meta VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET "
+                       "value=excluded.value", (key, value))
+
+    def get_meta(self, key: str) -> str | None:
+        rows = self._q("SELECT value FROM meta WHERE key=?", (key,))
+        return rows[0][0] if rows else None
 
     # ------------------------------------------------------------------ status
 
@@ -605,6 +1040,15 @@ class SQLiteStore:
                 "equivocations": self._q("SELECT COUNT(*) FROM equivocations")[0][0],
                 "equivocation_reports": dict(self._q(
                     "SELECT status, COUNT(*) FROM equivocation_reports GROUP BY status")),
+                "attestations_signed": self._q("SELECT COUNT(*) FROM attestations_given")[0][0],
+                "attestations_received": self._q(
+                    "SELECT COUNT(*) FROM attestations_received")[0][0],
+                "validator_equivocations": dict(self._q(
+                    "SELECT COALESCE(status, 'new'), COUNT(*) FROM validator_equivocations "
+                    "GROUP BY 1")),
+                "downtime_reports": dict(self._q(
+                    "SELECT status, COUNT(*) FROM downtime_reports GROUP BY status")),
+                "rewards": json.loads(self.get_meta("rewards") or "null"),
                 "last_settlement_at": last,
                 "pending_windows": self.pending_windows(),
             }

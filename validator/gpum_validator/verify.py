@@ -6,18 +6,28 @@ The intake (``service.Intake``) calls them in this order, and every failure rais
 1. ``authenticate``: the bytes are a canonical proof for this program and market, signed
    (proof and receipt) by the key the request names;
 2. ``check_assignment``: the job exists in this market and is assigned to ``proof.provider``;
-3. ``check_worker_key``: that key is the provider's current key (unexpired at window_end)
+3. ``check_committee``: the job's on-chain committee names this validator (403, final);
+4. ``check_worker_key``: that key is the provider's current key (unexpired at window_end)
    or one of its retired keys for a window that ended by that key's retirement, as the
    chain's receipt-key rule;
-4. (the intake resolves duplicates and equivocation against the store here; only proofs
-   that passed 1-3 are ever stored or compared, so a stranger cannot occupy a (job, seq);)
-5. ``check_window``: job status, sequence and hash chain, window timing, GPU set, and the
-   billable claim against ``health_bound`` and the cumulative total, with the window
-   length, skew and health thresholds of the job's own ``terms`` (``job_rules``).
+5. (the intake resolves duplicates and equivocation against the store here; only proofs
+   that passed 1-4 are ever stored or compared, so a stranger cannot occupy a (job, seq);)
+6. ``check_window``: job status, sequence, window timing, GPU set, the worker's own
+   consistency (hash chain, ``cumulative == previous cumulative + billable``) against the
+   proofs this validator has, and the seconds it approves: ``min(billable, health_bound)``
+   with the window length, skew and health thresholds of the job's own ``terms``
+   (``job_rules``), tightened by the validator's own policy if it has one.
 
-Guarantee: a proof passing all of them yields a receipt that ``settle`` accepts against a
-job whose on-chain state is at or before this validator's last accepted receipt (same
-status rules, seq/window_end strictly increasing, billed seconds within wall time).
+Approvals (DESIGN section 6). Every member keeps its own approved total per job: the sum of
+the seconds it approved of the windows it accepted, starting from the chain's
+``paid_seconds`` when it has no history of the job (a late joiner, a lost database). A window
+it rejects is simply not approved; the next window is still judged on its own, so one bad
+window (or a gap of windows this validator never saw) never ends a job here.
+
+Guarantee: for two accepted windows ``a < b`` of a job, ``approved(b) - approved(a) <=
+cumulative(b) - cumulative(a)`` and ``approved(b) - approved(a) <= window_end(b) -
+window_end(a)``, and the first approved second starts at or after ``started_at``: a settle
+with this validator's total passes the program's claim and wall-time rules.
 """
 
 from __future__ import annotations
@@ -77,15 +87,37 @@ class JobRules:
     health: HealthThresholds
 
 
-def job_rules(job: Any) -> JobRules:
+def job_rules(job: Any, own_health: HealthThresholds | None = None) -> JobRules:
     """The ``JobRules`` of a Job view (``terms.window_seconds``, ``terms.max_skew_seconds``,
-    ``terms.temp_critical_c``, ``terms.ecc_uncorrected_max``)."""
+    ``terms.temp_critical_c``, ``terms.ecc_uncorrected_max``), the thresholds tightened by
+    ``own_health`` (a validator's stricter policy) when given."""
     t = field_of(job, "terms")
+    terms = HealthThresholds(temp_critical_c=int(field_of(t, "temp_critical_c")),
+                             ecc_uncorrected_max=int(field_of(t, "ecc_uncorrected_max")))
     return JobRules(
         window_seconds=int(field_of(t, "window_seconds")),
         max_skew_seconds=int(field_of(t, "max_skew_seconds")),
-        health=HealthThresholds(temp_critical_c=int(field_of(t, "temp_critical_c")),
-                                ecc_uncorrected_max=int(field_of(t, "ecc_uncorrected_max"))))
+        health=terms.stricter(own_health))
+
+
+def committee_of(job: Any) -> list[bytes]:
+    """The job's committee: validator authority keys, in order (empty slots dropped)."""
+    members = field_of(job, "committee") or ()
+    return [m for m in (_pk(x) for x in members) if m != ZERO_HASH]
+
+
+def quorum_of(job: Any) -> int:
+    """``terms.quorum``: how many committee members a settlement or a downtime report needs."""
+    return int(field_of(field_of(job, "terms"), "quorum"))
+
+
+def check_committee(job: Any, cfg: VerifyConfig) -> None:
+    """The job's on-chain committee names this validator (``cfg.authority``); else
+    ``not_in_committee`` (403, final): only committee members verify, approve and settle a
+    job, so a proof sent to anyone else is refused and never stored."""
+    if cfg.authority not in committee_of(job):
+        raise Rejection("not_in_committee", "this validator is not on the job's committee; "
+                        "send the proof only to the members the job names on chain", 403)
 
 
 @dataclass(frozen=True)
@@ -107,22 +139,40 @@ class JobState:
     """The validator's view of a job's accepted windows (from the store, or the chain baseline).
 
     ``last_seq``/``cumulative_seconds``/``last_window_end`` are those of the last accepted
-    proof; for a job never seen they are the chain's ``last_seq``/``settled_seconds``/
-    ``last_window_end`` (``started_at`` before the first settlement).
+    proof and ``approved_total`` this validator's approved total up to it; for a job never
+    seen (or seen only up to a seq the chain has settled past) they are the chain's
+    ``last_seq``/``claimed_seconds``/``last_window_end`` (``started_at`` before the first
+    settlement)/``paid_seconds``, and ``last_hash`` its ``last_receipt_hash``.
     """
 
     last_seq: int
     cumulative_seconds: int
     last_window_end: int
     gpu_uuids: tuple[str, ...] | None = None
+    approved_total: int = 0
+    last_hash: bytes | None = None
+
+
+@dataclass(frozen=True)
+class PrevProof:
+    """The worker's proof (or the chain's settled receipt) right before the one judged: its
+    ``proof_hash``, cumulative claim and window end. Rejected proofs count: the worker signed
+    them, so its next window must chain to them."""
+
+    hash: bytes
+    cumulative_seconds: int
+    window_end: int
 
 
 @dataclass(frozen=True)
 class Verdict:
-    """What an accepted window changes: the seqs skipped before it and the bound computed."""
+    """What an accepted window changes: the seqs skipped before it, the health bound, the
+    seconds approved of this window and the approved total up to it."""
 
     missed_seqs: tuple[int, ...] = field(default_factory=tuple)
     billable_bound: int = 0
+    approved_seconds: int = 0
+    approved_total: int = 0
 
 
 def authenticate(signed: SignedProof, cfg: VerifyConfig) -> Authenticated:
@@ -244,21 +294,24 @@ def check_window(
     state: JobState,
     cfg: VerifyConfig,
     now: int,
-    prev_hash_known: bytes | None,
+    prev: PrevProof | None,
 ) -> Verdict:
-    """Check one authenticated proof against the job, its terms and its accepted history.
+    """Check one authenticated proof against the job, its terms and the history this
+    validator has, and compute the seconds it approves.
 
-    ``prev_hash_known`` is the hash of the stored proof for ``seq - 1`` if any. Raises
-    Rejection with one of: the ``check_assignment`` reasons, job_not_started (retryable),
-    job_not_running, window_after_job_end, stale_seq, seq_gap, prev_hash_mismatch,
-    window_length, window_overlap (window_start before the last accepted window_end, so
-    window_end is after it too), window_in_future (retryable: at most one window early),
-    window_far_in_future, gpu_count_mismatch, gpu_uuids_changed, billable_exceeds_health,
-    cumulative_mismatch.
+    ``prev`` is the worker's proof for ``seq - 1`` as stored here (accepted or rejected), or
+    the chain's settled receipt when that is ``seq - 1``; None when this validator has
+    neither (a gap). ``cumulative == prev cumulative + billable`` is required when ``prev``
+    is known, and ``cumulative >= last accepted cumulative + billable`` always. Raises Rejection with one of: the ``check_assignment`` reasons,
+    job_not_started (retryable), job_not_running, window_after_job_end, stale_seq, seq_gap,
+    prev_hash_mismatch, window_length, window_overlap (window_start before the last accepted
+    window_end or the previous proof's), window_in_future (retryable: at most one window
+    early), window_far_in_future, gpu_count_mismatch, gpu_uuids_changed, cumulative_mismatch.
+    A claim above the health bound is not a rejection: only the bound is approved.
     """
     check_assignment(auth, job, cfg)
     p = auth.proof
-    rules = job_rules(job)
+    rules = job_rules(job, cfg.own_health)
     status = status_of(job)
     if status == "finishing":
         ended_at = int(field_of(job, "ended_at"))
@@ -285,17 +338,18 @@ def check_window(
     if p.seq == 1 and p.prev_proof_hash != ZERO_HASH:
         raise Rejection("prev_hash_mismatch", "the first proof of a job must have a zero "
                         "prev_proof_hash")
-    if prev_hash_known is not None and p.prev_proof_hash != prev_hash_known:
+    if prev is not None and p.prev_proof_hash != prev.hash:
         raise Rejection("prev_hash_mismatch",
-                        f"prev_proof_hash does not match the stored proof for seq {p.seq - 1}")
+                        f"prev_proof_hash does not match the proof of seq {p.seq - 1}")
     length = p.window_end - p.window_start
     max_len = rules.window_seconds + rules.max_skew_seconds
     if not 1 <= length <= max_len:
         raise Rejection("window_length", f"window length {length}s is outside [1, {max_len}] "
                         "(the job's terms.window_seconds + max_skew_seconds)")
-    if p.window_start < state.last_window_end:
-        raise Rejection("window_overlap", f"window_start {p.window_start} is before the last "
-                        f"accepted window_end {state.last_window_end}")
+    floor = max(state.last_window_end, prev.window_end if prev is not None else state.last_window_end)
+    if p.window_start < floor:
+        raise Rejection("window_overlap", f"window_start {p.window_start} is before the "
+                        f"previous window_end {floor}")
     early = p.window_end - (now + rules.max_skew_seconds)
     if early > rules.window_seconds:
         raise Rejection("window_far_in_future", f"window_end {p.window_end} is {early}s beyond "
@@ -313,14 +367,17 @@ def check_window(
     if state.gpu_uuids is not None and uuids != state.gpu_uuids:
         raise Rejection("gpu_uuids_changed",
                         "the GPU UUIDs differ from the job's earlier windows")
-    bound = health_bound(p, rules.health)
-    if p.billable_seconds > bound:
-        raise Rejection("billable_exceeds_health",
-                        f"billable_seconds {p.billable_seconds} exceeds the {bound}s the "
-                        "health policy of the job's terms allows for this window")
-    expected = state.cumulative_seconds + p.billable_seconds
-    if p.cumulative_seconds != expected:
+    if prev is not None and p.cumulative_seconds != prev.cumulative_seconds + p.billable_seconds:
         raise Rejection("cumulative_mismatch",
-                        f"cumulative_seconds {p.cumulative_seconds} != previous accepted total "
+                        f"cumulative_seconds {p.cumulative_seconds} != the previous proof's "
+                        f"{prev.cumulative_seconds} + billable {p.billable_seconds}")
+    if p.cumulative_seconds < state.cumulative_seconds + p.billable_seconds:
+        # Also across rejected windows and gaps: the claim never falls behind what this
+        # validator already accepted, so approvals never outgrow claims.
+        raise Rejection("cumulative_mismatch",
+                        f"cumulative_seconds {p.cumulative_seconds} < the last accepted total "
                         f"{state.cumulative_seconds} + billable {p.billable_seconds}")
-    return Verdict(tuple(range(state.last_seq + 1, p.seq)), bound)
+    bound = health_bound(p, rules.health)
+    approved = max(0, min(p.billable_seconds, bound))
+    return Verdict(tuple(range(state.last_seq + 1, p.seq)), bound, approved,
+                   state.approved_total + approved)

@@ -11,7 +11,7 @@ from gpu_market.receipt import receipt_message, verify
 from gpum_validator.config import SettlePolicy
 from gpum_validator.metrics import Metrics
 from gpum_validator.service import Intake
-from gpum_validator.settlement import SettlementLoop, Settler
+from gpum_validator.settlement import SettlementLoop
 from gpum_validator.slashing import EquivocationReporter
 from gpum_validator.store import SQLiteStore
 from vtestkit import (
@@ -22,6 +22,7 @@ from vtestkit import (
     cfg,
     chain_of,
     make_proof,
+    make_settler,
     signed_json,
 )
 
@@ -146,7 +147,7 @@ def test_unsendable_transaction_fails_after_bounded_attempts(tmp_path, chain, cl
 
 def test_settlement_loop_runs_the_reporter_when_woken(tmp_path, chain, clock):
     node = Node(tmp_path, chain, clock)
-    settler = Settler(chain, "authority", node.store, clock=lambda: clock[0])
+    settler = make_settler(chain, node.store, clock)
     loop = SettlementLoop(settler, interval=3600, reporter=node.reporter)
     loop.start()
     try:

@@ -28,7 +28,8 @@ def http(tmp_path, chain, clock):
 def test_single_then_duplicate(http):
     d = signed_json(chain_of(1)[0])
     r = http.post("/v1/proofs", json=d)
-    assert r.status_code == 200 and r.json() == {"status": "accepted", "job": b58(JOB), "seq": 1}
+    assert r.status_code == 200 and r.json() == {"status": "accepted", "job": b58(JOB), "seq": 1,
+                                                 "approved_seconds": 60, "approved_total": 60}
     r = http.post("/v1/proofs", json=d)
     assert r.status_code == 200 and r.json()["status"] == "duplicate"
 

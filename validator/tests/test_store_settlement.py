@@ -8,16 +8,26 @@ from gpu_market.proof import encode_proof, proof_hash
 from gpum_validator.config import SettlePolicy
 from gpum_validator.errors import StoreError
 from gpum_validator.service import Intake
-from gpum_validator.settlement import Settler, due_reason
+from gpum_validator.settlement import due_reason
 from gpum_validator.store import SCHEMA_VERSION, ChainJobInfo, SQLiteStore
-from vtestkit import JOB, T0, UUIDS, WINDOW, cfg, chain_of, gpu, make_proof, signed_json
+from vtestkit import (
+    JOB,
+    T0,
+    UUIDS,
+    WINDOW,
+    cfg,
+    chain_of,
+    gpu,
+    make_proof,
+    make_settler,
+    signed_json,
+)
 
 
 def setup(tmp_path, chain, clock, every=5):
     store = SQLiteStore(tmp_path / "v.sqlite")
     intake = Intake(cfg(), store, chain, clock=lambda: clock[0])
-    settler = Settler(chain, "authority", store, SettlePolicy(settle_every_windows=every),
-                      clock=lambda: clock[0])
+    settler = make_settler(chain, store, clock, SettlePolicy(settle_every_windows=every))
     return store, intake, settler
 
 
@@ -108,11 +118,10 @@ def test_v1_database_is_migrated_in_place(tmp_path, chain, clock):
     store._db.execute("UPDATE meta SET value='1' WHERE key='schema_version'")
     store.close()
     store = SQLiteStore(tmp_path / "v.sqlite")
-    assert store.summary()["schema_version"] == SCHEMA_VERSION == 2
+    assert store.summary()["schema_version"] == SCHEMA_VERSION == 3
     (c,) = store.settle_candidates()
     assert (c.chain.window_seconds, c.chain_checked_at) == (0, 0)  # re-read on the next pass
-    settler = Settler(chain, "authority", store, SettlePolicy(settle_every_windows=1),
-                      clock=lambda: clock[0])
+    settler = make_settler(chain, store, clock, SettlePolicy(settle_every_windows=1))
     assert settler.settle_now().confirmed == 1
     assert store.settle_candidates() == [] and store.intents()[0].status == "confirmed"
     store.close()
@@ -213,7 +222,7 @@ def test_crash_after_intent_before_send_resends(tmp_path, chain, clock):
     store.add_intent(c.latest, 1, clock[0])  # recorded, then the process "dies"
     store.close()
     store2 = SQLiteStore(tmp_path / "v.sqlite")
-    settler2 = Settler(chain, "authority", store2, clock=lambda: clock[0])
+    settler2 = make_settler(chain, store2, clock)
     r = settler2.settle_now()
     assert (r.intended, r.confirmed) == (0, 1)
     assert len(chain.settle_calls) == 1 and chain.jobs[JOB].last_seq == 1
@@ -225,10 +234,11 @@ def test_crash_after_send_does_not_resend(tmp_path, chain, clock):
     (c,) = store.settle_candidates()
     it = store.add_intent(c.latest, 1, clock[0])
     store.mark_intent(it.id, "sent", clock[0], count_attempt=True)
-    chain.set_job(last_seq=1, settled_seconds=60, last_window_end=T0 + 60)  # it landed
+    chain.set_job(last_seq=1, claimed_seconds=60, paid_seconds=60,
+                  last_window_end=T0 + 60)  # it landed
     store.close()
     store2 = SQLiteStore(tmp_path / "v.sqlite")
-    r = Settler(chain, "authority", store2, clock=lambda: clock[0]).settle_now()
+    r = make_settler(chain, store2, clock).settle_now()
     assert (r.already_settled, chain.settle_calls) == (1, [])
     assert store2.intents()[0].status == "confirmed"
 
@@ -299,3 +309,23 @@ def test_settlement_loop_runs_in_background(tmp_path, chain, clock):
         time.sleep(0.01)
     loop.stop()
     assert len(chain.settle_calls) == 1 and store.intents()[0].status == "confirmed"
+
+
+def test_v2_database_is_migrated_to_approved_totals(tmp_path, chain, clock):
+    store, intake, _ = setup(tmp_path, chain, clock)
+    feed(intake, chain_of(2))
+    db = store._db
+    for table, column in (("proofs", "approved_seconds"), ("proofs", "approved_total"),
+                          ("jobs", "approved_total"), ("jobs", "committee"),
+                          ("intents", "approved_seconds"), ("intents", "attestations")):
+        db.execute(f"ALTER TABLE {table} DROP COLUMN {column}")  # the v2 layout
+    db.execute("UPDATE meta SET value='2' WHERE key='schema_version'")
+    store.close()
+    store = SQLiteStore(tmp_path / "v.sqlite")
+    assert store.summary()["schema_version"] == 3
+    assert store.accepted_at(JOB, 2).approved_total == 120  # v2 accepted an unbroken chain
+    assert store.job_state(JOB).approved_total == 120
+    intake = Intake(cfg(), store, chain, clock=lambda: clock[0])
+    feed(intake, chain_of(3)[2:])
+    assert store.accepted_at(JOB, 3).approved_total == 180
+    store.close()

@@ -62,3 +62,22 @@ def test_status_reads_db(tmp_path):
 def test_status_missing_db(tmp_path):
     r = run("status", "--db", str(tmp_path / "none.sqlite"))
     assert r.exit_code == 2 and "no such database" in r.output
+
+
+def test_status_shows_rewards(tmp_path):
+    from gpum_validator.rewards import RewardsProbe
+    from vtestkit import MARKET, ME_PUB
+
+    db = tmp_path / "v.sqlite"
+    store = SQLiteStore(db)
+    chain = FakeChain()
+    r = run("status", "--db", str(db), "--json")
+    assert "not read yet" in json.loads(r.output)["rewards"]
+    from dataclasses import replace
+    chain.validators[ME_PUB] = replace(chain.validators[ME_PUB], rewards_earned=42,
+                                       rewards_unclaimed=40)
+    assert RewardsProbe(chain, MARKET, ME_PUB, store).refresh()["earned"] == 42
+    store.close()
+    s = json.loads(run("status", "--db", str(db), "--json").output)
+    assert (s["rewards"]["earned"], s["rewards"]["unclaimed"], s["rewards"]["slashes"]) == \
+        (42, 40, 0)

@@ -19,7 +19,9 @@ from gpum_validator.schema import parse_signed_proof
 from gpum_validator.verify import (
     JobRules,
     JobState,
+    PrevProof,
     authenticate,
+    check_committee,
     check_window,
     check_worker_key,
     health_bound,
@@ -178,6 +180,7 @@ def win(p, job=None, state=FRESH, now=NOW, prev=None, **cfg_kw):
                         now, prev)
 
 
+
 def test_first_window_accepted():
     v = win(make_proof())
     assert v.missed_seqs == () and v.billable_bound == WINDOW
@@ -271,8 +274,9 @@ def test_gap_is_reported_as_missed_windows():
 def test_hash_chain():
     ps = chain_of(2)
     st = JobState(1, WINDOW, T0 + WINDOW, tuple(sorted(UUIDS)))
-    win(ps[1], state=st, prev=proof_hash(encode_proof(ps[0])))
-    assert reason(win, ps[1], state=st, prev=bytes([5] * 32)) == "prev_hash_mismatch"
+    win(ps[1], state=st, prev=prev_of(ps[0]))
+    wrong = PrevProof(bytes([5] * 32), WINDOW, T0 + WINDOW)
+    assert reason(win, ps[1], state=st, prev=wrong) == "prev_hash_mismatch"
     assert reason(win, make_proof(1, prev=bytes([1] * 32))) == "prev_hash_mismatch"
 
 
@@ -325,18 +329,77 @@ def test_gpu_uuids_stable():
     assert reason(win, bad, state=st) == "gpu_uuids_changed"
 
 
-def test_billable_exceeds_health():
+def test_claim_above_health_is_approved_only_up_to_the_bound():
     hot = (gpu(UUIDS[0], covered_seconds=50, samples=50), gpu(UUIDS[1]))
-    win(make_proof(gpus=hot, billable=50, cumulative=50))
-    assert reason(win, make_proof(gpus=hot, billable=51, cumulative=51)) == \
-        "billable_exceeds_health"
+    v = win(make_proof(gpus=hot, billable=50, cumulative=50))
+    assert (v.billable_bound, v.approved_seconds, v.approved_total) == (50, 50, 50)
+    v = win(make_proof(gpus=hot, billable=60, cumulative=60))  # claims more: not refused
+    assert (v.approved_seconds, v.approved_total) == (50, 50)
 
 
-def test_cumulative_mismatch():
+def test_approved_total_adds_to_the_state_total():
+    st = JobState(1, WINDOW, T0 + WINDOW, tuple(sorted(UUIDS)), approved_total=41)
+    v = win(make_proof(2, cumulative=2 * WINDOW), state=st)
+    assert (v.approved_seconds, v.approved_total) == (WINDOW, 41 + WINDOW)
+
+
+def test_own_stricter_health_policy_approves_less():
+    warm = make_proof(gpus=(gpu(UUIDS[0], temp_max_c=90), gpu(UUIDS[1])))
+    assert win(warm).approved_seconds == WINDOW  # the terms' critical temperature is 95
+    strict = HealthThresholds(temp_critical_c=85, ecc_uncorrected_max=0)
+    assert win(warm, own_health=strict).approved_seconds == WINDOW - 1
+    loose = HealthThresholds(temp_critical_c=150, ecc_uncorrected_max=9)  # never looser
+    assert job_rules(job_view(), loose).health == HealthThresholds(95, 0)
+
+
+def prev_of(p):
+    return PrevProof(proof_hash(encode_proof(p)), p.cumulative_seconds, p.window_end)
+
+
+def test_cumulative_mismatch_against_the_previous_proof():
     st = JobState(1, WINDOW, T0 + WINDOW, tuple(sorted(UUIDS)))
-    win(make_proof(2, cumulative=2 * WINDOW), state=st)
-    assert reason(win, make_proof(2, cumulative=2 * WINDOW + 1), state=st) == \
-        "cumulative_mismatch"
+    p1 = chain_of(1)[0]
+    p2 = make_proof(2, prev=prev_of(p1).hash, cumulative=2 * WINDOW)
+    win(p2, state=st, prev=prev_of(p1))
+    bad = make_proof(2, prev=prev_of(p1).hash, cumulative=2 * WINDOW + 1)
+    assert reason(win, bad, state=st, prev=prev_of(p1)) == "cumulative_mismatch"
+
+
+def test_after_a_rejected_window_the_next_chains_to_it():
+    # seq 2 was rejected (stored) with a claim the validator did not accept; seq 3 chains to
+    # it and is accepted: one bad window does not end the job.
+    st = JobState(1, WINDOW, T0 + WINDOW, tuple(sorted(UUIDS)), approved_total=WINDOW)
+    rejected = make_proof(2, cumulative=2 * WINDOW + 7)
+    p3 = make_proof(3, prev=prev_of(rejected).hash, cumulative=3 * WINDOW + 7)
+    v = win(p3, state=st, prev=prev_of(rejected))
+    assert (v.missed_seqs, v.approved_total) == ((2,), 2 * WINDOW)
+
+
+def test_claim_never_falls_behind_the_last_accepted_total():
+    # The previous (rejected) proof claimed less than this validator accepted already: the
+    # next window, consistent with it, is still refused until claims catch up.
+    st = JobState(1, WINDOW, T0 + WINDOW, tuple(sorted(UUIDS)))
+    low = make_proof(2, cumulative=0, billable=0)
+    p3 = make_proof(3, prev=prev_of(low).hash, cumulative=WINDOW)
+    assert reason(win, p3, state=st, prev=prev_of(low)) == "cumulative_mismatch"
+
+
+def test_a_gap_needs_only_a_claim_that_does_not_fall_behind():
+    st = JobState(1, WINDOW, T0 + WINDOW, tuple(sorted(UUIDS)))
+    win(make_proof(4, prev=bytes([1] * 32), cumulative=10 * WINDOW), state=st)
+    assert reason(win, make_proof(4, prev=bytes([1] * 32), cumulative=WINDOW + 59),
+                  state=st) == "cumulative_mismatch"
+
+
+def test_not_in_committee_is_final_403():
+    from vtestkit import VALIDATOR_KEYS
+
+    other = bytes(VALIDATOR_KEYS[1].pubkey())
+    check_committee(job_view(), cfg())
+    with pytest.raises(Rejection) as ei:
+        check_committee(job_view(committee=(other,)), cfg())
+    assert (ei.value.reason, ei.value.http_status, ei.value.retryable) == \
+        ("not_in_committee", 403, False)
 
 
 # ------------------------------------------------------------------ health policy

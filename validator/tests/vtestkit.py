@@ -1,20 +1,27 @@
 """Test support: keys, a proof builder, and ``FakeChain`` (unit tests only).
 
 ``FakeChain`` implements the slice of ``GpuMarketClient`` the validator uses
-(docs/sdk-api.md) with the SDK's error types and its own view dataclasses in the account
-shapes of docs/.hardening-contract.md (``job.terms``, ``provider.retired_keys``, status
-``declined``); the validator reads views only through ``field_of``, so these stand in for
-the SDK's views and anchorpy objects alike. It applies the program's settle rules 3-4 (seq,
-cumulative, window_end) so duplicate settlement is caught.
+(docs/sdk-api.md and the issue 8 SDK: committees, approved settle with attestations,
+``fetch_validator_by_authority``, ``slash_validator_equivocation``, ``slash_downtime_message``
++ ``send_presigned``) with the SDK's error types and its own view dataclasses in the account
+shapes of the program (``job.terms.quorum``, ``job.committee``, ``claimed_seconds`` /
+``paid_seconds``); the validator reads views only through ``field_of``, so these stand in for
+the SDK's views and anchorpy objects alike. It applies the program's settle rules (seq,
+claims, approved bounds, the worker's and the attesters' Ed25519 signatures, quorum of
+distinct committee members) and its downtime rule, so a settlement the real program would
+refuse fails here too.
 """
 
 from __future__ import annotations
 
 import base64
+import hashlib
+import struct
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gpu_market.errors import GpuMarketError, RpcUnavailable
+from gpu_market.pda import validator_pda
 from gpu_market.proof import (
     ZERO_HASH,
     GpuWindow,
@@ -24,9 +31,19 @@ from gpu_market.proof import (
     receipt_for_proof,
     sign_proof,
 )
-from gpu_market.receipt import private_key_from_seed, public_key_bytes, sign
-from gpu_market.settle import SettleItem
+from gpu_market.receipt import (
+    private_key_from_seed,
+    public_key_bytes,
+    receipt_message,
+    sign,
+    verify,
+)
+from gpum_validator.attest import attestation_message
 from gpum_validator.config import VerifyConfig
+from solders.hash import Hash
+from solders.instruction import AccountMeta, Instruction
+from solders.keypair import Keypair
+from solders.message import Message
 from solders.pubkey import Pubkey
 
 T0 = 1_700_000_000
@@ -41,9 +58,42 @@ WORKER_PUB = public_key_bytes(WORKER_KEY)
 OTHER_KEY = private_key_from_seed(bytes([43] * 32))
 OTHER_PUB = public_key_bytes(OTHER_KEY)
 UUIDS = ("GPU-aaaa", "GPU-bbbb")
+VALIDATOR_KEYS = tuple(Keypair.from_seed(bytes([100 + i] * 32)) for i in range(5))
+"""Validator authorities of the tests; the first is "this" validator of single-node tests."""
+ME = VALIDATOR_KEYS[0]
+ME_PUB = bytes(ME.pubkey())
 
 ERROR_CODES = {"StaleSequence": 6034, "CumulativeDecreased": 6035, "WindowNotAfterLast": 6036,
-               "WindowEndInFuture": 6038, "InvalidJobStatus": 6024}
+               "WindowEndInFuture": 6038, "InvalidJobStatus": 6024, "NotCommitteeMember": 6070,
+               "QuorumNotMet": 6030, "ApprovedExceedsClaim": 6071, "ApprovedDecreased": 6072,
+               "BilledSecondsExceedWallTime": 6073, "ReceiptMessageMismatch": 6031,
+               "NotEnoughMissedWindows": 6040, "DuplicateValidator": 6074}
+
+
+@dataclass(frozen=True)
+class SettleItem:
+    """The SDK's SettleItem shape (gpu_market.settle), local so these tests do not follow the
+    SDK's edits; ``tests/test_sdk_names.py`` pins that the SDK takes the same keywords."""
+
+    job: Pubkey
+    seq: int
+    cumulative_seconds: int
+    window_end: int
+    proof_hash: bytes
+    worker_key: Pubkey
+    receipt_signature: bytes
+    approved_seconds: int
+    attestations: tuple = ()
+
+
+@dataclass(frozen=True)
+class Attestation:
+    authority: Pubkey
+    signature: bytes
+
+
+def err(name: str) -> GpuMarketError:
+    return GpuMarketError(ERROR_CODES.get(name, 6000), name, name, [])
 
 
 def pk(b: bytes) -> Pubkey:
@@ -55,7 +105,7 @@ def b58(b: bytes) -> str:
 
 
 def cfg(**kw: Any) -> VerifyConfig:
-    return replace(VerifyConfig(program_id=PROGRAM, market=MARKET), **kw)
+    return replace(VerifyConfig(program_id=PROGRAM, market=MARKET, authority=ME_PUB), **kw)
 
 
 def gpu(uuid: str, length: int = WINDOW, **kw: Any) -> GpuWindow:
@@ -114,12 +164,13 @@ class JobTerms:
     max_missed_windows: int = 10
     grace_seconds: int = 3600
     max_skew_seconds: int = 5
-    settle_quorum: int = 1
+    quorum: int = 1
     downtime_slash_bps: int = 100
     equivocation_slash_bps: int = 1000
     reporter_reward_bps: int = 1000
     temp_critical_c: int = 95
     ecc_uncorrected_max: int = 0
+    validator_reward_bps: int = 1000
 
 
 @dataclass(frozen=True)
@@ -130,9 +181,13 @@ class JobView:
     job_id: int
     gpu_count: int
     terms: JobTerms
+    committee: tuple[Pubkey, ...]
+    committee_len: int
     deposited: int
-    settled_seconds: int
+    claimed_seconds: int
+    paid_seconds: int
     paid_provider: int
+    paid_validators: int
     paid_treasury: int
     burned: int
     refunded: int
@@ -172,6 +227,19 @@ class ProviderView:
 
 
 @dataclass(frozen=True)
+class ValidatorView:
+    market: Pubkey
+    authority: Pubkey
+    bond: int = 10**9
+    status: str = "active"
+    settlements: int = 0
+    endpoint: str = ""
+    rewards_earned: int = 0
+    rewards_unclaimed: int = 0
+    slashes: int = 0
+
+
+@dataclass(frozen=True)
 class MarketView:
     authority: Pubkey
     params: dict[str, int] = field(default_factory=dict)
@@ -184,10 +252,12 @@ def retired(*keys: tuple[bytes, int]) -> tuple[RetiredWorkerKey, ...]:
     return tuple(slots) + EMPTY_SLOTS[len(slots):]
 
 
-def job_view(**kw: Any) -> JobView:
+def job_view(committee: tuple[bytes, ...] = (ME_PUB,), **kw: Any) -> JobView:
+    members = tuple(pk(m) for m in committee)
     base = JobView(market=pk(MARKET), user=pk(bytes([3] * 32)), provider=pk(PROVIDER), job_id=1,
-                   gpu_count=2, terms=JobTerms(), deposited=10 * 2 * 3600, settled_seconds=0,
-                   paid_provider=0, paid_treasury=0, burned=0, refunded=0, status="running",
+                   gpu_count=2, terms=JobTerms(), committee=members, committee_len=len(members),
+                   deposited=10 * 2 * 3600, claimed_seconds=0, paid_seconds=0, paid_provider=0,
+                   paid_validators=0, paid_treasury=0, burned=0, refunded=0, status="running",
                    created_at=T0 - 10, started_at=T0, ended_at=0, last_seq=0,
                    last_receipt_hash=bytes(32), last_window_end=T0, address=pk(JOB))
     return replace(base, **kw)
@@ -203,15 +273,23 @@ def market_view() -> MarketView:
     return MarketView(authority=Pubkey.default(), address=pk(MARKET))
 
 
+DOWNTIME_DISCRIMINATOR = hashlib.sha256(b"global:slash_downtime").digest()[:8]
+DUMMY = Pubkey.from_bytes(bytes([77] * 32))
+
+
 class FakeChain:
-    """In-memory stand-in for GpuMarketClient (reads, settle, max items per tx,
-    slash_equivocation and the EquivocationRecord read)."""
+    """In-memory stand-in for GpuMarketClient (reads, settle with attestations, max items per
+    tx, slash_equivocation and its record, validators with endpoints, slash of validators,
+    slash_downtime built for co-signing)."""
 
     def __init__(self) -> None:
         self.market = market_view()
         self.providers: dict[bytes, ProviderView] = {PROVIDER: provider_view()}
         self.jobs: dict[bytes, JobView] = {JOB: job_view()}
+        self.validators: dict[bytes, ValidatorView] = {
+            bytes(k.pubkey()): ValidatorView(pk(MARKET), k.pubkey()) for k in VALIDATOR_KEYS}
         self.settle_calls: list[list[SettleItem]] = []
+        self.settle_submitters: list[bytes] = []
         self.provider_reads = 0
         self.down = False
         self.settle_error: Exception | None = None
@@ -220,6 +298,9 @@ class FakeChain:
         self.slash_calls: list[dict[str, Any]] = []
         self.slash_error: Exception | None = None
         self.records: dict[tuple[bytes, int], str] = {}
+        self.validator_slash_calls: list[dict[str, Any]] = []
+        self.validator_records: set[tuple[bytes, bytes, int]] = set()
+        self.downtime_calls: list[dict[str, Any]] = []
 
     def _io(self) -> None:
         if self.down:
@@ -238,30 +319,81 @@ class FakeChain:
         self._io()
         return self.jobs.get(bytes(job))
 
-    def max_settle_items_per_tx(self) -> int:
+    def fetch_validator_by_authority(self, market: Pubkey, authority: Pubkey
+                                     ) -> ValidatorView | None:
+        self._io()
+        v = self.validators.get(bytes(authority))
+        return v if v is not None and bytes(market) == MARKET else None
+
+    def max_settle_items_per_tx(self, quorum: int = 1) -> int:
         return self.max_items
 
-    def settle(self, validator_authority: Any, items: list[SettleItem]) -> str:
+    def settle(self, validator_authority: Any, items: list[Any]) -> str:
         self._io()
         self.settle_calls.append(list(items))
+        self.settle_submitters.append(bytes(validator_authority.pubkey()))
         if self.settle_error is not None:
             raise self.settle_error
         updated = dict(self.jobs)
+        validators = dict(self.validators)
+        me = bytes(validator_authority.pubkey())
         for it in items:  # all-or-nothing, as one transaction
             j = updated[bytes(it.job)]
-            for name, bad in (("StaleSequence", it.seq <= j.last_seq),
-                              ("CumulativeDecreased", it.cumulative_seconds < j.settled_seconds),
-                              ("WindowNotAfterLast", it.window_end <= j.last_window_end)):
+            committee = [bytes(m) for m in j.committee]
+            approved = it.approved_seconds
+            wall = it.window_end - j.started_at + j.terms.max_skew_seconds
+            if j.status == "finishing":
+                wall = min(wall, j.ended_at - j.started_at)
+            for name, bad in (
+                    ("InvalidJobStatus", j.status not in ("running", "finishing")),
+                    ("NotCommitteeMember", me not in committee),
+                    ("StaleSequence", it.seq <= j.last_seq),
+                    ("CumulativeDecreased", it.cumulative_seconds < j.claimed_seconds),
+                    ("WindowNotAfterLast", it.window_end <= j.last_window_end),
+                    ("ApprovedDecreased", approved < j.paid_seconds),
+                    ("ApprovedExceedsClaim",
+                     approved - j.paid_seconds > it.cumulative_seconds - j.claimed_seconds),
+                    ("BilledSecondsExceedWallTime", approved > wall),
+                    ("WindowEndInFuture", it.window_end > self.now + j.terms.max_skew_seconds)):
                 if bad:
-                    raise GpuMarketError(ERROR_CODES[name], name, name, [])
-            billed = it.cumulative_seconds - j.settled_seconds
+                    raise err(name)
+            msg = receipt_message(PROGRAM, MARKET, bytes(it.job), it.seq, it.cumulative_seconds,
+                                  it.window_end, it.proof_hash)
+            if not verify(bytes(it.worker_key), it.receipt_signature, msg):
+                raise err("ReceiptMessageMismatch")
+            atts = list(it.attestations)
+            if len(atts) != j.terms.quorum - 1:
+                raise err("QuorumNotMet")
+            seen = [me]
+            for a in atts:
+                who = bytes(a.authority)
+                if who in seen:
+                    raise err("DuplicateValidator")
+                if who not in committee:
+                    raise err("NotCommitteeMember")
+                if not verify(who, a.signature, attestation_message(msg, approved)):
+                    raise err("ReceiptMessageMismatch")
+                seen.append(who)
+            billed = approved - j.paid_seconds
             pay = billed * j.terms.rate_per_second
+            fee = -(-pay * j.terms.fee_bps // 10_000)
+            reward = fee * j.terms.validator_reward_bps // 10_000
+            share, rest = divmod(reward, len(seen))
+            for i, who in enumerate(seen):
+                v = validators[who]
+                got = share + (rest if i == 0 else 0)
+                validators[who] = replace(v, rewards_earned=v.rewards_earned + got,
+                                          rewards_unclaimed=v.rewards_unclaimed + got)
             updated[bytes(it.job)] = replace(j, last_seq=it.seq,
-                                             settled_seconds=it.cumulative_seconds,
+                                             claimed_seconds=it.cumulative_seconds,
+                                             paid_seconds=approved,
                                              last_window_end=it.window_end,
                                              last_receipt_hash=it.proof_hash,
-                                             paid_provider=j.paid_provider + pay)
+                                             paid_provider=j.paid_provider + pay - fee,
+                                             paid_validators=j.paid_validators + reward,
+                                             paid_treasury=j.paid_treasury + fee - reward)
         self.jobs = updated
+        self.validators = validators
         return f"sig{len(self.settle_calls)}"
 
     def fetch_equivocation_record(self, record: Pubkey) -> dict[str, Any] | None:
@@ -296,6 +428,88 @@ class FakeChain:
         self.jobs[bytes(job)] = replace(self.jobs[bytes(job)], status="failed")
         return f"slash{len(self.slash_calls)}"
 
+    def slash_validator_equivocation(self, reporter: Any, job: Pubkey, validator_authority: Pubkey,
+                                     first: Any, first_approved: int, first_signature: bytes,
+                                     second: Any, second_approved: int, second_signature: bytes,
+                                     reporter_stake_account: Pubkey | None = None) -> str:
+        """Both attestations must verify under the member's key for one seq and differ;
+        once per (validator, job, seq)."""
+        self._io()
+        self.validator_slash_calls.append({
+            "job": job, "validator": validator_authority, "first": first,
+            "first_approved": first_approved, "second": second,
+            "second_approved": second_approved})
+        j = self.jobs.get(bytes(job))
+        if j is None:
+            raise GpuMarketError(3012, "AccountNotInitialized", "not initialized", [])
+        who = bytes(validator_authority)
+        if who not in [bytes(m) for m in j.committee] or first.seq != second.seq or (
+                (first, first_approved) == (second, second_approved)):
+            raise GpuMarketError(6075, "NotValidatorEquivocation", "not equivocation", [])
+        for r, approved, sig in ((first, first_approved, first_signature),
+                                 (second, second_approved, second_signature)):
+            msg = receipt_message(PROGRAM, MARKET, bytes(job), r.seq, r.cumulative_seconds,
+                                  r.window_end, r.proof_hash)
+            if not verify(who, sig, attestation_message(msg, approved)):
+                raise err("ReceiptMessageMismatch")
+        key = (who, bytes(job), first.seq)
+        if key in self.validator_records:
+            raise GpuMarketError(0, "AccountAlreadyInUse", "already in use", [])
+        self.validator_records.add(key)
+        v = self.validators[who]
+        self.validators[who] = replace(v, slashes=v.slashes + 1, bond=v.bond // 2)
+        return f"vslash{len(self.validator_slash_calls)}"
+
+    def slash_downtime_message(self, validator_authority: Pubkey, job: Pubkey,
+                               others: list[Pubkey], last_proof_window_end: int = 0,
+                               reporter_stake_account: Pubkey | None = None) -> Message:
+        """The one-instruction message of the real layout (9 fixed accounts, then (Validator
+        PDA, authority signer) pairs), fee payer the submitter."""
+        self._io()
+        program = pk(PROGRAM)
+        market = pk(MARKET)
+        j = self.jobs[bytes(job)]
+        metas = [AccountMeta(validator_authority, True, False),
+                 AccountMeta(validator_pda(market, validator_authority, program), False, False),
+                 AccountMeta(market, False, True), AccountMeta(j.provider, False, True),
+                 AccountMeta(job, False, True), AccountMeta(DUMMY, False, True),
+                 AccountMeta(pk(bytes([78] * 32)), False, True),
+                 AccountMeta(reporter_stake_account or pk(bytes([79] * 32)), False, True),
+                 AccountMeta(pk(bytes([80] * 32)), False, False)]
+        for o in others:
+            metas += [AccountMeta(validator_pda(market, o, program), False, False),
+                      AccountMeta(o, True, False)]
+        data = DOWNTIME_DISCRIMINATOR + struct.pack("<q", last_proof_window_end)
+        return Message.new_with_blockhash([Instruction(program, data, metas)],
+                                          validator_authority, Hash.default())
+
+    def send_presigned(self, tx: Any) -> str:
+        """Runs a slash_downtime the way the program does: every signature valid, the signers
+        ``quorum`` distinct committee members, the job Running, and ``max_missed_windows``
+        windows since max(last_proof_window_end, last_window_end)."""
+        self._io()
+        tx.verify()  # raises on a bad signature
+        msg = tx.message
+        ix = msg.instructions[0]
+        keys = msg.account_keys
+        accounts = [keys[i] for i in bytes(ix.accounts)]
+        job = bytes(accounts[4])
+        lpwe = struct.unpack("<q", bytes(ix.data)[8:16])[0]
+        signers = [bytes(k) for k in keys[:msg.header.num_required_signatures]]
+        self.downtime_calls.append({"job": job, "last_proof_window_end": lpwe,
+                                    "signers": signers})
+        j = self.jobs[job]
+        committee = [bytes(m) for m in j.committee]
+        if len(set(signers)) != j.terms.quorum or not set(signers) <= set(committee):
+            raise err("QuorumNotMet")
+        if j.status != "running":
+            raise err("InvalidJobStatus")
+        missed = (self.now - max(lpwe, j.last_window_end)) // j.terms.window_seconds
+        if missed < j.terms.max_missed_windows:
+            raise err("NotEnoughMissedWindows")
+        self.jobs[job] = replace(j, status="failed")
+        return f"downtime{len(self.downtime_calls)}"
+
     def set_job(self, **kw: Any) -> None:
         self.jobs[JOB] = replace(self.jobs[JOB], **kw)
 
@@ -303,4 +517,20 @@ class FakeChain:
         """Change fields of a job's terms (as if it had been created with them)."""
         self.jobs[job] = replace(self.jobs[job], terms=replace(self.jobs[job].terms, **kw))
 
+    def add_validator(self, key: Keypair) -> None:
+        """Register ``key`` as an Active validator of the market (no endpoint yet)."""
+        self.validators.setdefault(bytes(key.pubkey()), ValidatorView(pk(MARKET), key.pubkey()))
 
+    def set_committee(self, members: list[bytes], quorum: int, job: bytes = JOB) -> None:
+        self.jobs[job] = replace(self.jobs[job], committee=tuple(pk(m) for m in members),
+                                 committee_len=len(members))
+        self.set_terms(job, quorum=quorum)
+
+
+def make_settler(chain: FakeChain, store: Any, clock: list[float], policy: Any = None,
+                 authority: Keypair = ME, **kw: Any) -> Any:
+    """A Settler as ``gpum-validator run`` wires it, with the local SettleItem/Attestation."""
+    from gpum_validator.settlement import Settler
+
+    return Settler(chain, authority, store, policy, clock=lambda: clock[0],
+                   item_factory=SettleItem, attestation_factory=Attestation, **kw)

@@ -7,7 +7,12 @@ Three threads share nothing but the sample buffer (locked) and a wake-up event:
   into the wrong one-second slot;
 * main: polls the ``JobSource``, closes due windows (``Agent.close_windows``) and records
   each signed proof in the outbox before anything is sent;
-* sender: delivers outbox rows to every validator (``sender.Sender``).
+* sender: delivers outbox rows to their destinations (``sender.Sender``).
+
+Each poll also refreshes every job's route (``committee.CommitteeRouter``): the endpoints of
+its committee members read from chain, stored in the outbox as the job's destinations, for
+the jobs listed, proven, or still holding undelivered proofs. A static ``--validator`` list
+overrides this for every job.
 
 Windows of a job are contiguous: each starts at the previous one's end and lasts the job's
 ``terms.window_seconds`` (for a ``--job`` job without terms: the length stored at its first
@@ -23,7 +28,8 @@ Guarantees of the main loop:
   ``last_seq`` and every head a validator answered; otherwise (no local state: lost disk,
   new key with a fresh database; or a stale one: a restored backup) it resumes after what
   the validators and the chain hold (``heads.resume_point``), and signs nothing for the job
-  until *every* configured validator answered (it keeps sampling and retries each poll).
+  until *every* member of the job's committee answered (it keeps sampling and retries each
+  poll).
 * A job keeps its GPUs until its source shows it ended (a terminal status, or an account
   that stays closed for ``ABSENT_CONFIRMATIONS`` polls); a job missing from one listing, or
   a failing source, changes nothing.
@@ -50,6 +56,7 @@ from gpu_market.proof import (
 )
 from gpu_market.receipt import sign
 
+from .committee import CommitteeRouter
 from .errors import JobSourceError, WorkerError
 from .gpu import GpuBackend, GpuInfo, GpuSample, discover, read_sample
 from .heads import Head, HeadsIncomplete, HeadSource, resume_point
@@ -137,6 +144,7 @@ class Agent:
         poll_seconds: float = 10.0,
         close_grace_s: float | None = None,
         heads: HeadSource,
+        router: CommitteeRouter | None = None,
     ) -> None:
         if window_seconds < 1:
             raise WorkerError("window_seconds must be at least 1")
@@ -154,6 +162,7 @@ class Agent:
         self.buffer = SampleBuffer()
         self.gpus: list[GpuInfo] = []
         self.heads = heads
+        self.router = router if router is not None else CommitteeRouter(outbox.validators)
         self.active: dict[bytes, ActiveJob] = {}
         self._absent: dict[bytes, int] = {}  # job -> polls in a row its account was gone
         self._missing_noted: set[bytes] = set()  # live jobs missing from the listing (logged)
@@ -224,6 +233,8 @@ class Agent:
         except JobSourceError as e:
             log.warning("job source failed, keeping current jobs: %s", e)
             return
+        if self.router.discovering:
+            self._refresh_routes(listed)
         stored = self.outbox.assignments()
         for job_key in listed:
             self._absent.pop(job_key, None)
@@ -273,6 +284,21 @@ class Agent:
             self._waiting.pop(j.job, None)
             log.info("job %s: proving from seq %d, window start %d", j.job_b58,
                      chain.last_seq + 1, chain.last_window_end)
+
+    def _refresh_routes(self, listed: dict[bytes, AssignedJob]) -> None:
+        """Routes of listed jobs, and of proven or undelivered ones read directly."""
+        jobs = dict(listed)
+        for key in sorted((set(self.active) | set(self.outbox.jobs_with_proofs()))
+                          - set(listed)):
+            try:
+                j = self.job_source.fetch(key)
+            except JobSourceError as e:
+                log.warning("job %s: cannot read its committee (%s); delivery keeps its last "
+                            "route", b58encode(key), e)
+                continue
+            if j is not None:  # a closed job's proofs keep the route stored last
+                jobs[key] = j
+        self.router.refresh(self.job_source, jobs.values(), self.outbox)
 
     def _ended(self, job_key: bytes) -> bool:
         """True only when the source shows the job ended (see the module docstring)."""
@@ -332,23 +358,31 @@ class Agent:
     def _chain_to_extend(self, j: AssignedJob) -> JobChain | None:
         """The chain state the next proof of ``j`` extends, or None: do not sign yet.
 
-        The local state is used only if neither the chain nor any validator that answered
-        holds a higher seq. Otherwise every validator must answer, and the job resumes after
-        the highest seq anyone holds (``heads.resume_point``).
+        The local state is used only if neither the chain nor any committee member that
+        answered holds a higher seq. Otherwise every member of the job's committee must
+        answer, and the job resumes after the highest seq anyone holds
+        (``heads.resume_point``).
         """
         assert j.started_at is not None
         local = self.outbox.job_chain(j.job)
         heads: list[Head] | None
+        partial: list[Head] = []
         try:
+            route = self.router.route(j.job)
+            if route is None:
+                raise HeadsIncomplete(["the committee's endpoints are not known yet"])
             keys = self.job_source.worker_keys() | {self.key.pubkey}
-            heads = self.heads.heads(j.job, j.provider, keys)
+            heads = self.heads.heads(j.job, j.provider, keys, route.destinations)
+            if route.problems:  # a member that cannot be asked may hold more
+                partial, heads = heads, None
+                raise HeadsIncomplete(route.problems)
             problem = ""
         except (HeadsIncomplete, JobSourceError) as e:
             heads, problem = None, str(e)
         if local is None:
             why = "has no local chain state (a new job, or a lost or new database)"
         else:
-            ahead = max((h.proof.seq for h in heads or ()), default=0)
+            ahead = max((h.proof.seq for h in heads or partial), default=0)
             if j.last_seq <= local.last_seq and ahead <= local.last_seq:
                 if j.terms is None and local.window_seconds != self.window_seconds:
                     log.warning("job %s keeps its window length of %ds (configured: %ds)",
@@ -357,7 +391,7 @@ class Agent:
             why = (f"is behind in this outbox (last seq {local.last_seq}; chain {j.last_seq}, "
                    f"validators {ahead}): a restored backup, or another worker with this key?")
         if heads is None:
-            self._wait(j, f"{why}; not every validator told where its proofs stand "
+            self._wait(j, f"{why}; not every committee member told where its proofs stand "
                           f"({problem}); signing nothing for it until they do",
                        logging.WARNING if local is None else logging.ERROR)
             return None
@@ -365,7 +399,7 @@ class Agent:
             log.error("job %s %s Resuming after the highest seq held elsewhere", j.job_b58, why)
         point = resume_point(started_at=j.started_at, chain_last_seq=j.last_seq,
                              chain_last_window_end=j.last_window_end,
-                             chain_settled_seconds=j.settled_seconds, heads=heads)
+                             chain_claimed_seconds=j.claimed_seconds, heads=heads)
         chain = self.outbox.resume_job(j.job, j.started_at, self._window_seconds(j), point)
         if point.last_seq:
             log.warning("job %s: resumed from the validators (%d head(s)) and the chain: last "
@@ -459,7 +493,7 @@ class Agent:
                         self.key.pubkey_b58,
                         self.outbox.pending_by_key().get(self.outbox.rotated_from, 0))
         for v in self.outbox.sync_validators():
-            log.warning("validator %s is no longer configured; its undelivered proofs are "
+            log.warning("validator %s is no longer a destination; its undelivered proofs are "
                         "dropped for it", v)
         counts = self.outbox.counts()
         if counts["proofs"]:

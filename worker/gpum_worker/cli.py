@@ -136,7 +136,9 @@ def _parse_job(spec: str) -> tuple[str, int]:
 @click.option("--key", "key_file", help="Worker key file [GPUM_WORKER_KEY_FILE].")
 @click.option("--db", help="Outbox SQLite path [GPUM_WORKER_DB].")
 @click.option("--validator", "validators", multiple=True,
-              help="Validator base URL, repeatable [GPUM_WORKER_VALIDATORS, comma-separated].")
+              help="Validator base URL, repeatable [GPUM_WORKER_VALIDATORS, comma-separated]. "
+                   "Overrides discovery: by default each job's proofs go to its committee, "
+                   "endpoints read from chain. Required with --job.")
 @click.option("--window-seconds", type=int,
               help="Window length of --job jobs, 1..3600 (default 60); chain jobs use their "
                    "terms.")
@@ -176,6 +178,7 @@ def _run(config_path: Path | None, job_specs: tuple[str, ...], job_started_at: i
     import httpx
 
     from .agent import Agent
+    from .committee import CommitteeRouter
     from .config import load_toml, resolve
     from .heads import HttpHeadSource
     from .jobs import AssignedJob, ChainJobSource, JobSource, StaticJobSource
@@ -197,6 +200,10 @@ def _run(config_path: Path | None, job_specs: tuple[str, ...], job_started_at: i
                               ("--provider", cfg.provider)) if v is None]
     if job_specs and missing:
         raise ConfigError(f"--job needs {', '.join(missing)}")
+    if job_specs and not cfg.validators:
+        raise ConfigError("--job needs --validator URL (repeatable), GPUM_WORKER_VALIDATORS or "
+                          "`validators = [...]`: a job without a chain account has no committee "
+                          "to read endpoints from")
     if previous_keys and not job_specs:
         raise ConfigError("--previous-worker-key only applies with --job (chain jobs read the "
                           "provider's retired keys from chain)")
@@ -235,11 +242,13 @@ def _run(config_path: Path | None, job_specs: tuple[str, ...], job_started_at: i
                       window_seconds=cfg.window_seconds,
                       sample_interval_ms=cfg.sample_interval_ms, thresholds=cfg.thresholds,
                       poll_seconds=cfg.poll_seconds,
-                      heads=HttpHeadSource(head_client, cfg.validators, cfg.retry.timeout_s))
+                      heads=HttpHeadSource(head_client, cfg.retry.timeout_s),
+                      router=CommitteeRouter(cfg.validators))
         agent.start()
-        log.info("worker %s started: %s backend, %d GPU(s), window %ds, validators %s",
+        log.info("worker %s started: %s backend, %d GPU(s), window %ds, validators: %s",
                  key.pubkey_b58, backend.kind, len(agent.gpus), cfg.window_seconds,
-                 ", ".join(cfg.validators))
+                 ("static override " + ", ".join(cfg.validators)) if cfg.validators
+                 else "each job's committee, endpoints read from chain")
         stop = threading.Event()
 
         def _on_signal(signum: int, _frame: Any) -> None:

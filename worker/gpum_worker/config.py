@@ -4,11 +4,15 @@
 raises ``ConfigError`` with a one-line, actionable message. See worker/README.md for the
 full list of keys.
 
+``validators`` is optional: without it each chain job's proofs go to the members of its
+committee, their endpoints read from chain. When set (a static list) it overrides that for
+every job; ``--job`` jobs (no chain account, no committee) need it.
+
 TOML layout::
 
     key_file = "/etc/gpum-worker/worker-key.json"
     db = "/var/lib/gpum-worker/outbox.sqlite"
-    validators = ["https://validator-1.example:8080"]
+    validators = ["https://validator-1.example:8080"]   # optional override, see below
     window_seconds = 60
     sample_interval_ms = 1000
     poll_seconds = 10
@@ -79,7 +83,8 @@ _SCALARS: tuple[tuple[str, str, str, type], ...] = (
 class WorkerConfig:
     key_file: Path
     db: Path
-    validators: tuple[str, ...]
+    validators: tuple[str, ...] = ()
+    """Static override of every job's destinations; empty: each job's committee (chain)."""
     window_seconds: int = 60
     sample_interval_ms: int = 1000
     poll_seconds: float = 10.0
@@ -199,9 +204,6 @@ def resolve(file: Mapping[str, Any], env: Mapping[str, str], flags: Mapping[str,
     if flags.get("validators"):
         validators = list(flags["validators"])
     validators = list(dict.fromkeys(check_url(u) for u in validators))
-    if not validators:
-        raise ConfigError("no validator configured: pass --validator URL (repeatable), set "
-                          "GPUM_WORKER_VALIDATORS or `validators = [...]` in the config file")
 
     window = vals.get("window_seconds", 60)
     if not 1 <= window <= 3600:

@@ -13,9 +13,11 @@ resumes instead after everything the job's validators and the chain hold:
 
 Guarantees:
 
-* ``HttpHeadSource.heads`` returns only when *every* configured validator answered with a
-  verified head or ``job_unknown``; anything else (down, timeout, 5xx, another 404, a head
-  that does not verify) raises ``HeadsIncomplete`` and the caller signs nothing for the job.
+* ``HttpHeadSource.heads`` asks the validators it is given: the job's committee members
+  (their endpoints read from chain), or the static ``--validator`` override. It returns only
+  when *every* one of them answered with a verified head or ``job_unknown``; anything else
+  (down, timeout, 5xx, another 404, a head that does not verify), and an empty list, raise
+  ``HeadsIncomplete`` and the caller signs nothing for the job.
   Billing of the time until the validators answer is lost, never billed twice.
 * A head is trusted only if its proof decodes, is for this job and provider, and both its
   proof and receipt signatures verify under a worker key of this provider (current or
@@ -77,10 +79,12 @@ class HeadsIncomplete(Exception):
 
 
 class HeadSource(Protocol):
-    def heads(self, job: bytes, provider: bytes, keys: Collection[bytes]) -> list[Head]:
-        """Verified heads of every validator that stores something for ``job``.
+    def heads(self, job: bytes, provider: bytes, keys: Collection[bytes],
+              validators: Sequence[str]) -> list[Head]:
+        """Verified heads of every one of ``validators`` (base URLs: the job's committee)
+        that stores something for ``job``.
 
-        Raises ``HeadsIncomplete`` unless every validator answered usably.
+        Raises ``HeadsIncomplete`` unless every one answered usably (or none was given).
         """
         ...
 
@@ -115,18 +119,19 @@ def verify_head(validator: str, body: Any, job: bytes, provider: bytes,
 
 
 class HttpHeadSource:
-    """Asks every configured validator for a job's head, all at once, over HTTP."""
+    """Asks each of a job's validators for its head, all at once, over HTTP."""
 
-    def __init__(self, client: httpx.Client, validators: Sequence[str],
-                 timeout_s: float = 10.0) -> None:
+    def __init__(self, client: httpx.Client, timeout_s: float = 10.0) -> None:
         self.client = client
-        self.validators = tuple(validators)
         self.timeout_s = timeout_s
 
-    def heads(self, job: bytes, provider: bytes, keys: Collection[bytes]) -> list[Head]:
-        with ThreadPoolExecutor(max_workers=max(1, len(self.validators))) as pool:
-            answers = list(pool.map(lambda v: self._one(v, job, provider, keys),
-                                    self.validators))
+    def heads(self, job: bytes, provider: bytes, keys: Collection[bytes],
+              validators: Sequence[str]) -> list[Head]:
+        validators = tuple(dict.fromkeys(validators))
+        if not validators:
+            raise HeadsIncomplete(["no committee member with a usable endpoint to ask"])
+        with ThreadPoolExecutor(max_workers=len(validators)) as pool:
+            answers = list(pool.map(lambda v: self._one(v, job, provider, keys), validators))
         problems = [a for a in answers if isinstance(a, str)]
         if problems:
             raise HeadsIncomplete(problems)
@@ -165,15 +170,16 @@ class ResumePoint:
 
 
 def resume_point(*, started_at: int, chain_last_seq: int, chain_last_window_end: int,
-                 chain_settled_seconds: int, heads: Sequence[Head]) -> ResumePoint:
+                 chain_claimed_seconds: int, heads: Sequence[Head]) -> ResumePoint:
     """Where to continue a job after every seq the chain and the validators hold (pure).
 
     * next seq = max(chain ``last_seq``, every head's seq) + 1;
     * prev hash = sha256 of the highest head's proof (the hash chain continues). When the
       chain is ahead of every head (the validators lost proofs), no validator holds the
       proof the link would point at, so none can check it: zero hash;
-    * cumulative = the highest head's ``cumulative_seconds`` (at least the chain's settled
-      total);
+    * cumulative = the highest head's ``cumulative_seconds`` (at least the chain's
+      ``claimed_seconds``, the cumulative claim of the last settled receipt: settle refuses
+      a receipt below it);
     * the next window starts at the latest of the highest head's ``window_end``, the chain's
       ``last_window_end`` and the job's start, so no time is claimed twice.
     """
@@ -183,9 +189,9 @@ def resume_point(*, started_at: int, chain_last_seq: int, chain_last_window_end:
               max((h.proof.window_end for h in heads), default=started_at))
     if best is not None and head_seq >= chain_last_seq:
         return ResumePoint(head_seq, best.hash,
-                           max(best.proof.cumulative_seconds, chain_settled_seconds), end)
+                           max(best.proof.cumulative_seconds, chain_claimed_seconds), end)
     if chain_last_seq > 0:
-        cumulative = max(chain_settled_seconds,
+        cumulative = max(chain_claimed_seconds,
                          best.proof.cumulative_seconds if best is not None else 0)
         return ResumePoint(chain_last_seq, ZERO_HASH, cumulative, end)
     return ResumePoint(0, ZERO_HASH, 0, started_at)

@@ -45,8 +45,11 @@ class AssignedJob:
     ``started_at`` is set once the job is Running (unix seconds). ``ended_at`` is set for a
     Finishing job: the worker's last window then ends at ``ended_at``. ``terms`` is None only
     for jobs without an on-chain account (``--job``): the worker's configuration stands in.
-    ``last_seq`` / ``last_window_end`` / ``settled_seconds`` are the chain's view of the
-    last settled receipt (0 before the first settlement).
+    ``last_seq`` / ``last_window_end`` / ``claimed_seconds`` are the chain's view of the
+    last settled receipt (its seq, window end and cumulative claim; 0 before the first
+    settlement). ``committee`` lists the job's validator authorities (raw keys, in committee
+    order); None when the job has no chain account (``--job``) or the SDK predates
+    committees: then only a static validator list (``--validator``) can take its proofs.
     """
 
     job: bytes
@@ -60,7 +63,8 @@ class AssignedJob:
     terms: JobTerms | None = None
     last_seq: int = 0
     last_window_end: int = 0
-    settled_seconds: int = 0
+    claimed_seconds: int = 0
+    committee: tuple[bytes, ...] | None = None
 
     @property
     def job_b58(self) -> str:
@@ -89,6 +93,17 @@ class JobSource(Protocol):
         """Every worker key of this provider: current and retired. Raises JobSourceError."""
         ...
 
+    def fetch(self, job: bytes) -> AssignedJob | None:
+        """The job read directly (any status), or None when no such account exists.
+        Raises JobSourceError when it cannot tell."""
+        ...
+
+    def validator_endpoint(self, market: bytes, authority: bytes) -> str | None:
+        """The endpoint stored in the Validator account of ``authority`` in ``market`` as
+        written on chain ("" when empty), or None when that account does not exist.
+        Raises JobSourceError when it cannot tell."""
+        ...
+
 
 class StaticJobSource:
     """A fixed job list; ``accept`` marks an open job running with ``started_at = now``.
@@ -115,6 +130,12 @@ class StaticJobSource:
     def worker_keys(self) -> frozenset[bytes]:
         return self._worker_keys
 
+    def fetch(self, job: bytes) -> AssignedJob | None:
+        return self._jobs.get(job)
+
+    def validator_endpoint(self, market: bytes, authority: bytes) -> str | None:
+        raise JobSourceError("fixed jobs have no committee on chain; pass --validator")
+
     def accept(self, job: AssignedJob) -> None:
         cur = self._jobs.get(job.job)
         if cur is None or cur.status != "open":
@@ -136,10 +157,14 @@ class ChainJobSource:
     Expects ``client.list_jobs(provider: Pubkey, statuses=(...)) -> list[JobView]`` where a
     JobView has ``pubkey``/``address``, ``market``, ``gpu_count``, ``status`` (str or enum
     with a name), ``started_at``, ``ended_at``, ``terms`` (JobTerms), ``last_seq``,
-    ``last_window_end`` and ``settled_seconds``; ``client.fetch_job(Pubkey)``,
-    ``client.fetch_provider(Pubkey)`` (``worker_key``, ``retired_keys``) and
+    ``last_window_end``, ``claimed_seconds`` and ``committee`` (validator authorities);
+    ``client.fetch_job(Pubkey)``, ``client.fetch_provider(Pubkey)`` (``worker_key``,
+    ``retired_keys``), ``client.fetch_validator_by_authority(market, authority)`` (or
+    ``client.fetch_validator(validator PDA)``; a ValidatorView has ``endpoint``) and
     ``client.accept_job(signer: Keypair, job: Pubkey)`` (docs/sdk-api.md). Fields are read
-    as attributes or mapping keys, so anchorpy objects and SDK views both work.
+    as attributes or mapping keys, so anchorpy objects and SDK views both work; views from
+    an SDK that predates committees (no ``committee``; ``settled_seconds`` instead of
+    ``claimed_seconds``) still work, with ``committee`` None.
     """
 
     def __init__(self, client: Any, provider: bytes, program_id: bytes, key: WorkerKey) -> None:
@@ -171,10 +196,11 @@ class ChainJobSource:
         except Exception as e:
             raise JobSourceError(f"listing jobs failed: {e}") from e
 
-    def _to_job(self, v: Any) -> AssignedJob:
-        key = _field(v, "pubkey", None) or _field(v, "address")
+    def _to_job(self, v: Any, job: bytes | None = None) -> AssignedJob:
+        key = job if job is not None else bytes(_field(v, "pubkey", None)
+                                                or _field(v, "address"))
         return AssignedJob(
-            job=bytes(key), market=bytes(_field(v, "market")), program_id=self._program_id,
+            job=key, market=bytes(_field(v, "market")), program_id=self._program_id,
             provider=self._provider, gpu_count=int(_field(v, "gpu_count")),
             status=_status(_field(v, "status")),
             started_at=_opt_int(_field(v, "started_at", None)),
@@ -182,8 +208,33 @@ class ChainJobSource:
             terms=job_terms(_field(v, "terms", None)),
             last_seq=int(_field(v, "last_seq", 0) or 0),
             last_window_end=int(_field(v, "last_window_end", 0) or 0),
-            settled_seconds=int(_field(v, "settled_seconds", 0) or 0),
+            claimed_seconds=_claimed_seconds(v),
+            committee=committee_of(v),
         )
+
+    def fetch(self, job: bytes) -> AssignedJob | None:
+        try:
+            v = self._client.fetch_job(_pubkey(job))
+            return None if v is None else self._to_job(v, job)
+        except Exception as e:
+            raise JobSourceError(f"reading job {b58encode(job)} failed: {e}") from e
+
+    def validator_endpoint(self, market: bytes, authority: bytes) -> str | None:
+        try:
+            by_authority = getattr(self._client, "fetch_validator_by_authority", None)
+            if by_authority is not None:
+                v = by_authority(_pubkey(market), _pubkey(authority))
+            else:  # an SDK without the helper: derive the PDA ["validator", market, authority]
+                from gpu_market.pda import validator_pda
+
+                v = self._client.fetch_validator(validator_pda(
+                    _pubkey(market), _pubkey(authority), _pubkey(self._program_id)))
+        except Exception as e:
+            raise JobSourceError(f"reading the Validator account of {b58encode(authority)} "
+                                 f"failed: {e}") from e
+        if v is None:
+            return None
+        return endpoint_text(_field(v, "endpoint", ""))
 
     def job_status(self, job: bytes) -> str | None:
         try:
@@ -233,6 +284,40 @@ def _field(obj: Any, name: str, default: Any = _MISSING) -> Any:
     if value is _MISSING:
         raise AttributeError(f"{type(obj).__name__} has no field {name!r}")
     return value
+
+
+def _claimed_seconds(v: Any) -> int:
+    """The cumulative claim of the last settled receipt (``settled_seconds`` in SDKs from
+    before issue 8, where paid and claimed were one number)."""
+    value = _field(v, "claimed_seconds", None)
+    if value is None:
+        value = _field(v, "settled_seconds", 0)
+    return int(value or 0)
+
+
+def committee_of(v: Any) -> tuple[bytes, ...] | None:
+    """The job's committee (validator authorities) from a JobView (``committee``, already
+    ``committee_len`` long) or a raw account (``committee: [Pubkey; 5]`` + ``committee_len``);
+    empty slots (all zeros) are skipped. None when the view has no committee at all."""
+    members = _field(v, "committee", None)
+    if members is None:
+        return None
+    members = list(members)
+    n = _field(v, "committee_len", None)
+    if n is not None:
+        members = members[: int(n)]
+    out = [bytes(m) for m in members]
+    return tuple(dict.fromkeys(m for m in out if m != bytes(32)))
+
+
+def endpoint_text(value: Any) -> str:
+    """A Validator ``endpoint`` as text: a str, or the raw zero-padded ``[u8; 96]``."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    raw = bytes(value)
+    return raw.split(b"\0", 1)[0].decode("utf-8", errors="replace")
 
 
 def _status(value: Any) -> str:

@@ -2,13 +2,23 @@
 
 Guarantees:
 
-* ``record`` writes a signed proof, one delivery row per configured validator and the job's
-  new chain state (last seq, last proof hash, cumulative seconds, last window end) in one
-  transaction, and refuses a proof that does not extend the stored chain. A crash at any
+* ``record`` writes a signed proof, one delivery row per destination of its job (see below)
+  and the job's new chain state (last seq, last proof hash, cumulative seconds, last window
+  end) in one transaction, and refuses a proof that does not extend the stored chain. A crash at any
   moment leaves either the old state or the new one, so after a restart the next proof of
   a job always has ``seq = last_seq + 1`` and ``prev_proof_hash = last_hash``: a (job, seq)
   is never signed twice with different contents.
-* A proof is deleted only after every configured validator acknowledged it.
+* Destinations are per job: with a static validator list (``validators``, the
+  ``--validator`` override) every job's proofs go to that list; otherwise to the job's
+  *route*, the endpoints of its committee members read from chain, which the agent stores
+  with ``set_destinations`` on every poll (kept across restarts). Acknowledgements are kept
+  per (proof, destination) (state ``acked``) until the proof is deleted, so a restart never
+  sends a proof again to a validator that acknowledged it.
+* A proof is deleted only when it has at least one delivery row and every one is acked,
+  i.e. every current destination of its job acknowledged it. A destination that leaves a
+  job's route (a replaced committee member, a changed endpoint) drops its rows for that
+  job's proofs: they are owed to the current destinations only. A proof whose job has no
+  destination yet is kept.
 * Each stored proof keeps the key that signed it and is delivered as signed. Opening the
   database with another worker key (after ``rotate_worker_key`` on chain) is allowed: the
   chains continue under the new key and the old key's pending proofs are still delivered.
@@ -33,7 +43,7 @@ from .errors import OutboxError
 from .heads import ResumePoint
 from .keys import b58decode, b58encode
 
-SCHEMA_VERSION = "2"
+SCHEMA_VERSION = "3"
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -61,14 +71,21 @@ CREATE TABLE IF NOT EXISTS outbox(
 CREATE TABLE IF NOT EXISTS worker_keys(key BLOB PRIMARY KEY, first_used_at REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS deliveries(
     job BLOB NOT NULL, seq INTEGER NOT NULL, validator TEXT NOT NULL,
-    state TEXT NOT NULL CHECK(state IN ('pending', 'rejected', 'equivocation')),
+    state TEXT NOT NULL CHECK(state IN ('pending', 'rejected', 'equivocation', 'acked')),
     attempts INTEGER NOT NULL DEFAULT 0,
     next_attempt_at REAL NOT NULL,
     last_error TEXT,
     PRIMARY KEY(job, seq, validator)
 );
 CREATE INDEX IF NOT EXISTS deliveries_due ON deliveries(validator, state, next_attempt_at);
+CREATE TABLE IF NOT EXISTS routes(
+    job BLOB NOT NULL, validator TEXT NOT NULL, PRIMARY KEY(job, validator)
+);
+CREATE TABLE IF NOT EXISTS routed_jobs(job BLOB PRIMARY KEY, updated_at REAL NOT NULL);
 """
+
+_DELIVERIES_V3 = _SCHEMA[_SCHEMA.index("CREATE TABLE IF NOT EXISTS deliveries("):
+                         _SCHEMA.index("CREATE INDEX IF NOT EXISTS deliveries_due")]
 
 
 @dataclass(frozen=True)
@@ -99,7 +116,10 @@ class OutboxItem:
 
 
 class Outbox:
-    def __init__(self, path: Path | str, worker_key: bytes, validators: Sequence[str],
+    """``validators``: the static destination list for every job (``--validator``); empty
+    means each job's destinations come from ``set_destinations`` (its committee)."""
+
+    def __init__(self, path: Path | str, worker_key: bytes, validators: Sequence[str] = (),
                  clock=time.time) -> None:
         self.path = str(path)
         self.validators = tuple(validators)
@@ -125,8 +145,19 @@ class Outbox:
         return _Tx(self._db)
 
     def _check_owner(self, worker_key: bytes) -> None:
-        """Record ``worker_key`` as the current signer; migrate a schema-1 database."""
+        """Record ``worker_key`` as the current signer; migrate schema-1/2 databases."""
         with self._tx():
+            sql = self._db.execute(
+                "SELECT sql FROM sqlite_master WHERE type='table' AND name='deliveries'"
+            ).fetchone()[0]
+            if "'acked'" not in sql:  # schema <= 2: acked rows were deleted, no 'acked' state
+                self._db.execute("ALTER TABLE deliveries RENAME TO deliveries_v2")
+                self._db.execute(_DELIVERIES_V3)
+                self._db.execute("INSERT INTO deliveries SELECT job, seq, validator, state, "
+                                 "attempts, next_attempt_at, last_error FROM deliveries_v2")
+                self._db.execute("DROP TABLE deliveries_v2")
+                self._db.execute("CREATE INDEX IF NOT EXISTS deliveries_due ON "
+                                 "deliveries(validator, state, next_attempt_at)")
             row = self._db.execute("SELECT value FROM meta WHERE key='worker_key'").fetchone()
             before = None if row is None else b58decode(row[0])
             cols = [r[1] for r in self._db.execute("PRAGMA table_info(outbox)")]
@@ -217,7 +248,7 @@ class Outbox:
             self._db.executemany(
                 "INSERT INTO deliveries(job, seq, validator, state, next_attempt_at) "
                 "VALUES(?, ?, ?, 'pending', ?)",
-                [(proof.job, proof.seq, v, now) for v in self.validators])
+                [(proof.job, proof.seq, v, now) for v in self._destinations_of(proof.job)])
             self._db.execute(
                 "UPDATE jobs SET last_seq=?, last_hash=?, cumulative=?, last_window_end=? "
                 "WHERE job=?",
@@ -226,30 +257,87 @@ class Outbox:
         assert chain is not None
         return chain
 
+    # ------------------------------------------------------------------ destinations
+
+    def _destinations_of(self, job: bytes) -> tuple[str, ...]:
+        return self.validators or self._route_rows(job)
+
+    def stored_route(self, job: bytes) -> tuple[str, ...] | None:
+        """The destinations stored for ``job`` by ``set_destinations``, or None if never set."""
+        if self._db.execute("SELECT 1 FROM routed_jobs WHERE job=?", (job,)).fetchone() is None:
+            return None
+        return self._route_rows(job)
+
+    def _route_rows(self, job: bytes) -> tuple[str, ...]:
+        return tuple(r[0] for r in self._db.execute(
+            "SELECT validator FROM routes WHERE job=? ORDER BY validator", (job,)))
+
+    def set_destinations(self, job: bytes, destinations: Iterable[str]
+                         ) -> tuple[list[str], list[str]]:
+        """Store ``job``'s destinations (its committee's endpoints) and make its undelivered
+        proofs owed to exactly these: new destinations get a pending row for each of them,
+        rows of destinations that left are dropped (and proofs every remaining destination
+        acknowledged are deleted). Returns (added, removed) against the stored route."""
+        want = sorted(set(destinations))
+        before = self.stored_route(job)
+        if before is not None and list(before) == want:
+            return [], []
+        now = self._clock()
+        with self._tx():
+            self._db.execute("DELETE FROM routes WHERE job=?", (job,))
+            self._db.executemany("INSERT INTO routes VALUES(?, ?)", [(job, v) for v in want])
+            self._db.execute("INSERT OR REPLACE INTO routed_jobs VALUES(?, ?)", (job, now))
+            if not self.validators:
+                self._sync_job(job, want, now)
+        old = set(before or ())
+        return [v for v in want if v not in old], sorted(old - set(want))
+
+    def _sync_job(self, job: bytes, destinations: Sequence[str], now: float) -> list[str]:
+        """Make the delivery rows of ``job``'s proofs match ``destinations`` (in a tx)."""
+        marks = ",".join("?" * len(destinations))
+        dropped = [r[0] for r in self._db.execute(
+            f"SELECT DISTINCT validator FROM deliveries WHERE job=? AND validator NOT IN "
+            f"({marks})", (job, *destinations))]
+        self._db.execute(f"DELETE FROM deliveries WHERE job=? AND validator NOT IN ({marks})",
+                         (job, *destinations))
+        self._db.executemany(
+            "INSERT OR IGNORE INTO deliveries(job, seq, validator, state, next_attempt_at) "
+            "SELECT job, seq, ?, 'pending', ? FROM outbox WHERE job=?",
+            [(v, now, job) for v in destinations])
+        self._delete_delivered()
+        return dropped
+
+    def jobs_with_proofs(self) -> list[bytes]:
+        """Jobs that still have undelivered proofs here."""
+        return [r[0] for r in self._db.execute("SELECT DISTINCT job FROM outbox ORDER BY job")]
+
+    def destinations(self) -> list[str]:
+        """Every destination that is still owed a proof (pending or rejected)."""
+        return [r[0] for r in self._db.execute(
+            "SELECT DISTINCT validator FROM deliveries WHERE state IN ('pending', 'rejected') "
+            "ORDER BY validator")]
+
     # ------------------------------------------------------------------ deliveries
 
     def sync_validators(self) -> list[str]:
-        """Make pending deliveries match the configured validators; make them due now.
+        """At start: make every stored proof owed to its job's destinations; make them due.
 
-        Returns the validators whose undelivered proofs were dropped because they are no
-        longer configured.
+        With a static list every job's destinations are that list; otherwise each job's
+        stored route (jobs without one keep their rows until the agent sets it). Acked rows
+        stay acked. Returns the validators whose undelivered proofs were dropped because
+        they are no longer destinations.
         """
         now = self._clock()
+        dropped: set[str] = set()
         with self._tx():
-            marks = ",".join("?" * len(self.validators))
-            dropped = [r[0] for r in self._db.execute(
-                f"SELECT DISTINCT validator FROM deliveries WHERE validator NOT IN ({marks})",
-                self.validators)]
-            self._db.execute(f"DELETE FROM deliveries WHERE validator NOT IN ({marks})",
-                             self.validators)
-            for v in self.validators:
-                self._db.execute(
-                    "INSERT OR IGNORE INTO deliveries(job, seq, validator, state, "
-                    "next_attempt_at) SELECT job, seq, ?, 'pending', ? FROM outbox", (v, now))
+            for job in self.jobs_with_proofs():
+                dest = self.validators or self.stored_route(job)
+                if dest is not None:
+                    dropped.update(self._sync_job(job, dest, now))
             self._db.execute("UPDATE deliveries SET next_attempt_at=? WHERE state='pending'",
                              (now,))
             self._delete_delivered()
-        return dropped
+        return sorted(dropped)
 
     def due(self, validator: str, now: float, limit: int) -> list[OutboxItem]:
         """Deliveries to ``validator`` due at ``now`` (pending or rejected), oldest first."""
@@ -262,17 +350,19 @@ class Outbox:
         return [OutboxItem(*r) for r in rows]
 
     def ack(self, validator: str, keys: Iterable[tuple[bytes, int]]) -> None:
-        """The validator acknowledged these proofs; drop proofs every validator acked."""
+        """The validator acknowledged these proofs; delete proofs every destination acked."""
         with self._tx():
-            self._db.executemany("DELETE FROM deliveries WHERE job=? AND seq=? AND validator=?",
-                                 [(j, s, validator) for j, s in keys])
+            self._db.executemany(
+                "UPDATE deliveries SET state='acked', last_error=NULL "
+                "WHERE job=? AND seq=? AND validator=?", [(j, s, validator) for j, s in keys])
             self._delete_delivered()
 
     def retry_at(self, validator: str, key: tuple[bytes, int], when: float, error: str) -> None:
         with self._tx():
             self._db.execute(
                 "UPDATE deliveries SET attempts=attempts+1, next_attempt_at=?, last_error=? "
-                "WHERE job=? AND seq=? AND validator=?", (when, error, key[0], key[1], validator))
+                "WHERE job=? AND seq=? AND validator=? AND state!='acked'",
+                (when, error, key[0], key[1], validator))
 
     def reject(self, validator: str, key: tuple[bytes, int], error: str,
                retry_at: float | None) -> None:
@@ -281,7 +371,7 @@ class Outbox:
         with self._tx():
             self._db.execute(
                 "UPDATE deliveries SET state=?, attempts=attempts+1, next_attempt_at=?, "
-                "last_error=? WHERE job=? AND seq=? AND validator=?",
+                "last_error=? WHERE job=? AND seq=? AND validator=? AND state!='acked'",
                 (state, retry_at if retry_at is not None else 1e18, error, key[0], key[1],
                  validator))
 
@@ -294,15 +384,27 @@ class Outbox:
     def counts(self) -> dict[str, int]:
         """Number of undelivered (proof, validator) pairs by state, plus stored proofs."""
         out = {"pending": 0, "rejected": 0, "equivocation": 0}
-        for state, n in self._db.execute("SELECT state, COUNT(*) FROM deliveries GROUP BY state"):
+        for state, n in self._db.execute(
+                "SELECT state, COUNT(*) FROM deliveries WHERE state!='acked' GROUP BY state"):
             out[state] = n
         out["proofs"] = self._db.execute("SELECT COUNT(*) FROM outbox").fetchone()[0]
         return out
 
+    def acked_by(self, job: bytes, seq: int) -> list[str]:
+        """Destinations that acknowledged a proof still held here."""
+        return [r[0] for r in self._db.execute(
+            "SELECT validator FROM deliveries WHERE job=? AND seq=? AND state='acked' "
+            "ORDER BY validator", (job, seq))]
+
     def _delete_delivered(self) -> None:
+        """Delete proofs that have delivery rows and only acked ones, then their rows."""
         self._db.execute(
-            "DELETE FROM outbox WHERE NOT EXISTS (SELECT 1 FROM deliveries d "
-            "WHERE d.job=outbox.job AND d.seq=outbox.seq)")
+            "DELETE FROM outbox WHERE EXISTS (SELECT 1 FROM deliveries d "
+            "WHERE d.job=outbox.job AND d.seq=outbox.seq) AND NOT EXISTS (SELECT 1 FROM "
+            "deliveries d WHERE d.job=outbox.job AND d.seq=outbox.seq AND d.state!='acked')")
+        self._db.execute(
+            "DELETE FROM deliveries WHERE NOT EXISTS (SELECT 1 FROM outbox o "
+            "WHERE o.job=deliveries.job AND o.seq=deliveries.seq)")
 
     # ------------------------------------------------------------------ GPU assignments
 

@@ -1,8 +1,12 @@
-"""Delivery of outbox proofs to every validator (HTTP, docs/wire-formats.md).
+"""Delivery of outbox proofs to their destinations (HTTP, docs/wire-formats.md).
+
+Destinations are the outbox's delivery rows: for each proof, every member of its job's
+committee (the endpoints read from chain), or the static ``--validator`` list. A base URL
+gets the paths below appended.
 
 Outcome of one delivery attempt (``classify``):
 
-* 200 with ``status`` "accepted" or "duplicate"          -> ack (delivery row removed)
+* 200 with ``status`` "accepted" or "duplicate"          -> ack (delivery row marked acked)
 * 409 or ``error`` "equivocation"                       -> kept, never retried, logged CRITICAL
 * a body (or batch item) with ``"retry": true``, 5xx,    -> transient: retried with exponential
   408, 425, 429, timeouts, connection errors, bad JSON      backoff ``min(cap, base *
@@ -118,7 +122,7 @@ def signed_proof_json(item: OutboxItem) -> dict[str, str]:
 
 
 class Sender:
-    """Sends due outbox items to every validator; one call of ``deliver_once`` = one round."""
+    """Sends due outbox items to their destinations; one ``deliver_once`` = one round."""
 
     def __init__(self, outbox: Outbox, client: httpx.Client,
                  policy: RetryPolicy = DEFAULT_RETRY, rng: random.Random | None = None,
@@ -133,7 +137,7 @@ class Sender:
     def deliver_once(self) -> int:
         """Try every due delivery once; returns the number of acknowledgements."""
         acked = 0
-        for v in self.outbox.validators:
+        for v in self.outbox.destinations():
             while True:
                 items = self.outbox.due(v, self.clock(), BATCH_MAX)
                 if not items:

@@ -60,6 +60,8 @@ class StubValidator:
         self.equivocations = 0
         self.requests = 0
         self.head_requests = 0
+        self.head_jobs: list[bytes] = []
+        """Every job whose head was asked for, in order."""
         self.request_seen = threading.Event()
         """Set when a POST arrives (before the injected delay); tests clear it."""
         self._stop = threading.Event()
@@ -84,6 +86,8 @@ class StubValidator:
                     job = b58decode(parts[3])
                 except ValueError:
                     return self._reply(400, {"error": "bad_job", "message": "base58"})
+                with stub.lock:
+                    stub.head_jobs.append(job)
                 self._reply(*stub.head(job))
 
             def do_POST(self) -> None:

@@ -227,6 +227,6 @@ class NoHeads:
     def __init__(self) -> None:
         self.calls = 0
 
-    def heads(self, job: bytes, provider: bytes, keys) -> list:
+    def heads(self, job: bytes, provider: bytes, keys, validators) -> list:
         self.calls += 1
         return []

@@ -69,7 +69,7 @@ def test_job_terms_and_chain_state_are_read_from_the_job() -> None:
     j5, j6 = sorted(_source(c).assigned_jobs(), key=lambda j: j.job)
     assert j5.terms == JobTerms(window_seconds=30, max_skew_seconds=4, temp_critical_c=88,
                                 ecc_uncorrected_max=2)
-    assert (j5.last_seq, j5.last_window_end, j5.settled_seconds) == (4, 1120, 100)
+    assert (j5.last_seq, j5.last_window_end, j5.claimed_seconds) == (4, 1120, 100)
     assert (j5.status, j5.started_at, j5.ended_at, j5.gpu_count) == ("running", 1000, None, 2)
     assert j5.program_id == PROGRAM and j5.provider == PROVIDER
     assert (j6.status, j6.ended_at, j6.terms.window_seconds) == ("finishing", 1500, 60)

@@ -102,7 +102,6 @@ def test_config_precedence_flags_over_env_over_file() -> None:
 @pytest.mark.parametrize(
     ("file", "env", "flags", "needle"),
     [
-        ({}, {}, {}, "no validator configured"),
         ({"validators": ["ftp://x"]}, {}, {}, "bad validator URL"),
         ({}, {"GPUM_WORKER_VALIDATORS": "localhost:8080"}, {}, "bad validator URL"),
         ({"validators": ["http://x"], "window_seconds": 0}, {}, {}, "window_seconds"),
@@ -206,6 +205,18 @@ def test_run_job_needs_chain_ids(tmp_path: Path) -> None:
                                          "--simulate", "--job",
                                          "11111111111111111111111111111112"])
     assert r.exit_code == 1 and "--job needs --program-id" in r.output
+
+
+def test_validators_are_optional_but_required_with_job(tmp_path: Path) -> None:
+    """Chain jobs find their validators on chain; ``--job`` jobs have no committee."""
+    assert resolve({}, {}, {}).validators == ()
+    k = _key(tmp_path)
+    pk = "11111111111111111111111111111112"
+    r = CliRunner().invoke(cli_mod.cli, ["run", "--key", str(k), "--db", str(tmp_path / "o.db"),
+                                         "--simulate", "--job", pk, "--program-id", pk,
+                                         "--market", pk, "--provider", pk])
+    assert r.exit_code == 1 and "--job needs --validator" in r.output
+    assert "Traceback" not in r.output
 
 
 def test_run_previous_worker_key_only_with_job(tmp_path: Path) -> None:

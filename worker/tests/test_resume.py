@@ -67,7 +67,7 @@ class Worker:
         self.source = StaticJobSource([job], clock=lambda: T0, worker_keys=trusted)
         self.agent = Agent(backend=FakeBackend([FakeGpu("GPU-0")]), job_source=self.source,
                            outbox=self.outbox, key=key, window_seconds=W,
-                           heads=HttpHeadSource(self.client, self.outbox.validators, 2.0))
+                           heads=HttpHeadSource(self.client, 2.0))
         self.agent.start()
         self.outbox.sync_validators()  # as Agent.run does at start: pending proofs due now
         self.sender = Sender(self.outbox, self.client, RetryPolicy(base_s=0.01, cap_s=0.01),
@@ -240,7 +240,7 @@ def test_chain_ahead_of_every_validator(tmp_path: Path, key: WorkerKey,
     w.run(T0, T0 + 3 * W)
     w.close()
     delete_db(db)
-    job = replace(JOB, last_seq=5, last_window_end=T0 + 5 * W, settled_seconds=50)
+    job = replace(JOB, last_seq=5, last_window_end=T0 + 5 * W, claimed_seconds=50)
     w2 = Worker(db, key, stubs, job=job)
     later = w2.run(T0 + 5 * W, T0 + 6 * W)
     w2.close()

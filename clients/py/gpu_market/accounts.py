@@ -22,6 +22,7 @@ from typing import Any
 from solders.pubkey import Pubkey
 
 from .codec import Codec, default_codec
+from .constants import ENDPOINT_LEN
 
 __all__ = [
     "DEFAULT_MARKET_PARAMS",
@@ -51,6 +52,7 @@ __all__ = [
     "decode_provider",
     "decode_validator",
     "effective_params",
+    "encode_endpoint",
     "encode_fixed_str",
     "grace_seconds",
     "min_deposit",
@@ -74,6 +76,22 @@ def encode_fixed_str(value: str, size: int, name: str = "value") -> bytes:
     return raw.ljust(size, b"\0")
 
 
+def encode_endpoint(url: str) -> bytes:
+    """A validator endpoint as stored on chain (``state/validator.rs::encode_endpoint``):
+    ``http://`` or ``https://`` followed by a host, at most ``ENDPOINT_LEN`` (96) bytes of
+    printable ASCII without spaces, zero-padded. ValueError (saying what is wrong) otherwise,
+    where the program would fail with ``InvalidEndpoint``."""
+    raw = url.encode("utf-8", errors="replace")
+    if not url.startswith(("http://", "https://")) or len(raw) <= len("https://"):
+        raise ValueError(f"endpoint {url!r} must be an http:// or https:// URL, e.g. "
+                         "http://203.0.113.7:8080")  # fmt: skip
+    if len(raw) > ENDPOINT_LEN:
+        raise ValueError(f"endpoint {url!r} is {len(raw)} bytes; at most {ENDPOINT_LEN} allowed")
+    if not all(0x21 <= b <= 0x7E for b in raw):
+        raise ValueError(f"endpoint {url!r} must be printable ASCII without spaces")
+    return raw.ljust(ENDPOINT_LEN, b"\0")
+
+
 def decode_fixed_str(raw: bytes) -> str:
     """Inverse of :func:`encode_fixed_str`: drop trailing NULs, decode UTF-8 (lossy)."""
     return bytes(raw).rstrip(b"\0").decode("utf-8", errors="replace")
@@ -86,7 +104,7 @@ class MarketParams:
     min_stake_per_gpu: int
     unbonding_seconds: int
     window_seconds: int
-    settle_quorum: int
+    min_quorum: int
     max_missed_windows: int
     downtime_slash_bps: int
     equivocation_slash_bps: int
@@ -95,6 +113,7 @@ class MarketParams:
     max_skew_seconds: int
     temp_critical_c: int
     ecc_uncorrected_max: int
+    validator_reward_bps: int
 
 
 DEFAULT_MARKET_PARAMS: dict[str, int] = {
@@ -103,7 +122,7 @@ DEFAULT_MARKET_PARAMS: dict[str, int] = {
     "min_stake_per_gpu": 0,
     "unbonding_seconds": 14 * 24 * 3600,
     "window_seconds": 60,
-    "settle_quorum": 1,
+    "min_quorum": 1,
     "max_missed_windows": 10,
     "downtime_slash_bps": 100,
     "equivocation_slash_bps": 5_000,
@@ -112,6 +131,7 @@ DEFAULT_MARKET_PARAMS: dict[str, int] = {
     "max_skew_seconds": 5,
     "temp_critical_c": 95,
     "ecc_uncorrected_max": 0,
+    "validator_reward_bps": 1_000,  # a tenth of the fee to the attesting committee members
 }
 """Market parameters used by ``initialize_market`` for every key the caller leaves out
 (every ``MarketParams`` field, in its order)."""
@@ -138,6 +158,11 @@ class MarketTotals:
     fees: int
     slashed: int
     jobs: int
+    rewards_unclaimed: int
+    """Validator rewards credited and not yet claimed: the fee vault keeps them
+    (``withdraw_fees`` moves only the balance above them)."""
+    rewards: int
+    """Validator rewards ever credited."""
 
 
 @dataclass(frozen=True)
@@ -271,6 +296,12 @@ class ValidatorView:
     status: str
     settlements: int
     bump: int
+    endpoint: str
+    """Public URL of the validator's node (``http://`` or ``https://``): workers deliver proofs
+    and committee members ask for attestations there."""
+    rewards_earned: int
+    rewards_unclaimed: int
+    slashes: int
     address: Pubkey | None = None
 
 
@@ -286,12 +317,14 @@ class JobTerms:
     max_missed_windows: int
     grace_seconds: int
     max_skew_seconds: int
-    settle_quorum: int
+    quorum: int
+    """Committee members whose agreement a settlement needs (the user's choice at creation)."""
     downtime_slash_bps: int
     equivocation_slash_bps: int
     reporter_reward_bps: int
     temp_critical_c: int
     ecc_uncorrected_max: int
+    validator_reward_bps: int
 
     @property
     def missed_windows_seconds(self) -> int:
@@ -308,9 +341,16 @@ class JobView:
     job_id: int
     gpu_count: int
     terms: JobTerms
+    committee: list[Pubkey]
+    """The validator authorities the user named (``committee_len`` of them, in order)."""
+    committee_len: int
     deposited: int
-    settled_seconds: int
+    claimed_seconds: int
+    """``cumulative_seconds`` of the last settled receipt: what the worker claimed so far."""
+    paid_seconds: int
+    """Seconds paid: the committee's approved total at the last settlement (<= claimed)."""
     paid_provider: int
+    paid_validators: int
     paid_treasury: int
     burned: int
     refunded: int
@@ -327,10 +367,19 @@ class JobView:
 
     @property
     def booked_escrow(self) -> int:
-        """``deposited - paid_provider - paid_treasury - burned - refunded``: what the books
-        say is still in escrow. The escrow's token balance may be larger (donations); settle
-        pays only from the booked part, and the refund returns all of it to the user."""
-        return self.deposited - self.paid_provider - self.paid_treasury - self.burned - self.refunded
+        """``deposited - paid_provider - paid_validators - paid_treasury - burned - refunded``:
+        what the books say is still in escrow. The escrow's token balance may be larger
+        (donations); settle pays only from the booked part, and the refund returns all of it
+        to the user."""
+        return (self.deposited - self.paid_provider - self.paid_validators - self.paid_treasury
+                - self.burned - self.refunded)  # fmt: skip
+
+    def member_index(self, authority: Pubkey) -> int | None:
+        """Position of validator ``authority`` in the committee, None if not a member."""
+        try:
+            return self.committee.index(authority)
+        except ValueError:
+            return None
 
     @property
     def grace_ends_at(self) -> int | None:
@@ -433,16 +482,21 @@ def _validator(d: Any, address: Pubkey | None) -> ValidatorView:
         status=_variant(d.status)[0],
         settlements=d.settlements,
         bump=d.bump,
+        endpoint=decode_fixed_str(bytes(d.endpoint)),
+        rewards_earned=d.rewards_earned,
+        rewards_unclaimed=d.rewards_unclaimed,
+        slashes=d.slashes,
         address=address,
     )
 
 
 def _job(d: Any, address: Pubkey | None) -> JobView:
-    special = ("status", "address", "last_receipt_hash", "terms")
+    special = ("status", "address", "last_receipt_hash", "terms", "committee")
     names = [n for n in JobView.__dataclass_fields__ if n not in special]
     return JobView(
         **_fields(d, names),
         terms=JobTerms(**_fields(d.terms, list(JobTerms.__dataclass_fields__))),
+        committee=list(d.committee[: d.committee_len]),
         status=_variant(d.status)[0],
         last_receipt_hash=bytes(d.last_receipt_hash),
         address=address,
@@ -451,11 +505,14 @@ def _job(d: Any, address: Pubkey | None) -> JobView:
 
 @dataclass(frozen=True)
 class EquivocationRecordView:
-    """``["equivocation", job, seq]``: (job, seq) was slashed for equivocation."""
+    """A slashed equivocation: ``["equivocation", job, started_at, seq]`` for a provider's two
+    receipts (``offender`` = the Provider account), ``["validator_equivocation", validator, job,
+    started_at, seq]`` for a validator's two attestations (``offender`` = the Validator
+    account)."""
 
     job: Pubkey
     seq: int
-    provider: Pubkey
+    offender: Pubkey
     reporter: Pubkey
     slashed: int
     bump: int

@@ -3,7 +3,8 @@
 Authority-only: ``initialize_market`` (the creator), ``update_params`` (announces parameters,
 in force ``unbonding_seconds`` later), ``set_paused``, ``propose_authority`` /
 ``accept_authority``, ``set_treasury``. Permissionless: ``withdraw_fees`` (the fee vault's
-whole balance, i.e. the treasury share of every settlement, to the treasury account) and
+balance above the validators' unclaimed rewards, i.e. the treasury share of every settlement,
+to the treasury account) and
 ``sweep_vault`` (the stake vault's surplus over the booked stake, i.e. donations, to a
 stake-mint account of the treasury's owner).
 
@@ -54,8 +55,8 @@ def set_treasury_ix(codec: Codec, authority: Pubkey, market: Pubkey, treasury: P
 
 
 def withdraw_fees_ix(codec: Codec, market: MarketView) -> Instruction:
-    """``withdraw_fees`` of ``market`` (a view with its address): the fee vault's whole
-    balance to ``market.treasury``."""
+    """``withdraw_fees`` of ``market`` (a view with its address): the fee vault's balance
+    above the validators' unclaimed rewards to ``market.treasury``."""
     if market.address is None:
         raise ValueError("withdraw_fees_ix needs a MarketView with its address")
     return codec.instruction(
@@ -210,18 +211,20 @@ class MarketAdmin:
         return tokens.parse_token_account(info[1]).owner
 
     def fees_to_withdraw(self, market: Pubkey | MarketView) -> int:
-        """The fee vault's balance (base units): what :meth:`withdraw_fees` would move now."""
+        """The fee vault's balance above the validators' unclaimed rewards
+        (``totals.rewards_unclaimed``), in base units: what :meth:`withdraw_fees` would move
+        now."""
         m = market if isinstance(market, MarketView) else self._require(market, "Market")
-        return self.token_balance(m.fee_vault)
+        return max(0, self.token_balance(m.fee_vault) - m.totals.rewards_unclaimed)
 
     def withdraw_fees(self, caller: Keypair, market: Pubkey) -> Signature:
-        """Move the fee vault's whole balance to the market's treasury account (anyone may
-        call; the instruction names no signer: ``caller`` pays the transaction fee unless the
+        """Move the fee vault's balance above the validators' unclaimed rewards to the market's
+        treasury account (anyone may call; the instruction names no signer: ``caller`` pays the transaction fee unless the
         client has a ``payer``). Event ``FeesWithdrawn {market, treasury, amount}``.
 
         AccountNotFound, before anything is sent, if the treasury token account does not
         exist (closed): the market authority names a new one with :meth:`set_treasury`. The
-        program fails with ``NothingToWithdrawFees`` when the fee vault is empty (see
+        program fails with ``NothingToWithdrawFees`` when there is nothing above the rewards (see
         :meth:`fees_to_withdraw`).
         """
         m = self._require(market, "Market")

@@ -9,24 +9,35 @@ parsed exactly. ``--output json`` prints one JSON object per command.
 Every expected failure prints one line ``error: ...`` saying what to do, and exits with 2
 (bad input) or 1 (chain, RPC or file problems); never a traceback (set ``GPUM_DEBUG=1`` to
 see one for unexpected errors).
+
+Shared plumbing lives in :mod:`gpu_market.cli_base`; the ``validator`` group and the committee
+commands of ``job`` (``replace-member``, the committee choice of ``create``) in
+:mod:`gpu_market.cli_committee`. This module assembles the command tree and runs it.
 """
 
 from __future__ import annotations
 
-import functools
-import json
 import os
 import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import click
-from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 
+from . import cli_committee
+from .cli_base import PUBKEY, CliError, Env, load_keypair, resolve_url
+from .cli_base import common as _common
+from .cli_base import job_view as _job_view
+from .cli_base import market_option as _market_option
+from .cli_base import market_view as _market
+from .cli_base import now as _now
+from .cli_base import one_line as _one_line
+from .cli_base import params_dict as _params_dict
+from .cli_base import parse_amount as _amount
 from .constants import (
+    MAX_BPS,
     MAX_ECC_UNCORRECTED,
     MAX_FEE_BPS,
     MAX_MISSED_WINDOWS,
@@ -37,204 +48,9 @@ from .constants import (
     MAX_WINDOW_SECONDS,
     TEMP_CRITICAL_RANGE_C,
 )
-from .units import AmountError, format_ui_amount, parse_ui_amount
+from .units import format_ui_amount
 
 __all__ = ["cli", "load_keypair", "main", "resolve_url"]
-
-MONIKERS = {
-    "localnet": "http://127.0.0.1:8899",
-    "localhost": "http://127.0.0.1:8899",
-    "devnet": "https://api.devnet.solana.com",
-    "testnet": "https://api.testnet.solana.com",
-    "mainnet-beta": "https://api.mainnet-beta.solana.com",
-    "l": "http://127.0.0.1:8899",
-    "d": "https://api.devnet.solana.com",
-    "t": "https://api.testnet.solana.com",
-    "m": "https://api.mainnet-beta.solana.com",
-}
-DEFAULT_KEYPAIR = "~/.config/solana/id.json"
-SOLANA_CONFIG = "~/.config/solana/cli/config.yml"
-
-
-class CliError(click.ClickException):
-    """A one-line, actionable failure (exit code 1)."""
-
-    exit_code = 1
-
-
-# ----------------------------------------------------------------------------- pure helpers
-
-
-def _solana_config() -> dict[str, str]:
-    """``json_rpc_url`` and ``keypair_path`` from the Solana CLI config, if readable."""
-    path = Path(os.environ.get("GPUM_SOLANA_CONFIG", SOLANA_CONFIG)).expanduser()
-    out: dict[str, str] = {}
-    try:
-        for line in path.read_text().splitlines():
-            key, sep, value = line.partition(":")
-            if sep and key.strip() in ("json_rpc_url", "keypair_path"):
-                out[key.strip()] = value.strip().strip("'\"")
-    except OSError:
-        pass
-    return out
-
-
-def resolve_url(value: str | None) -> str:
-    """A moniker or URL -> URL (default: Solana CLI config, else localnet)."""
-    if value is None:
-        value = _solana_config().get("json_rpc_url", "localnet")
-    if value in MONIKERS:
-        return MONIKERS[value]
-    if value.startswith(("http://", "https://")):
-        return value
-    raise click.BadParameter(
-        f"{value!r} is not a URL or one of localnet, devnet, testnet, mainnet-beta",
-        param_hint="'--url'",
-    )
-
-
-def load_keypair(path: str) -> Keypair:
-    """Read a Solana JSON keypair file (array of 64 bytes); CliError says how to fix it."""
-    p = Path(path).expanduser()
-    try:
-        text = p.read_text()
-    except FileNotFoundError:
-        raise CliError(
-            f"keypair file {p} not found: create one with `solana-keygen new -o {p}` "
-            "or pass --keypair PATH"
-        ) from None
-    except OSError as e:
-        raise CliError(f"cannot read keypair file {p}: {e.strerror}") from None
-    try:
-        raw = json.loads(text)
-        if not (isinstance(raw, list) and len(raw) == 64 and all(isinstance(b, int) for b in raw)):
-            raise ValueError
-        return Keypair.from_bytes(bytes(raw))
-    except ValueError:
-        raise CliError(
-            f"keypair file {p} is not a Solana keypair (expected a JSON array of 64 bytes, "
-            "as written by `solana-keygen new`)"
-        ) from None
-
-
-class PubkeyType(click.ParamType):
-    """A base58 public key."""
-
-    name = "PUBKEY"
-
-    def convert(self, value: Any, param: Any, ctx: Any) -> Pubkey:
-        if isinstance(value, Pubkey):
-            return value
-        try:
-            return Pubkey.from_string(str(value).strip())
-        except ValueError:
-            self.fail(f"{value!r} is not a valid base58 public key", param, ctx)
-
-
-PUBKEY = PubkeyType()
-
-
-# ----------------------------------------------------------------------------- context
-
-
-class Env:
-    """Resolved common options, and the lazily built client."""
-
-    def __init__(self) -> None:
-        self.url: str | None = None
-        self.keypair_path: str | None = None
-        self.program_id: Pubkey | None = None
-        self.output = "text"
-        self._client = None
-        self._keypair: Keypair | None = None
-
-    @property
-    def keypair(self) -> Keypair:
-        if self._keypair is None:
-            path = self.keypair_path or _solana_config().get("keypair_path", DEFAULT_KEYPAIR)
-            self._keypair = load_keypair(path)
-        return self._keypair
-
-    @property
-    def client(self):
-        if self._client is None:
-            from .client import GpuMarketClient
-            from .constants import PROGRAM_ID
-
-            self._client = GpuMarketClient(
-                resolve_url(self.url), payer=None, program_id=self.program_id or PROGRAM_ID
-            )
-        return self._client
-
-    def emit(self, data: dict[str, Any], text_lines: list[str] | None = None) -> None:
-        if self.output == "json":
-            click.echo(json.dumps(data, default=str, sort_keys=False))
-        else:
-            for line in text_lines if text_lines is not None else _text_lines(data):
-                click.echo(line)
-
-
-def _text_lines(data: dict[str, Any], indent: str = "") -> list[str]:
-    """``key: value`` lines; nested dicts indented under their key."""
-    lines = []
-    for k, v in data.items():
-        if isinstance(v, dict) and v:
-            lines.append(f"{indent}{k}:")
-            lines.extend(_text_lines(v, indent + "  "))
-        else:
-            lines.append(f"{indent}{k}: {v}")
-    return lines
-
-
-def _common(f: Callable) -> Callable:
-    """Common options, accepted on the group and on every command."""
-
-    @click.option("--url", "-u", default=None, help="RPC URL or moniker (localnet, devnet, ...).")
-    @click.option("--keypair", "-k", "keypair_path", default=None, help="Signer keypair file.")
-    @click.option("--program-id", type=PUBKEY, default=None, help="gpu_market program id.")
-    @click.option(
-        "--output", type=click.Choice(["text", "json"]), default=None, help="Output format."
-    )
-    @functools.wraps(f)
-    def wrapper(*args: Any, url=None, keypair_path=None, program_id=None, output=None, **kw: Any):
-        env = click.get_current_context().ensure_object(Env)
-        if url is not None:
-            env.url = url
-        if keypair_path is not None:
-            env.keypair_path = keypair_path
-        if program_id is not None:
-            env.program_id = program_id
-        if output is not None:
-            env.output = output
-        if env.url is not None:
-            resolve_url(env.url)  # fail early on a bad moniker
-        return f(env, *args, **kw)
-
-    return wrapper
-
-
-def _market_option(f: Callable) -> Callable:
-    return click.option(
-        "--market",
-        type=PUBKEY,
-        required=True,
-        envvar="GPUM_MARKET",
-        help="Market address (or set GPUM_MARKET).",
-    )(f)
-
-
-def _amount(text: str, decimals: int, what: str, allow_zero: bool = False) -> int:
-    try:
-        return parse_ui_amount(text, decimals, allow_zero=allow_zero)
-    except AmountError as e:
-        raise click.BadParameter(str(e), param_hint=what) from None
-
-
-def _market(env: Env, market: Pubkey):
-    m = env.client.fetch_market(market)
-    if m is None:
-        raise CliError(f"market {market} does not exist on {env.client.url}; check --market and --url")
-    return m
 
 
 def _param_options(defaults: bool) -> Callable[[Callable], Callable]:
@@ -249,7 +65,8 @@ def _param_options(defaults: bool) -> Callable[[Callable], Callable]:
         ("--unbonding-seconds", click.IntRange(0, MAX_UNBONDING_SECONDS),
          "Also the delay before a parameter change takes effect."),
         ("--window-seconds", click.IntRange(1, MAX_WINDOW_SECONDS), None),
-        ("--settle-quorum", click.IntRange(1, MAX_QUORUM), None),
+        ("--min-quorum", click.IntRange(1, MAX_QUORUM),
+         "Fewest committee members a job may require to agree on a settlement."),
         ("--max-missed-windows", click.IntRange(1, MAX_MISSED_WINDOWS),
          "A job's grace after it ends is (this + 2) windows."),
         ("--downtime-slash-bps", click.IntRange(0, 10_000), None),
@@ -261,6 +78,8 @@ def _param_options(defaults: bool) -> Callable[[Callable], Callable]:
          "A window in which a GPU reached this temperature bills at most length - 1 seconds."),
         ("--ecc-uncorrected-max", click.IntRange(0, MAX_ECC_UNCORRECTED),
          "Uncorrected ECC errors a GPU may report in a window and still bill."),
+        ("--validator-reward-bps", click.IntRange(0, MAX_BPS),
+         "Share of the fee credited to the committee members attesting a settlement."),
     ]  # fmt: skip
 
     def decorate(f: Callable) -> Callable:
@@ -273,15 +92,6 @@ def _param_options(defaults: bool) -> Callable[[Callable], Callable]:
         return f
 
     return decorate
-
-
-def _now(env: Env) -> int:
-    """The chain's clock (what the program's deadlines are measured by)."""
-    return env.client.chain_time()
-
-
-def _params_dict(params: Any) -> dict[str, Any]:
-    return dict(vars(params))
 
 
 # ----------------------------------------------------------------------------- commands
@@ -376,6 +186,8 @@ def market_status(env: Env, market: Pubkey) -> None:
             "bonded": format_ui_amount(m.totals.bonded, sd),
             "burned": format_ui_amount(m.totals.burned, pd_),
             "fees": format_ui_amount(m.totals.fees, pd_),
+            "validator_rewards": format_ui_amount(m.totals.rewards, pd_),
+            "validator_rewards_unclaimed": format_ui_amount(m.totals.rewards_unclaimed, pd_),
             "jobs": m.totals.jobs,
         },
     }
@@ -477,32 +289,16 @@ def provider_status(env: Env, market: Pubkey, owner: Pubkey | None) -> None:
     )
 
 
-@cli.group()
-def validator() -> None:
-    """Register validators, exit and withdraw bonds."""
-
-
-@validator.command("register")
-@_common
-@_market_option
-@click.argument("bond")
-def validator_register(env: Env, market: Pubkey, bond: str) -> None:
-    """Register your keypair as a validator, bonding BOND (stake-mint UI units)."""
-    from . import pda
-
-    kp = env.keypair
-    m = _market(env, market)
-    base = _amount(bond, env.client.mint_decimals(m.stake_mint), "'BOND'")
-    sig = env.client.register_validator(kp, market, base)
-    env.emit(
-        {"validator": str(pda.validator_pda(market, kp.pubkey(), env.client.program_id)),
-         "signature": str(sig)}
-    )  # fmt: skip
+cli.add_command(cli_committee.validator)
 
 
 @cli.group()
 def job() -> None:
-    """Create, inspect, top up, finish, cancel, decline, expire, complete and close jobs."""
+    """Create, inspect, top up, finish, cancel, decline, expire, complete, close jobs and
+    replace committee members."""
+
+
+job.add_command(cli_committee.job_replace_member)
 
 
 @job.command("create")
@@ -518,9 +314,17 @@ def job() -> None:
                    "above it when the transaction lands.")  # fmt: skip
 @click.option("--job-id", type=click.IntRange(0, 2**64 - 1), default=None,
               help="Default: current unix time in milliseconds.")  # fmt: skip
+@click.option("--committee", default=None, metavar="AUTHORITY[,AUTHORITY...]",
+              help="1..5 validator authorities that approve and settle your job (default: up to "
+                   "3 Active validators by bond whose endpoint answers /health).")  # fmt: skip
+@click.option("--quorum", type=click.IntRange(1, MAX_QUORUM), default=None,
+              help="Committee members that must agree on each settlement (default: a majority "
+                   "of the committee, at least the market's min_quorum).")  # fmt: skip
 def job_create(env: Env, market: Pubkey, provider_: Pubkey, gpu_count: int, deposit: str,
-               max_price: str | None, job_id: int | None) -> None:  # fmt: skip
-    """Open a job on a provider and escrow the deposit from your payment ATA."""
+               max_price: str | None, job_id: int | None, committee: str | None,
+               quorum: int | None) -> None:  # fmt: skip
+    """Open a job on a provider, with its validator committee, and escrow the deposit from your
+    payment ATA. Prints the committee and quorum chosen."""
     from .errors import GpuMarketError
 
     kp = env.keypair
@@ -542,9 +346,12 @@ def job_create(env: Env, market: Pubkey, provider_: Pubkey, gpu_count: int, depo
             f"deposit at least {format_ui_amount(need, decimals)}",
             param_hint="'--deposit'",
         )
+    members, quorum = cli_committee.choose_committee(env, market, m, p, committee, quorum)
     job_id = int(time.time() * 1000) if job_id is None else job_id
     try:
-        sig, address = env.client.create_job(kp, market, provider_, job_id, gpu_count, base, limit)
+        sig, address = env.client.create_job(kp, market, provider_, job_id, gpu_count, base,
+                                             committee=members, quorum=quorum,
+                                             max_price_per_gpu_second=limit)  # fmt: skip
     except GpuMarketError as e:
         if e.name != "PriceAboveLimit":
             raise
@@ -553,6 +360,7 @@ def job_create(env: Env, market: Pubkey, provider_: Pubkey, gpu_count: int, depo
                                           decimals)) from None  # fmt: skip
     env.emit({"job": str(address), "job_id": job_id,
               "max_price_per_gpu_second": format_ui_amount(limit, decimals),
+              "committee": [str(k) for k in members], "quorum": quorum,
               "signature": str(sig)})  # fmt: skip
 
 
@@ -564,13 +372,6 @@ def _price_above_limit(price: int | None, limit: int, decimals: int) -> str:
             f"{format_ui_amount(limit, decimals)}; no job was created and nothing was charged: "
             f"check it with `gpum provider status` and pass --max-price{accept} or more to "
             "accept it")
-
-
-def _job_view(env: Env, address: Pubkey):
-    j = env.client.fetch_job(address)
-    if j is None:
-        raise CliError(f"job {address} does not exist (closed, or wrong --url)")
-    return j
 
 
 @job.command("status")
@@ -596,10 +397,14 @@ def job_status(env: Env, job_address: Pubkey) -> None:
         "user": str(j.user),
         "provider": str(j.provider),
         "gpu_count": j.gpu_count,
+        "committee": [str(k) for k in j.committee],
+        "quorum": j.terms.quorum,
         "terms": terms,
         "deposited": format_ui_amount(j.deposited, d),
-        "settled_seconds": j.settled_seconds,
+        "claimed_seconds": j.claimed_seconds,
+        "paid_seconds": j.paid_seconds,
         "paid_provider": format_ui_amount(j.paid_provider, d),
+        "paid_validators": format_ui_amount(j.paid_validators, d),
         "paid_treasury": format_ui_amount(j.paid_treasury, d),
         "burned": format_ui_amount(j.burned, d),
         "refunded": format_ui_amount(j.refunded, d),
@@ -878,35 +683,6 @@ def provider_withdraw(env: Env, market: Pubkey) -> None:
     env.emit({"withdrawn": amount, "signature": str(sig)})
 
 
-# ----------------------------------------------------------------------------- validator exit
-
-
-@validator.command("exit")
-@_common
-@_market_option
-def validator_exit(env: Env, market: Pubkey) -> None:
-    """Stop validating; your whole bond unbonds for unbonding_seconds."""
-    sig = env.client.request_validator_exit(env.keypair, market)
-    env.emit({"market": str(market), "signature": str(sig)})
-
-
-@validator.command("withdraw")
-@_common
-@_market_option
-def validator_withdraw(env: Env, market: Pubkey) -> None:
-    """Withdraw your released bond to your stake-mint ATA and close the validator account."""
-    from . import pda
-
-    kp = env.keypair
-    v = env.client.fetch_validator(pda.validator_pda(market, kp.pubkey(), env.client.program_id))
-    if v is None:
-        raise CliError(f"{kp.pubkey()} is not a validator of market {market}")
-    m = _market(env, market)
-    amount = format_ui_amount(v.unbonding.amount, env.client.mint_decimals(m.stake_mint))
-    sig = env.client.withdraw_validator_bond(kp, market)
-    env.emit({"withdrawn": amount, "signature": str(sig)})
-
-
 # ----------------------------------------------------------------------------- job upkeep
 
 
@@ -937,13 +713,16 @@ PROGRAM_ERROR_HINTS = {
                        "charged: check `gpum provider status` and retry with a higher --max-price",
     "NothingToWithdrawFees": "no settlement has paid fees since the last withdrawal",
     "InvalidFeeVault": "pass the market's fee_vault (see `gpum market status`)",
+    "InvalidCommittee": "name 1..5 distinct active validators of this market, not the provider "
+                        "(see `gpum validator status AUTHORITY`)",
+    "InvalidJobQuorum": "pass --quorum between the market's min_quorum (`gpum market status`) "
+                        "and min(3, committee size)",
+    "MemberStillActive": "only a member that exited or closed can be replaced",
+    "NothingToClaim": "no settlement you attested has credited rewards since your last claim",
+    "BondTooSmall": "bond at least the market's validator_min_bond (`gpum market status`)",
 }
 """What to do next, appended to the program's message for errors a command does not answer
 itself."""
-
-
-def _one_line(message: str) -> str:
-    return " ".join(str(message).split())
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -31,7 +31,7 @@ from solders.keypair import Keypair
 from solders.message import Message
 from solders.pubkey import Pubkey
 from solders.signature import Signature
-from solders.transaction import Transaction
+from solders.transaction import SanitizeError, Transaction, TransactionError
 
 from . import pda, tokens
 from .accounts import (
@@ -52,6 +52,7 @@ from .accounts import (
 )
 from .admin import MarketAdmin
 from .codec import Codec, default_codec
+from .committee import ValidatorNetwork, check_committee
 from .constants import (
     CLOCK_SYSVAR_ID,
     INSTRUCTIONS_SYSVAR_ID,
@@ -80,6 +81,7 @@ from .settle import (
     SettleItem,
     ed25519_entries_instruction,
     max_settle_items_per_tx,
+    receipt_args,
     settle_instructions,
     transaction_size,
 )
@@ -109,33 +111,27 @@ def _b58(raw: bytes) -> str:
     return "1" * (len(raw) - len(raw.lstrip(b"\0"))) + out
 
 
-_RECEIPT_FIELDS = ("seq", "cumulative_seconds", "window_end", "proof_hash")
-
-
-def _receipt_args(receipt: Any) -> dict[str, Any]:
-    """The ``Receipt`` instruction argument of a receipt-like object or mapping."""
-    get = receipt.__getitem__ if isinstance(receipt, Mapping) else lambda k: getattr(receipt, k)
-    try:
-        seq, cumulative, window_end, proof_hash = (get(k) for k in _RECEIPT_FIELDS)
-    except (KeyError, AttributeError) as e:
-        raise ValueError(f"a receipt needs {', '.join(_RECEIPT_FIELDS)} (missing {e})") from None
-    proof_hash = bytes(proof_hash)
-    if len(proof_hash) != 32:
-        raise ValueError(f"proof_hash must be 32 bytes, got {len(proof_hash)}")
-    return {
-        "seq": int(seq),
-        "cumulative_seconds": int(cumulative),
-        "window_end": int(window_end),
-        "proof_hash": list(proof_hash),
-    }
-
-
 def _clock_unix_timestamp(info: tuple[Pubkey, bytes] | None) -> int:
     """``unix_timestamp`` of Clock sysvar account data (slot, epoch_start_timestamp, epoch,
     leader_schedule_epoch, unix_timestamp)."""
     if info is None or len(info[1]) < 40:
         raise SdkError("the node returned no Clock sysvar; is this a Solana JSON-RPC endpoint?")
     return int.from_bytes(info[1][32:40], "little", signed=True)
+
+
+def _check_attesters(submitter: Pubkey, item: SettleItem, job: JobView) -> None:
+    """ValueError where ``settle`` would refuse ``item``'s signers for ``job``."""
+    attesters = [a.authority for a in item.attestations]
+    for who in (submitter, *attesters):
+        if job.member_index(who) is None:
+            raise ValueError(f"{who} is not on the committee of job {item.job}")
+    if len(set(attesters) | {submitter}) != len(attesters) + 1:
+        raise ValueError(f"an attester of job {item.job} appears twice or is the submitter")
+    if len(attesters) != job.terms.quorum - 1:
+        raise ValueError(
+            f"job {item.job} needs {job.terms.quorum - 1} attestation(s) besides the "
+            f"submitter's (quorum {job.terms.quorum}), the item carries {len(attesters)}"
+        )
 
 
 class InvalidAccount(SdkError, ValueError):
@@ -161,13 +157,16 @@ def _plain(value: Any) -> Any:
     return value
 
 
-class GpuMarketClient(MarketAdmin, JobEndings):
+class GpuMarketClient(MarketAdmin, JobEndings, ValidatorNetwork):
     """Reads and writes gpu_market state through a Solana JSON-RPC ``url``.
 
     Market administration (``initialize_market``, ``update_params``, ``set_treasury``,
     ``sweep_vault``, ...) comes from :class:`gpu_market.admin.MarketAdmin`; the job endings
     (``cancel_job``, ``decline_job``, ``expire_job``, ``complete_job``) from
-    :class:`gpu_market.lifecycle.JobEndings`.
+    :class:`gpu_market.lifecycle.JobEndings`; validators, committees and their slashing
+    (``register_validator``, ``default_committee``, ``claim_validator_rewards``,
+    ``replace_committee_member``, ``slash_downtime``, ...) from
+    :class:`gpu_market.committee.ValidatorNetwork`.
     """
 
     def __init__(
@@ -294,18 +293,8 @@ class GpuMarketClient(MarketAdmin, JobEndings):
         market: Pubkey | None = None,
     ) -> list[JobView]:
         """Jobs matching every given filter (getProgramAccounts + memcmp), sorted by address."""
-        codec = self.codec
-        filters: list[Any] = [codec.account_size("Job")]
-        disc = bytes(codec.coder.accounts.acc_name_to_discriminator["Job"])
-        filters.append(MemcmpOpts(offset=0, bytes=_b58(disc)))
-        for name, key in (("market", market), ("provider", provider), ("user", user)):
-            if key is not None:
-                filters.append(
-                    MemcmpOpts(
-                        offset=codec.field_offset("Job", name),
-                        bytes=_b58(bytes(key)),
-                    )
-                )
+        memcmp = {name: bytes(key) for name, key in (("market", market), ("provider", provider),
+                                                     ("user", user)) if key is not None}  # fmt: skip
         wanted = None
         if statuses is not None:
             wanted = {s.lower() for s in statuses}
@@ -314,22 +303,23 @@ class GpuMarketClient(MarketAdmin, JobEndings):
                 raise ValueError(f"unknown job status {sorted(bad)}; expected {JOB_STATUSES}")
             if len(wanted) == 1:
                 (only,) = wanted
-                tag = codec.enum_index("JobStatus", only)
-                filters.append(
-                    MemcmpOpts(
-                        offset=codec.field_offset("Job", "status"),
-                        bytes=_b58(bytes([tag])),
-                    )
-                )
+                memcmp["status"] = bytes([self.codec.enum_index("JobStatus", only)])
+        jobs = [j for j in self._program_accounts("Job", memcmp) if wanted is None or j.status in wanted]
+        return sorted(jobs, key=lambda j: bytes(j.address))
+
+    def _program_accounts(self, kind: str, memcmp: Mapping[str, bytes]) -> list[Any]:
+        """Views of every ``kind`` account whose fields named in ``memcmp`` hold those bytes
+        (getProgramAccounts with dataSize, discriminator and memcmp filters)."""
+        codec = self.codec
+        disc = bytes(codec.coder.accounts.acc_name_to_discriminator[kind])
+        filters: list[Any] = [codec.account_size(kind), MemcmpOpts(offset=0, bytes=_b58(disc))]
+        for name, raw in memcmp.items():
+            filters.append(MemcmpOpts(offset=codec.field_offset(kind, name), bytes=_b58(raw)))
         resp = self._call(
             self.rpc.get_program_accounts, self.program_id, encoding="base64", filters=filters
         )
-        jobs = []
-        for keyed in resp.value:
-            view = decode_account(bytes(keyed.account.data), keyed.pubkey, self.codec)
-            if wanted is None or view.status in wanted:
-                jobs.append(view)
-        return sorted(jobs, key=lambda j: bytes(j.address))
+        views = [decode_account(bytes(k.account.data), k.pubkey, codec) for k in resp.value]
+        return [v for v in views if type(v).__name__ == f"{kind}View"]
 
     def token_balance(self, account: Pubkey) -> int:
         """Token amount (base units) of a token account; AccountNotFound if it does not exist."""
@@ -417,10 +407,30 @@ class GpuMarketClient(MarketAdmin, JobEndings):
             raise TransactionTooLarge(
                 f"transaction is {size} bytes, the limit is {PACKET_DATA_SIZE}; send fewer items"
             )
-        blockhash = self._call(self.rpc.get_latest_blockhash).value.blockhash
+        blockhash = self._latest_blockhash()
         msg = Message.new_with_blockhash(list(instructions), payer.pubkey(), blockhash)
         needed = set(msg.account_keys[: msg.header.num_required_signatures])
-        tx = Transaction([k for p, k in unique.items() if p in needed], msg, blockhash)
+        return self._send_raw(Transaction([k for p, k in unique.items() if p in needed], msg, blockhash))
+
+    def send_presigned(self, tx: Transaction) -> Signature:
+        """Send a transaction whose signatures were collected elsewhere (e.g. a
+        ``build_slash_downtime_tx`` signed by committee members over HTTP, joined with
+        :func:`gpu_market.committee.assemble_transaction`) and wait for the commitment.
+        ValueError, before sending, if a signature is missing or invalid; TransactionTooLarge
+        over 1232 bytes. Its blockhash must still be recent (about a minute)."""
+        try:
+            tx.verify()
+        except (TransactionError, SanitizeError) as e:
+            raise ValueError(f"the transaction is not fully signed: {e}") from None
+        size = len(bytes(tx))
+        if size > PACKET_DATA_SIZE:
+            raise TransactionTooLarge(f"transaction is {size} bytes, the limit is {PACKET_DATA_SIZE}")
+        return self._send_raw(tx)
+
+    def _latest_blockhash(self):
+        return self._call(self.rpc.get_latest_blockhash).value.blockhash
+
+    def _send_raw(self, tx: Transaction) -> Signature:
         try:
             resp = self._call(
                 self.rpc.send_raw_transaction,
@@ -530,25 +540,6 @@ class GpuMarketClient(MarketAdmin, JobEndings):
         )
         return self.send([ix], [owner])
 
-    def register_validator(self, authority: Keypair, market: Pubkey, bond: int) -> Signature:
-        """Register ``authority`` as a validator, bonding ``bond`` from its stake-mint ATA."""
-        m = self._require(market, "Market")
-        ix = self.codec.instruction(
-            "register_validator",
-            {"bond": bond},
-            {
-                "authority": authority.pubkey(),
-                "market": market,
-                "validator": pda.validator_pda(market, authority.pubkey(), self.program_id),
-                "stake_mint": m.stake_mint,
-                "authority_stake_account": tokens.ata(authority.pubkey(), m.stake_mint),
-                "stake_vault": m.stake_vault,
-                "token_program": TOKEN_PROGRAM_ID,
-                "system_program": SYSTEM_PROGRAM_ID,
-            },
-        )
-        return self.send([ix], [authority])
-
     def create_job(
         self,
         user: Keypair,
@@ -557,11 +548,18 @@ class GpuMarketClient(MarketAdmin, JobEndings):
         job_id: int,
         gpu_count: int,
         deposit: int,
+        *,
+        committee: Sequence[Pubkey],
+        quorum: int,
         max_price_per_gpu_second: int | None = None,
     ) -> tuple[Signature, Pubkey]:
         """Open job ``job_id`` on ``provider`` (the Provider PDA), escrowing ``deposit`` from
         the user's payment-mint ATA. Returns ``(signature, job address)``.
 
+        ``committee``: 1..5 distinct authorities of Active validators of the market (see
+        :meth:`default_committee`), none of them the provider's owner or worker key; their
+        Validator PDAs go as read-only remaining accounts, in order. ``quorum``: how many of
+        them must agree on each settlement, ``min_quorum <= quorum <= min(3, len(committee))``.
         The job's terms (rate, fee, window, grace, ...) are fixed now from the parameters in
         force at chain time (:func:`gpu_market.accounts.effective_params`) and the provider's
         price. ``max_price_per_gpu_second`` (base units) is the highest price the user accepts:
@@ -569,9 +567,24 @@ class GpuMarketClient(MarketAdmin, JobEndings):
         it when the transaction lands (so a provider cannot front-run the user with a price
         rise); by default it is the price read here, before the transaction is built.
         ValueError, before anything is sent, if ``deposit`` is below one window at the price
-        read (:meth:`min_deposit`) or that price is already above ``max_price_per_gpu_second``.
+        read (:meth:`min_deposit`), that price is already above ``max_price_per_gpu_second``,
+        or the committee or quorum would be refused.
         """
-        m, p, params = self._pricing(market, provider)
+        committee = list(committee)
+        pdas = [pda.validator_pda(market, a, self.program_id) for a in committee]
+        m_info, p_info, clock, *v_infos = self._account_infos([market, provider, CLOCK_SYSVAR_ID, *pdas])
+        m = self._decode_info(market, m_info, "Market")
+        p = self._decode_info(provider, p_info, "Provider")
+        if m is None:
+            raise AccountNotFound(f"Market account {market} does not exist (check the address)")
+        if p is None:
+            raise AccountNotFound(f"Provider account {provider} does not exist (check the address)")
+        params = effective_params(m, _clock_unix_timestamp(clock))
+        check_committee(
+            committee, int(quorum), params.min_quorum,
+            [self._decode_info(k, info, "Validator") for k, info in zip(pdas, v_infos)], market,
+            {p.owner: "the provider's owner", p.worker_key: "the provider's worker key"},
+        )  # fmt: skip
         price = p.price_per_gpu_second
         max_price = price if max_price_per_gpu_second is None else int(max_price_per_gpu_second)
         if not 0 <= max_price < 2**64:
@@ -593,7 +606,7 @@ class GpuMarketClient(MarketAdmin, JobEndings):
         ix = self.codec.instruction(
             "create_job",
             {"job_id": job_id, "gpu_count": gpu_count, "deposit": deposit,
-             "max_price_per_gpu_second": max_price},
+             "max_price_per_gpu_second": max_price, "committee": committee, "quorum": int(quorum)},
             {
                 "user": user.pubkey(),
                 "market": market,
@@ -605,7 +618,8 @@ class GpuMarketClient(MarketAdmin, JobEndings):
                 "token_program": TOKEN_PROGRAM_ID,
                 "system_program": SYSTEM_PROGRAM_ID,
             },
-        )
+            remaining=[AccountMeta(k, False, False) for k in pdas],
+        )  # fmt: skip
         return self.send([ix], [user]), job
 
     def accept_job(self, signer: Keypair, job: Pubkey) -> Signature:
@@ -743,41 +757,6 @@ class GpuMarketClient(MarketAdmin, JobEndings):
         ata_ix = tokens.create_ata_idempotent_ix(owner.pubkey(), owner.pubkey(), m.stake_mint)
         return self.send([ata_ix, ix], [owner])
 
-    # ================================================================== validators
-
-    def request_validator_exit(self, authority: Keypair, market: Pubkey) -> Signature:
-        """Stop settling; the whole bond unbonds for ``unbonding_seconds``."""
-        ix = self.codec.instruction(
-            "request_validator_exit",
-            {},
-            {
-                "authority": authority.pubkey(),
-                "market": market,
-                "validator": pda.validator_pda(market, authority.pubkey(), self.program_id),
-            },
-        )
-        return self.send([ix], [authority])
-
-    def withdraw_validator_bond(self, authority: Keypair, market: Pubkey) -> Signature:
-        """Pay an exited validator's released bond to its stake-mint ATA (created in the same
-        transaction if missing) and close the Validator account (rent to the authority)."""
-        m = self._require(market, "Market")
-        ix = self.codec.instruction(
-            "withdraw_validator_bond",
-            {},
-            {
-                "authority": authority.pubkey(),
-                "market": market,
-                "validator": pda.validator_pda(market, authority.pubkey(), self.program_id),
-                "stake_mint": m.stake_mint,
-                "stake_vault": m.stake_vault,
-                "authority_stake_account": tokens.ata(authority.pubkey(), m.stake_mint),
-                "token_program": TOKEN_PROGRAM_ID,
-            },
-        )
-        ata_ix = tokens.create_ata_idempotent_ix(authority.pubkey(), authority.pubkey(), m.stake_mint)
-        return self.send([ata_ix, ix], [authority])
-
     # ================================================================== job lifecycle
 
     def top_up(self, user: Keypair, job: Pubkey, amount: int) -> Signature:
@@ -836,7 +815,7 @@ class GpuMarketClient(MarketAdmin, JobEndings):
         otherwise, or when the receipts have different seqs or are identical, the job is Open,
         a receipt ends at or before the job's ``started_at`` (an earlier job at this address),
         or within the incident the provider was already slashed for."""
-        r1, r2 = _receipt_args(first), _receipt_args(second)
+        r1, r2 = receipt_args(first), receipt_args(second)
         if r1["seq"] != r2["seq"]:
             raise ValueError(f"receipts have different seqs ({r1['seq']} and {r2['seq']})")
         if r1 == r2:
@@ -925,42 +904,17 @@ class GpuMarketClient(MarketAdmin, JobEndings):
             )
         return self.send(ixs, [reporter])
 
-    def slash_downtime(
-        self,
-        validator_authority: Keypair,
-        job: Pubkey,
-        extra_validators: Sequence[Keypair] = (),
-        *,
-        reporter_stake_account: Pubkey | None = None,
-    ) -> Signature:
-        """Slash the provider of a Running ``job`` that missed ``max_missed_windows`` windows.
-
-        ``validator_authority`` and every ``extra_validators`` keypair sign (``settle_quorum``
-        distinct Active validators in all); the extras are passed as remaining accounts in
-        pairs (Validator PDA, authority as signer). The reward goes to
-        ``reporter_stake_account`` (default: the signer's stake-mint ATA).
-        """
-        accounts, j, _, _ = self._slash_targets(
-            job, validator_authority.pubkey(), reporter_stake_account
-        )
-        accounts["validator_authority"] = validator_authority.pubkey()
-        accounts["validator"] = pda.validator_pda(j.market, validator_authority.pubkey(), self.program_id)
-        remaining = []
-        for kp in extra_validators:
-            remaining.append(
-                AccountMeta(pda.validator_pda(j.market, kp.pubkey(), self.program_id), False, False)
-            )
-            remaining.append(AccountMeta(kp.pubkey(), True, False))
-        ix = self.codec.instruction("slash_downtime", {}, accounts, remaining=remaining)
-        return self.send([ix], [validator_authority, *extra_validators])
-
     # ================================================================== settle
 
     def settle_instructions(
         self, validator_authority: Pubkey, items: Sequence[SettleItem]
     ) -> list[Instruction]:
         """The instructions of one settle transaction for ``items`` (reads jobs, providers
-        and markets from chain; builds nothing it cannot resolve)."""
+        and markets from chain; builds nothing it cannot resolve). ValueError, before anything
+        is built, when ``validator_authority`` or an attester is not on the job's committee,
+        an attester appears twice or is the submitter, or an item does not carry exactly
+        ``terms.quorum - 1`` attestations (the program's NotCommitteeMember,
+        DuplicateValidator, QuorumNotMet)."""
         jobs = self._views([i.job for i in items], "Job")
         providers = self._views(list({j.provider: None for j in jobs}), "Provider")
         by_provider = {p.address: p for p in providers}
@@ -968,6 +922,7 @@ class GpuMarketClient(MarketAdmin, JobEndings):
         by_market = {m.address: m for m in markets}
         ixs: list[Instruction] = []
         for item, job in zip(items, jobs):
+            _check_attesters(validator_authority, item, job)
             market = by_market[job.market]
             provider = by_provider[job.provider]
             accounts = SettleAccounts(
@@ -979,7 +934,7 @@ class GpuMarketClient(MarketAdmin, JobEndings):
                 fee_vault=market.fee_vault,
                 payment_mint=market.payment_mint,
                 extra_validators=tuple(
-                    pda.validator_pda(job.market, a.validator_authority, self.program_id)
+                    pda.validator_pda(job.market, a.authority, self.program_id)
                     for a in item.attestations
                 ),
             )
@@ -1012,11 +967,12 @@ class GpuMarketClient(MarketAdmin, JobEndings):
         ixs = self.settle_instructions(validator_authority.pubkey(), items)
         return self.send(ixs, [validator_authority])
 
-    def max_settle_items_per_tx(self, settle_quorum: int = 1) -> int:
-        """How many SettleItems of one market always fit in one legacy transaction.
+    def max_settle_items_per_tx(self, quorum: int = 1) -> int:
+        """How many SettleItems of one market for jobs of this ``quorum`` always fit in one
+        legacy transaction.
 
-        Each item is one Ed25519 instruction (one 173-byte receipt copy, 110 bytes per
-        signature) plus ``settle`` with ``settle_quorum - 1`` remaining accounts: this is 1 for
-        quorum 1 to 3 and 0 from quorum 4 (such a settle does not fit a legacy transaction).
+        Each item is one Ed25519 instruction (one 181-byte attestation-message copy, 110 bytes
+        per signature) plus ``settle`` with ``quorum - 1`` writable remaining accounts: this is
+        1 for quorum 1 to 3 (a job's quorum is at most 3).
         """
-        return max_settle_items_per_tx(self.codec, settle_quorum)
+        return max_settle_items_per_tx(self.codec, quorum)

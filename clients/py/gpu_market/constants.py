@@ -8,7 +8,10 @@ __all__ = [
     "ASSOCIATED_TOKEN_PROGRAM_ID",
     "CLOCK_SYSVAR_ID",
     "ED25519_PROGRAM_ID",
+    "ENDPOINT_LEN",
     "INSTRUCTIONS_SYSVAR_ID",
+    "MAX_BPS",
+    "MAX_COMMITTEE",
     "MAX_ECC_UNCORRECTED",
     "MAX_FEE_BPS",
     "MAX_MISSED_WINDOWS",
@@ -41,7 +44,14 @@ MAX_UNBONDING_SECONDS = 365 * 24 * 3_600
 MAX_SKEW_SECONDS = 300
 """Also the margin after an equivocation slash within which evidence counts as the same
 incident (``slash_equivocation``)."""
-MAX_QUORUM = 5
+MAX_QUORUM = 3
+"""Largest ``min_quorum`` of a market and ``quorum`` of a job: a quorum-3 settle (worker + two
+attestations over one shared message copy) is the largest that fits one packet."""
+MAX_COMMITTEE = 5
+"""Most validators a job's committee names (``state/job.rs``)."""
+ENDPOINT_LEN = 96
+"""Bytes of a validator's endpoint URL on chain (UTF-8, zero-padded; ``state/validator.rs``)."""
+MAX_BPS = 10_000
 MAX_MISSED_WINDOWS = 1_440
 MAX_REPORTER_REWARD_BPS = 5_000
 TEMP_CRITICAL_RANGE_C = (50, 150)

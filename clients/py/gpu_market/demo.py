@@ -1,9 +1,11 @@
 """The local network demo: one GPU job paid end to end (``make demo``; ``python -m gpu_market.demo``).
 
-Starts the local chain (``gpum-localnet``), creates the mints, the market, a staked provider, a
-validator and a user's escrowed job, then runs a simulated worker (``gpum-worker run
---simulate``) and a validator node (``gpum-validator run``) as real processes. It waits for at
-least ``--settlements`` settlements to land, finishes and closes the job through the ``gpum``
+Starts the local chain (``gpum-localnet``), creates the mints, the market, a staked provider,
+three validators with public endpoints and a user's escrowed job whose committee is those three
+with a quorum of 2, then runs a simulated worker (``gpum-worker run --simulate``, which finds the
+committee's endpoints on chain) and three validator nodes (``gpum-validator run``) as real
+processes; the nodes exchange attestations and settle 2-of-3. It waits for at least
+``--settlements`` settlements to land, finishes and closes the job through the ``gpum``
 CLI, moves the fees from the market's fee vault to its treasury (``gpum market withdraw-fees``)
 and prints a summary. The last line is one JSON object whose figures are all read back from the
 chain (token balances and mint supply), never computed from the inputs.
@@ -150,6 +152,8 @@ def run_demo(
     settlements: int = 3,
     max_missed_windows: int = 2,
     gpus: int = 2,
+    validators: int = 3,
+    quorum: int = 2,
     timeout: float = 180.0,
     say=print,
 ) -> dict[str, Any]:
@@ -169,23 +173,26 @@ def run_demo(
         wait_for_line(chain, workdir / "localnet.log", "ready on", timeout=60)
         say(f"local chain       {url}")
 
-        admin, owner, user, validator = Keypair(), Keypair(), Keypair(), Keypair()
-        keys = {n: write_keypair(workdir / f"{n}.json", k) for n, k in
-                [("admin", admin), ("owner", owner), ("user", user), ("validator", validator)]}
+        admin, owner, user = Keypair(), Keypair(), Keypair()
+        vkeys = [Keypair() for _ in range(validators)]
+        named = [("admin", admin), ("owner", owner), ("user", user)]
+        named += [(f"validator{i}", k) for i, k in enumerate(vkeys)]
+        keys = {n: write_keypair(workdir / f"{n}.json", k) for n, k in named}
         client = GpuMarketClient(url, payer=admin)
         worker_key_file = workdir / "worker-key.json"
         worker_pub = _run([_tool("gpum-worker"), "keygen", "--out", str(worker_key_file)])
         worker_pub = worker_pub.strip().split()[-1]
         from solders.pubkey import Pubkey
 
-        for kp in (admin, owner, user, validator):
+        for kp in (admin, owner, user, *vkeys):
             client.airdrop(kp.pubkey(), 10 * 10**9)
         client.airdrop(Pubkey.from_string(worker_pub), 1 * 10**9)
 
         # -- mints and balances (the admin is mint authority of both demo mints) -------
         stake_mint = tokens.create_mint(client, admin, DECIMALS)
         payment_mint = tokens.create_mint(client, admin, DECIMALS)
-        for kp, stake, pay in ((owner, 10_000, 0), (validator, 1_000, 0), (user, 0, 1_000)):
+        funded = [(owner, 10_000, 0), (user, 0, 1_000)] + [(v, 1_000, 0) for v in vkeys]
+        for kp, stake, pay in funded:
             if stake:
                 acct = tokens.create_ata(client, admin, kp.pubkey(), stake_mint)
                 tokens.mint_to(client, stake_mint, acct, admin, stake * UNIT)
@@ -214,8 +221,13 @@ def run_demo(
         cli("owner", "provider", "stake", "--market", str(market), "1000")
         provider = pda.provider_pda(market, owner.pubkey())
         say(f"provider          {provider} ({gpus} GPUs, staked 1000)")
-        cli("validator", "validator", "register", "--market", str(market), "500")
-        say(f"validator         {validator.pubkey()} (bond 500)")
+        # The validators register with the endpoints their nodes will listen on.
+        vports = [free_port() for _ in vkeys]
+        vurls = [f"http://127.0.0.1:{p}" for p in vports]
+        for i, (v, vurl) in enumerate(zip(vkeys, vurls)):
+            cli(f"validator{i}", "validator", "register", "--market", str(market),
+                "--endpoint", vurl, "--bond", "500")
+            say(f"validator {i}       {v.pubkey()} (bond 500, endpoint {vurl})")
 
         user_pay = tokens.ata(user.pubkey(), payment_mint)
         provider_pay = tokens.ata(owner.pubkey(), payment_mint)
@@ -225,47 +237,52 @@ def run_demo(
         supply_before = client.mint_supply(payment_mint)
         job = Pubkey.from_string(cli(
             "user", "job", "create", "--market", str(market), "--provider", str(provider),
-            "--gpu-count", str(gpus), "--deposit", "50", "--job-id", "1")["job"])
+            "--gpu-count", str(gpus), "--deposit", "50", "--job-id", "1",
+            "--committee", ",".join(str(v.pubkey()) for v in vkeys),
+            "--quorum", str(quorum))["job"])
         user_after_create = client.token_balance(user_pay)
         terms = client.fetch_job(job).terms
         say(f"job               {job} (deposit 50, {gpus} GPUs, {terms.window_seconds}s windows, "
-            f"grace {terms.grace_seconds}s)")
+            f"grace {terms.grace_seconds}s, committee of {validators}, quorum {quorum})")
 
-        # -- validator node and worker -----------------------------------------------
-        vport = free_port()
-        vurl = f"http://127.0.0.1:{vport}"
-        vdb = workdir / "validator.sqlite"
-        procs.start("validator", [
-            _tool("gpum-validator"), "run", "--url", url, "--keypair", str(keys["validator"]),
-            "--market", str(market), "--listen", f"127.0.0.1:{vport}", "--db", str(vdb),
-            "--settle-every", str(settle_every)])
-        wait_http(f"{vurl}/health", timeout=30)
+        # -- validator nodes and worker (which finds the committee's endpoints on chain) --
+        vdb = workdir / "validator0.sqlite"
+        for i, vport in enumerate(vports):
+            procs.start(f"validator{i}", [
+                _tool("gpum-validator"), "run", "--url", url,
+                "--keypair", str(keys[f"validator{i}"]), "--market", str(market),
+                "--listen", f"127.0.0.1:{vport}", "--db", str(workdir / f"validator{i}.sqlite"),
+                "--settle-every", str(settle_every)])
+        for vurl in vurls:
+            wait_http(f"{vurl}/health", timeout=30)
         procs.start("worker", [
             _tool("gpum-worker"), "run", "--simulate", "--gpus", str(gpus), "--seed", "1",
             "--key", str(worker_key_file), "--db", str(workdir / "worker-outbox.sqlite"),
-            "--validator", vurl, "--window-seconds", str(window_seconds),
+            "--window-seconds", str(window_seconds),
             "--poll-seconds", "1", "--rpc-url", url, "--program-id", str(client.program_id),
             "--market", str(market), "--provider", str(provider)])
-        say(f"worker + validator running (windows of {window_seconds}s, settle every "
-            f"{settle_every})")
+        say(f"worker + {validators} validators running (windows of {window_seconds}s, settle "
+            f"every {settle_every}, quorum {quorum})")
 
-        # -- wait for settlements -----------------------------------------------------
-        vaddr = pda.validator_pda(market, validator.pubkey())
+        # -- wait for settlements (any member may lead a round) -----------------------
+        vaddrs = [pda.validator_pda(market, v.pubkey()) for v in vkeys]
         deadline = time.monotonic() + timeout
         seen = -1
         while True:
             procs.check_alive()
-            count = client.fetch_validator(vaddr).settlements
+            count = sum(client.fetch_validator(a).settlements for a in vaddrs)
             if count != seen:
                 j = client.fetch_job(job)
                 say(f"  settlements={count} job.last_seq={j.last_seq} "
-                    f"settled_seconds={j.settled_seconds} status={j.status}")
+                    f"paid_seconds={j.paid_seconds} status={j.status}")
                 seen = count
             if count >= settlements:
                 break
             if time.monotonic() > deadline:
-                raise DemoError(f"only {count} settlements after {timeout:.0f}s; validator log:\n"
-                                f"{procs.tail('validator')}\nworker log:\n{procs.tail('worker')}")
+                logs = "\n".join(f"validator{i} log:\n{procs.tail(f'validator{i}')}"
+                                 for i in range(validators))
+                raise DemoError(f"only {count} settlements after {timeout:.0f}s;\n{logs}\n"
+                                f"worker log:\n{procs.tail('worker')}")
             time.sleep(0.5)
 
         # -- finish; the last receipts settle within the grace; complete; close ---------
@@ -298,6 +315,7 @@ def run_demo(
         fee_vault_left = client.token_balance(fee_vault)
         burned = supply_before - client.mint_supply(payment_mint)
         refunded = client.token_balance(user_pay) - user_after_create
+        validator_rewards = sum(client.fetch_validator(a).rewards_earned for a in vaddrs)
         summary = {
             "demo": "ok",
             "windows_proved": _windows_proved(vdb, bytes(job)),
@@ -312,9 +330,14 @@ def run_demo(
             "refunded": refunded,
             "conserved": deposited
             == provider_paid + treasury_balance + fee_vault_left + burned + refunded,
+            "validators": validators,
+            "quorum": quorum,
+            # Credited to the attesting members by settle (read from their Validator accounts);
+            # unclaimed, so it is what the fee vault still holds.
+            "validator_rewards": validator_rewards,
         }
         say("")
-        say(f"settled {final.settled_seconds} s of a {gpus}-GPU job over {final.last_seq} windows "
+        say(f"settled {final.paid_seconds} s of a {gpus}-GPU job over {final.last_seq} windows "
             f"at {final.terms.rate_per_second / UNIT:g} per second")
         for name in ("deposited", "provider_paid", "treasury", "burned", "refunded"):
             say(f"  {name:<14}{summary[name] / UNIT:>12.6f}")

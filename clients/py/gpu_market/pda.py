@@ -18,6 +18,7 @@ __all__ = [
     "MARKET_SEED",
     "PROVIDER_SEED",
     "STAKE_VAULT_SEED",
+    "VALIDATOR_EQUIVOCATION_SEED",
     "VALIDATOR_SEED",
     "equivocation_pda",
     "equivocation_pda_and_bump",
@@ -33,6 +34,8 @@ __all__ = [
     "provider_pda_and_bump",
     "stake_vault_pda",
     "stake_vault_pda_and_bump",
+    "validator_equivocation_pda",
+    "validator_equivocation_pda_and_bump",
     "validator_pda",
     "validator_pda_and_bump",
 ]
@@ -45,6 +48,7 @@ ESCROW_SEED = b"escrow"
 STAKE_VAULT_SEED = b"stake_vault"
 FEE_VAULT_SEED = b"fee_vault"
 EQUIVOCATION_SEED = b"equivocation"
+VALIDATOR_EQUIVOCATION_SEED = b"validator_equivocation"
 
 _U64_MAX = 2**64 - 1
 
@@ -53,6 +57,12 @@ def _u64(name: str, value: int) -> bytes:
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= _U64_MAX:
         raise ValueError(f"{name} must be an integer in [0, 2**64 - 1], got {value!r}")
     return value.to_bytes(8, "little")
+
+
+def _i64(name: str, value: int) -> bytes:
+    if isinstance(value, bool) or not isinstance(value, int) or not -(2**63) <= value < 2**63:
+        raise ValueError(f"{name} must be an i64, got {value!r}")
+    return value.to_bytes(8, "little", signed=True)
 
 
 def market_pda_and_bump(
@@ -110,12 +120,22 @@ def equivocation_pda_and_bump(
 ) -> tuple[Pubkey, int]:
     """``["equivocation", job, started_at:i64le, seq:u64le]``: the record of a slashed
     (job incarnation, seq); ``started_at`` is the job's (a closed job's address can be reused)."""
-    if isinstance(started_at, bool) or not isinstance(started_at, int) or not -(2**63) <= started_at < 2**63:
-        raise ValueError(f"started_at must be an i64, got {started_at!r}")
     return Pubkey.find_program_address(
-        [EQUIVOCATION_SEED, bytes(job), started_at.to_bytes(8, "little", signed=True), _u64("seq", seq)],
-        program_id,
+        [EQUIVOCATION_SEED, bytes(job), _i64("started_at", started_at), _u64("seq", seq)], program_id
     )
+
+
+def validator_equivocation_pda_and_bump(
+    validator: Pubkey, job: Pubkey, started_at: int, seq: int, program_id: Pubkey = PROGRAM_ID
+) -> tuple[Pubkey, int]:
+    """``["validator_equivocation", validator, job, started_at:i64le, seq:u64le]``: the record
+    of a validator (its Validator PDA, not its authority) slashed for two attestations of one
+    (job incarnation, seq)."""
+    return Pubkey.find_program_address(
+        [VALIDATOR_EQUIVOCATION_SEED, bytes(validator), bytes(job), _i64("started_at", started_at),
+         _u64("seq", seq)],
+        program_id,
+    )  # fmt: skip
 
 
 def market_pda(authority: Pubkey, market_id: int, program_id: Pubkey = PROGRAM_ID) -> Pubkey:
@@ -159,3 +179,11 @@ def equivocation_pda(
     """Address of the EquivocationRecord of ``job`` (the incarnation that started at
     ``started_at``) at ``seq``; it exists once that pair was slashed."""
     return equivocation_pda_and_bump(job, started_at, seq, program_id)[0]
+
+
+def validator_equivocation_pda(
+    validator: Pubkey, job: Pubkey, started_at: int, seq: int, program_id: Pubkey = PROGRAM_ID
+) -> Pubkey:
+    """Address of the EquivocationRecord of ``validator`` (the Validator PDA) for ``job`` (the
+    incarnation that started at ``started_at``) at ``seq``; it exists once that was slashed."""
+    return validator_equivocation_pda_and_bump(validator, job, started_at, seq, program_id)[0]

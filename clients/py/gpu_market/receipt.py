@@ -6,6 +6,16 @@ The receipt message is what the worker key signs for every window and what the o
     b"gpu-market/receipt/v1" || program_id(32) || market(32) || job(32) ||
     seq:u64le || cumulative_seconds:u64le || window_end:i64le || proof_hash(32)
 
+A committee member attests to a receipt and the seconds it approves for the job up to it
+(issue 8) by signing the attestation message, the receipt message followed by the approved
+cumulative seconds::
+
+    receipt_message(...) || approved_seconds:u64le                       (181 bytes)
+
+(``programs/gpu_market/src/receipt.rs::attestation_message``: one copy of these bytes in the
+Ed25519 instruction before ``settle`` serves the worker's signature, over its first 173 bytes,
+and every attestation.)
+
 Guarantees: ``receipt_message`` returns exactly these 173 bytes or raises ``ValueError``
 naming the bad argument; it never truncates, wraps or coerces a value. ``verify`` never
 raises on malformed input, it returns False. Shared vectors: ``docs/vectors/receipt.json``.
@@ -23,12 +33,15 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 __all__ = [
+    "ATTESTATION_MESSAGE_LEN",
     "I64_MAX",
     "I64_MIN",
     "PROOF_DOMAIN",
     "RECEIPT_DOMAIN",
     "RECEIPT_MESSAGE_LEN",
     "U64_MAX",
+    "attestation_message",
+    "attestation_signature",
     "private_key_from_seed",
     "public_key_bytes",
     "receipt_message",
@@ -47,6 +60,7 @@ I64_MIN = -(2**63)
 I64_MAX = 2**63 - 1
 
 RECEIPT_MESSAGE_LEN = len(RECEIPT_DOMAIN) + 3 * 32 + 3 * 8 + 32
+ATTESTATION_MESSAGE_LEN = RECEIPT_MESSAGE_LEN + 8
 
 
 def _check_bytes32(name: str, value: object) -> bytes:
@@ -94,6 +108,30 @@ def receipt_message(
     msg = b"".join(parts)
     assert len(msg) == RECEIPT_MESSAGE_LEN
     return msg
+
+
+def attestation_message(receipt_message: bytes, approved_seconds: int) -> bytes:
+    """The 181 bytes a committee member signs: ``receipt_message || approved_seconds:u64le``.
+
+    ValueError if ``receipt_message`` is not 173 bytes or ``approved_seconds`` is not a u64.
+    """
+    msg = bytes(receipt_message)
+    if len(msg) != RECEIPT_MESSAGE_LEN or not msg.startswith(RECEIPT_DOMAIN):
+        raise ValueError(
+            f"receipt_message must be a {RECEIPT_MESSAGE_LEN}-byte receipt message, got {len(msg)} bytes"
+        )
+    return msg + struct.pack("<Q", _check_int("approved_seconds", approved_seconds, 0, U64_MAX))
+
+
+def attestation_signature(signer: object, receipt_message: bytes, approved_seconds: int) -> bytes:
+    """Ed25519 signature (64 bytes) of :func:`attestation_message` by ``signer``: a
+    ``solders`` Keypair (anything with ``sign_message``), an ``Ed25519PrivateKey`` or a
+    32-byte seed."""
+    msg = attestation_message(receipt_message, approved_seconds)
+    sign_message = getattr(signer, "sign_message", None)
+    if sign_message is not None:
+        return bytes(sign_message(msg))
+    return sign(signer, msg)  # type: ignore[arg-type]
 
 
 def private_key_from_seed(seed: bytes) -> Ed25519PrivateKey:

@@ -2,25 +2,29 @@
 
 For each :class:`SettleItem` the transaction carries, in order::
 
-    Ed25519(worker key, attester 1, ..., attester q-1; all over ONE copy of the receipt)
-    settle(receipt)          extra Validator PDAs as remaining accounts, attester order
+    Ed25519(worker key, attester 1, ..., attester q-1; ONE copy of the attestation message)
+    settle(receipt, approved_seconds)   attesters' Validator PDAs as writable remaining accounts
 
-The Ed25519 instruction holds ``n`` signatures whose pubkey, signature and message all lie
-inside that same instruction (every instruction index 0xFFFF); all ``n`` entries point at the
-single copy of the message at the end (``programs/gpu_market/src/receipt.rs::ed25519_signers``)::
+The attestation message is ``receipt_message || approved_seconds:u64le`` (181 bytes,
+:func:`gpu_market.receipt.attestation_message`). The Ed25519 instruction holds it once; entry 0
+is the worker's signature over its first 173 bytes (the receipt message), entries 1..q-1 are
+the other committee members' signatures over all 181 bytes (the submitter's transaction
+signature is its own attestation). Every offset points inside that same instruction
+(instruction index 0xFFFF), byte for byte
+``program-tests/tests/common/mod.rs::ed25519_settle_ix``::
 
-    [num=n, pad=0, n x (sig_off:u16, 0xFFFF, pk_off:u16, 0xFFFF, msg_off:u16, msg_len:u16, 0xFFFF)]
-    + n x (pubkey(32) + signature(64)) + message
+    [n, 0, n x (sig_off:u16, 0xFFFF, pk_off:u16, 0xFFFF, msg_off:u16, msg_len:u16, 0xFFFF)]
+    + n x pubkey(32) + n x signature(64) + message
 
-For ``n = 1`` this is byte for byte ``program-tests/tests/common/mod.rs::ed25519_ix_raw``
-(``pk_off=16``, ``sig_off=48``, ``msg_off=112``).
+For ``n = 1`` this is also ``ed25519_ix_raw`` (``pk_off=16``, ``sig_off=48``, ``msg_off=112``).
 """
 
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from solders.hash import Hash
 from solders.instruction import AccountMeta, Instruction
@@ -41,11 +45,15 @@ __all__ = [
     "Attestation",
     "SettleAccounts",
     "SettleItem",
+    "attestation_message_for",
+    "ed25519_entries_instruction",
     "ed25519_instruction",
     "ed25519_multi_instruction",
+    "ed25519_settle_instruction",
     "max_settle_items_per_tx",
     "parse_ed25519_instruction",
     "parse_ed25519_signatures",
+    "receipt_args",
     "receipt_message_for",
     "settle_instructions",
     "transaction_size",
@@ -64,20 +72,26 @@ _ENTRY = 32 + 64
 
 @dataclass(frozen=True)
 class Attestation:
-    """An extra validator's Ed25519 signature over the same receipt (settle_quorum > 1)."""
+    """A committee member's Ed25519 signature over the attestation message of a settlement
+    (``receipt_message || approved_seconds``; :func:`gpu_market.receipt.attestation_signature`),
+    by its validator ``authority``."""
 
-    validator_authority: Pubkey
+    authority: Pubkey
     signature: bytes
 
 
 @dataclass(frozen=True)
 class SettleItem:
-    """One signed window receipt to settle for ``job``.
+    """One signed window receipt of ``job`` and the cumulative seconds the committee approves
+    for the job up to it.
 
     ``receipt_signature`` is the worker key's Ed25519 signature over the receipt message
-    (``gpu_market.receipt.receipt_message``). ``attestations`` (``settle_quorum - 1`` of them
-    when the market's quorum is above 1) follow the worker's signature in the Ed25519
-    instruction, and their Validator PDAs are the remaining accounts, in this order.
+    (``gpu_market.receipt.receipt_message``). ``approved_seconds`` is the job's approved
+    cumulative total (the program pays ``approved_seconds - job.paid_seconds``; it must not
+    exceed what the worker claimed since the last settlement). ``attestations`` are the
+    ``terms.quorum - 1`` other committee members' signatures over the attestation message; they
+    follow the worker's signature in the Ed25519 instruction, and their Validator PDAs are the
+    remaining accounts, in this order.
     """
 
     job: Pubkey
@@ -87,7 +101,8 @@ class SettleItem:
     proof_hash: bytes
     worker_key: Pubkey
     receipt_signature: bytes
-    attestations: tuple[Attestation, ...] = field(default=())
+    approved_seconds: int
+    attestations: Sequence[Attestation] = field(default=())
 
 
 @dataclass(frozen=True)
@@ -108,40 +123,62 @@ class SettleAccounts:
     extra_validators: tuple[Pubkey, ...] = ()
 
 
+def _shared_message_instruction(entries: Sequence[tuple[bytes, bytes, int]], message: bytes) -> Instruction:
+    """``(pubkey, signature, signed_len)`` entries over prefixes of one copy of ``message``."""
+    n = len(entries)
+    if not 1 <= n <= MAX_ED25519_SIGNATURES:
+        raise ValueError(f"an Ed25519 instruction here carries 1..{MAX_ED25519_SIGNATURES} "
+                         f"signatures, got {n}")  # fmt: skip
+    for i, (pk, sig, _) in enumerate(entries):
+        if len(pk) != 32:
+            raise ValueError(f"pubkey {i} must be 32 bytes, got {len(pk)}")
+        if len(sig) != 64:
+            raise ValueError(f"signature {i} must be 64 bytes, got {len(sig)}")
+    header_len = _HEADER + _OFFSETS * n
+    msg_off = header_len + _ENTRY * n
+    if msg_off + len(message) > 0xFFFF:
+        raise ValueError(f"message of {len(message)} bytes is too long")
+    data = bytearray([n, 0])
+    for i, (_, _, signed_len) in enumerate(entries):
+        pk_off, sig_off = header_len + 32 * i, header_len + 32 * n + 64 * i
+        data += struct.pack("<7H", sig_off, THIS_INSTRUCTION, pk_off, THIS_INSTRUCTION, msg_off,
+                            signed_len, THIS_INSTRUCTION)  # fmt: skip
+    data += b"".join(pk for pk, _, _ in entries) + b"".join(sig for _, sig, _ in entries)
+    return Instruction(ED25519_PROGRAM_ID, bytes(data + message), [])
+
+
 def ed25519_multi_instruction(
     signatures: Sequence[tuple[bytes | Pubkey, bytes]], message: bytes
 ) -> Instruction:
     """Ed25519-program instruction verifying every ``(pubkey, signature)`` over ``message``.
 
-    One copy of ``message`` sits at the end; every entry's offsets point into this same
-    instruction. Raises ValueError on no signatures, more than ``MAX_ED25519_SIGNATURES``, a key
-    that is not 32 bytes, a signature that is not 64 bytes, or offsets beyond u16.
+    One copy of ``message`` sits at the end, after all pubkeys and then all signatures; every
+    entry's offsets point into this same instruction (``common/mod.rs::ed25519_multi_ix``).
+    Raises ValueError on no signatures, more than ``MAX_ED25519_SIGNATURES``, a key that is not
+    32 bytes, a signature that is not 64 bytes, or offsets beyond u16.
     """
-    pairs = [(bytes(pk), bytes(sig)) for pk, sig in signatures]
     msg = bytes(message)
-    n = len(pairs)
-    if not 1 <= n <= MAX_ED25519_SIGNATURES:
-        raise ValueError(f"an Ed25519 instruction here carries 1..{MAX_ED25519_SIGNATURES} "
-                         f"signatures, got {n}")  # fmt: skip
-    for i, (pk, sig) in enumerate(pairs):
-        if len(pk) != 32:
-            raise ValueError(f"pubkey {i} must be 32 bytes, got {len(pk)}")
-        if len(sig) != 64:
-            raise ValueError(f"signature {i} must be 64 bytes, got {len(sig)}")
-    base = _HEADER + _OFFSETS * n
-    msg_off = base + _ENTRY * n
-    if msg_off + len(msg) > 0xFFFF:
-        raise ValueError(f"message of {len(msg)} bytes is too long")
-    header = bytearray([n, 0])
-    body = bytearray()
-    for i, (pk, sig) in enumerate(pairs):
-        pk_off = base + _ENTRY * i
-        header += struct.pack(
-            "<7H", pk_off + 32, THIS_INSTRUCTION, pk_off, THIS_INSTRUCTION, msg_off, len(msg),
-            THIS_INSTRUCTION,
-        )  # fmt: skip
-        body += pk + sig
-    return Instruction(ED25519_PROGRAM_ID, bytes(header + body) + msg, [])
+    return _shared_message_instruction([(bytes(pk), bytes(sig), len(msg)) for pk, sig in signatures], msg)
+
+
+def ed25519_settle_instruction(
+    worker_key: bytes | Pubkey,
+    receipt_signature: bytes,
+    attestations: Sequence[tuple[bytes | Pubkey, bytes]],
+    attestation_message: bytes,
+) -> Instruction:
+    """The Ed25519 instruction before ``settle``: one copy of ``attestation_message`` (181
+    bytes); entry 0 the worker's ``receipt_signature`` over its first 173 bytes (the receipt
+    message), then one entry per ``(authority, signature)`` over all of it. ValueError on bad
+    lengths (``common/mod.rs::ed25519_settle_ix``, byte for byte)."""
+    from .receipt import ATTESTATION_MESSAGE_LEN, RECEIPT_MESSAGE_LEN
+
+    msg = bytes(attestation_message)
+    if len(msg) != ATTESTATION_MESSAGE_LEN:
+        raise ValueError(f"attestation_message must be {ATTESTATION_MESSAGE_LEN} bytes, got {len(msg)}")
+    entries = [(bytes(worker_key), bytes(receipt_signature), RECEIPT_MESSAGE_LEN)]
+    entries += [(bytes(pk), bytes(sig), len(msg)) for pk, sig in attestations]
+    return _shared_message_instruction(entries, msg)
 
 
 def ed25519_entries_instruction(
@@ -149,7 +186,9 @@ def ed25519_entries_instruction(
 ) -> Instruction:
     """Ed25519-program instruction verifying each ``(pubkey, signature, message)`` entry, each
     message stored with its entry, every offset pointing into this same instruction (the layout
-    ``slash_equivocation`` expects for its two receipts). ValueError on bad lengths."""
+    ``slash_equivocation`` and ``slash_validator_equivocation`` expect for their two pieces of
+    evidence). A pubkey repeated by later entries is stored once (32 bytes saved per repeat,
+    which keeps a validator-equivocation slash inside one packet). ValueError on bad lengths."""
     items = [(bytes(pk), bytes(sig), bytes(msg)) for pk, sig, msg in entries]
     n = len(items)
     if not 1 <= n <= MAX_ED25519_SIGNATURES:
@@ -158,15 +197,19 @@ def ed25519_entries_instruction(
     header = bytearray([n, 0])
     body = bytearray()
     base = _HEADER + _OFFSETS * n
+    stored: dict[bytes, int] = {}
     for i, (pk, sig, msg) in enumerate(items):
         if len(pk) != 32 or len(sig) != 64:
             raise ValueError(f"entry {i}: pubkey must be 32 bytes and signature 64 bytes")
-        pk_off = base + len(body)
-        body += pk + sig + msg
+        if pk not in stored:
+            stored[pk] = base + len(body)
+            body += pk
+        sig_off = base + len(body)
+        body += sig + msg
         if base + len(body) > 0xFFFF:
             raise ValueError("Ed25519 instruction too long for u16 offsets")
         header += struct.pack(
-            "<7H", pk_off + 32, THIS_INSTRUCTION, pk_off, THIS_INSTRUCTION, pk_off + _ENTRY,
+            "<7H", sig_off, THIS_INSTRUCTION, stored[pk], THIS_INSTRUCTION, sig_off + 64,
             len(msg), THIS_INSTRUCTION,
         )  # fmt: skip
     return Instruction(ED25519_PROGRAM_ID, bytes(header + body), [])
@@ -213,8 +256,31 @@ def parse_ed25519_instruction(data: bytes) -> tuple[bytes, bytes, bytes]:
     return parse_ed25519_signatures(data)[0]
 
 
+_RECEIPT_FIELDS = ("seq", "cumulative_seconds", "window_end", "proof_hash")
+
+
+def receipt_args(receipt: Any) -> dict[str, Any]:
+    """The ``Receipt`` instruction argument of a receipt-like object (attributes) or mapping
+    (keys) with ``seq``, ``cumulative_seconds``, ``window_end``, ``proof_hash`` (e.g. a
+    SettleItem); ValueError naming what is missing or a proof_hash that is not 32 bytes."""
+    get = receipt.__getitem__ if isinstance(receipt, Mapping) else lambda k: getattr(receipt, k)
+    try:
+        seq, cumulative, window_end, proof_hash = (get(k) for k in _RECEIPT_FIELDS)
+    except (KeyError, AttributeError) as e:
+        raise ValueError(f"a receipt needs {', '.join(_RECEIPT_FIELDS)} (missing {e})") from None
+    proof_hash = bytes(proof_hash)
+    if len(proof_hash) != 32:
+        raise ValueError(f"proof_hash must be 32 bytes, got {len(proof_hash)}")
+    return {
+        "seq": int(seq),
+        "cumulative_seconds": int(cumulative),
+        "window_end": int(window_end),
+        "proof_hash": list(proof_hash),
+    }
+
+
 def receipt_message_for(program_id: Pubkey, market: Pubkey, item: SettleItem) -> bytes:
-    """The receipt bytes of DESIGN section 4 that ``item``'s signatures must cover."""
+    """The receipt bytes of DESIGN section 4 that ``item``'s worker signature covers."""
     from .receipt import receipt_message
 
     return receipt_message(
@@ -226,6 +292,13 @@ def receipt_message_for(program_id: Pubkey, market: Pubkey, item: SettleItem) ->
         item.window_end,
         bytes(item.proof_hash),
     )
+
+
+def attestation_message_for(program_id: Pubkey, market: Pubkey, item: SettleItem) -> bytes:
+    """The attestation bytes (receipt message || approved_seconds) ``item``'s attestations cover."""
+    from .receipt import attestation_message
+
+    return attestation_message(receipt_message_for(program_id, market, item), item.approved_seconds)
 
 
 def settle_instructions(
@@ -240,10 +313,9 @@ def settle_instructions(
             f"{len(item.attestations)} attestations but {len(accounts.extra_validators)} "
             "extra Validator accounts"
         )
-    message = receipt_message_for(codec.program_id, accounts.market, item)
-    signatures = [(bytes(item.worker_key), item.receipt_signature)]
-    signatures += [(bytes(a.validator_authority), a.signature) for a in item.attestations]
-    ixs = [ed25519_multi_instruction(signatures, message)]
+    message = attestation_message_for(codec.program_id, accounts.market, item)
+    attesters = [(bytes(a.authority), bytes(a.signature)) for a in item.attestations]
+    ixs = [ed25519_settle_instruction(item.worker_key, item.receipt_signature, attesters, message)]
     receipt = {
         "seq": item.seq,
         "cumulative_seconds": item.cumulative_seconds,
@@ -255,7 +327,7 @@ def settle_instructions(
     ixs.append(
         codec.instruction(
             "settle",
-            {"receipt": receipt},
+            {"receipt": receipt, "approved_seconds": int(item.approved_seconds)},
             {
                 "validator_authority": validator_authority,
                 "market": accounts.market,
@@ -269,7 +341,7 @@ def settle_instructions(
                 "instructions": INSTRUCTIONS_SYSVAR_ID,
                 "token_program": TOKEN_PROGRAM_ID,
             },
-            remaining=[AccountMeta(v, False, False) for v in accounts.extra_validators],
+            remaining=[AccountMeta(v, False, True) for v in accounts.extra_validators],
         )
     )
     return ixs
@@ -281,25 +353,23 @@ def transaction_size(instructions: Sequence[Instruction], payer: Pubkey) -> int:
     return len(bytes(Transaction.new_unsigned(msg)))
 
 
-def max_settle_items_per_tx(codec, settle_quorum: int = 1) -> int:
-    """How many SettleItems of one market always fit in one transaction.
+def max_settle_items_per_tx(codec, quorum: int = 1) -> int:
+    """How many SettleItems of one market always fit in one transaction, for jobs of this
+    ``quorum`` (``terms.quorum``).
 
     Worst case within a market: every item has a different job, provider and payment account,
     and distinct attesters; the validator authority is the only signer (it pays the fee).
     """
-    if settle_quorum < 1:
-        raise ValueError("settle_quorum must be at least 1")
+    if quorum < 1:
+        raise ValueError("quorum must be at least 1")
     authority = Pubkey.new_unique()
     market, validator, fee_vault, mint = (Pubkey.new_unique() for _ in range(4))
     n = 0
     ixs: list[Instruction] = []
     while True:
-        attesters = tuple(
-            Attestation(Pubkey.new_unique(), bytes(64)) for _ in range(settle_quorum - 1)
-        )
-        item = SettleItem(
-            Pubkey.new_unique(), 1, 1, 1, bytes(32), Pubkey.new_unique(), bytes(64), attesters
-        )
+        attesters = tuple(Attestation(Pubkey.new_unique(), bytes(64)) for _ in range(quorum - 1))
+        item = SettleItem(Pubkey.new_unique(), 1, 1, 1, bytes(32), Pubkey.new_unique(), bytes(64), 1,
+                          attesters)  # fmt: skip
         accts = SettleAccounts(
             market=market,
             validator=validator,

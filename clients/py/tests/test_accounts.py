@@ -20,11 +20,12 @@ from gpu_market.accounts import (
     decode_provider,
     decode_validator,
     effective_params,
+    encode_endpoint,
     encode_fixed_str,
     grace_seconds,
     min_deposit,
 )
-from sdktestkit import JOB_LAST_WINDOW_END, JOB_STARTED_AT
+from sdktestkit import DEFAULT_MEMBER, JOB_LAST_WINDOW_END, JOB_STARTED_AT, validator_bytes
 from solders.pubkey import Pubkey
 
 K = [Pubkey(bytes([i] * 32)) for i in range(10)]
@@ -82,15 +83,24 @@ def test_job_view(codec, job_bytes):
     t = j.terms
     assert (t.rate_per_second, t.fee_bps, t.burn_bps, t.window_seconds, t.max_missed_windows) == (
         300, 500, 5000, 60, 10)
-    assert (t.grace_seconds, t.max_skew_seconds, t.settle_quorum, t.downtime_slash_bps) == (
+    assert (t.grace_seconds, t.max_skew_seconds, t.quorum, t.downtime_slash_bps) == (
         720, 5, 1, 100)
     assert (t.equivocation_slash_bps, t.reporter_reward_bps, t.temp_critical_c,
-            t.ecc_uncorrected_max) == (5000, 1000, 95, 0)  # fmt: skip
+            t.ecc_uncorrected_max, t.validator_reward_bps) == (5000, 1000, 95, 0, 1000)  # fmt: skip
     assert t.missed_windows_seconds == 600
-    assert (j.deposited, j.settled_seconds) == (1_000_000, 120)
-    assert j.booked_escrow == 1_000_000 - 34_200 - 900 - 900
+    assert (j.deposited, j.claimed_seconds, j.paid_seconds) == (1_000_000, 130, 120)
+    assert (j.paid_provider, j.paid_validators, j.paid_treasury) == (34_200, 100, 800)
+    assert j.booked_escrow == 1_000_000 - 34_200 - 100 - 800 - 900
+    assert j.committee == [DEFAULT_MEMBER] and j.committee_len == 1
     assert j.last_receipt_hash == bytes(range(32)) and j.last_window_end == 1_700_000_125
     assert (j.bump, j.escrow_bump, j.address) == (254, 253, K[5])
+
+
+def test_job_committee(codec, job_bytes):
+    members = [K[6], K[7], K[8]]
+    j = decode_job(job_bytes(K[1], K[2], K[3], 1, committee=members, quorum=2), None, codec)
+    assert j.committee == members and j.committee_len == 3 and j.terms.quorum == 2
+    assert [j.member_index(k) for k in (K[6], K[8], K[9], Pubkey.default())] == [0, 2, None, None]
 
 
 def test_job_deadlines(codec, job_bytes):
@@ -110,7 +120,7 @@ def test_job_deadlines(codec, job_bytes):
         assert job.settlement_over(0) and job.grace_ends_at is None
 
 
-MARKET_PARAMS_FMT = "<HHQqIBIHHHQIHI"  # MarketParams field types, in order (state/market.rs)
+MARKET_PARAMS_FMT = "<HHQqIBIHHHQIHIH"  # MarketParams field types, in order (state/market.rs)
 
 
 def market_bytes(params: tuple, pending: tuple, effective_at: int) -> bytes:
@@ -119,12 +129,12 @@ def market_bytes(params: tuple, pending: tuple, effective_at: int) -> bytes:
         + b"".join(bytes(K[i]) for i in (2, 3, 4, 5))
         + struct.pack(MARKET_PARAMS_FMT, *params) + struct.pack(MARKET_PARAMS_FMT, *pending)
         + struct.pack("<q", effective_at) + b"\x01"
-        + struct.pack("<6Q", 1, 2, 3, 4, 6, 5) + bytes([250, 251]) + bytes(K[6]) + bytes([249])
+        + struct.pack("<8Q", 1, 2, 3, 4, 6, 5, 8, 9) + bytes([250, 251]) + bytes(K[6]) + bytes([249])
     )  # fmt: skip
 
 
-PARAMS = (500, 5000, 10, 1_209_600, 60, 1, 10, 100, 5000, 1000, 7, 5, 95, 0)
-PENDING = (700, 5000, 10, 1_209_600, 30, 2, 4, 100, 5000, 1000, 7, 5, 90, 3)
+PARAMS = (500, 5000, 10, 1_209_600, 60, 1, 10, 100, 5000, 1000, 7, 5, 95, 0, 1000)
+PENDING = (700, 5000, 10, 1_209_600, 30, 2, 4, 100, 5000, 1000, 7, 5, 90, 3, 2000)
 
 
 def test_market_and_validator(codec):
@@ -137,10 +147,16 @@ def test_market_and_validator(codec):
     assert m.booked_stake == 1 + 2
     assert (m.totals.staked, m.totals.jobs, m.bump, m.stake_vault_bump) == (1, 5, 250, 251)
     assert (m.creator, m.totals.slashed) == (K[7], 6)
+    assert (m.totals.rewards_unclaimed, m.totals.rewards) == (8, 9)
+    assert (m.params.min_quorum, m.params.validator_reward_bps) == (1, 1000)
+    assert (m.pending_params.min_quorum, m.pending_params.validator_reward_bps) == (2, 2000)
     assert (m.fee_vault, m.fee_vault_bump) == (K[6], 249)
-    validator = disc("Validator") + bytes(K[1]) + bytes(K[2]) + struct.pack("<QQqBQB", 9, 0, 0, 1, 4, 255)
+    validator = validator_bytes(K[1], K[2], bond=9, status=1, endpoint="https://v.example:8443",
+                                rewards=(70, 20), slashes=2)  # fmt: skip
     v = decode_validator(validator, None, codec)
-    assert (v.bond, v.status, v.settlements, v.bump) == (9, "exiting", 4, 255)
+    assert (v.bond, v.status, v.settlements, v.bump) == (9, "exiting", 4, 254)
+    assert (v.endpoint, v.rewards_earned, v.rewards_unclaimed, v.slashes) == (
+        "https://v.example:8443", 70, 20, 2)
     assert decode_account(validator, None, codec) == v
 
 
@@ -157,6 +173,7 @@ def test_param_helpers():
     assert list(DEFAULT_MARKET_PARAMS) == [f.name for f in dataclasses.fields(MarketParams)]
     p = MarketParams(**DEFAULT_MARKET_PARAMS)
     assert (p.temp_critical_c, p.ecc_uncorrected_max) == (95, 0)
+    assert (p.min_quorum, p.validator_reward_bps) == (1, 1000)
     assert grace_seconds(p) == 60 * 12
     assert grace_seconds(dataclasses.replace(p, window_seconds=2, max_missed_windows=2)) == 8
     assert min_deposit(p, 7, 3) == 7 * 3 * 60
@@ -179,3 +196,20 @@ def test_fixed_strings():
         encode_fixed_str("x" * 17, 16, "region")
     with pytest.raises(ValueError, match="NUL"):
         encode_fixed_str("a\0b", 16)
+
+
+@pytest.mark.parametrize("url", ["http://ab", "https://203.0.113.7:8443/v1", "http://" + "x" * 89])
+def test_endpoint_accepted_as_the_program_does(url):
+    raw = encode_endpoint(url)
+    assert len(raw) == 96 and decode_fixed_str(raw) == url
+
+
+@pytest.mark.parametrize("url, needle", [
+    ("ftp://host", "http:// or https://"), ("https://", "http:// or https://"),
+    ("http://a", "http:// or https://"),  # 8 bytes: the program wants more than "https://"
+    ("http://" + "x" * 90, "at most 96"), ("http://a b", "printable ASCII"),
+    ("http://hé", "printable ASCII"),
+])  # fmt: skip
+def test_endpoint_refused_as_the_program_does(url, needle):
+    with pytest.raises(ValueError, match=needle):
+        encode_endpoint(url)

@@ -48,7 +48,7 @@ def assert_one_line_error(err: str, *needles: str) -> None:
 
 
 PRICE = 1_000  # the fake provider's price per GPU-second, base units (0.001 UI)
-PARAMS = MarketParams(500, 5000, 0, 0, 60, 1, 10, 100, 5000, 1000, 0, 5, 95, 0)
+PARAMS = MarketParams(500, 5000, 0, 0, 60, 1, 10, 100, 5000, 1000, 0, 5, 95, 0, 1000)
 CHAIN_NOW = 1_700_000_000
 
 
@@ -59,21 +59,28 @@ def fake_market(pending: dict | None = None, effective_at: int = 0,
     k = Pubkey.new_unique()
     return MarketView(k, k, Pubkey.default(), 0, k, k, k, k, PARAMS,
                       replace(PARAMS, **(pending or {})), effective_at, False,
-                      totals or MarketTotals(0, 0, 0, 0, 0, 0), 255, 255, k, 254)  # fmt: skip
+                      totals or MarketTotals(0, 0, 0, 0, 0, 0, 0, 0), 255, 255, k, 254)  # fmt: skip
 
 
-TERMS = JobTerms(1_000, 500, 5000, 60, 10, 720, 5, 1, 100, 5000, 1000, 95, 0)
+TERMS = JobTerms(1_000, 500, 5000, 60, 10, 720, 5, 1, 100, 5000, 1000, 95, 0, 1000)
+MEMBERS = [Pubkey.new_unique() for _ in range(3)]
 
 
-def fake_job(status: str = "running", ended_at: int = 0) -> JobView:
+def fake_job(status: str = "running", ended_at: int = 0, committee: list | None = None) -> JobView:
     k = Pubkey.new_unique()
-    return JobView(k, k, k, 1, 1, TERMS, 100_000, 0, 0, 0, 0, 0, status, 0, 0, ended_at, 0,
-                   bytes(32), CHAIN_NOW - 10, 255, 255)  # fmt: skip
+    members = MEMBERS[:1] if committee is None else committee
+    return JobView(k, k, k, 1, 1, TERMS, members, len(members), 100_000, 0, 0, 0, 0, 0, 0, 0,
+                   status, 0, 0, ended_at, 0, bytes(32), CHAIN_NOW - 10, 255, 255)  # fmt: skip
 
 
 @pytest.fixture
 def offline_chain(monkeypatch):
     """Chain reads answered locally: one market, mints with 6 decimals."""
+    return offline(monkeypatch)
+
+
+def offline(monkeypatch) -> list:
+    """What ``offline_chain`` patches (for other test modules); returns the stake calls."""
     from gpu_market.client import GpuMarketClient
 
     monkeypatch.setattr(GpuMarketClient, "fetch_market", lambda self, m: fake_market())
@@ -251,7 +258,9 @@ def recorder(monkeypatch, offline_chain):
         (["market", "sweep-vault"], "Missing option '--market'"),
         (["market", "withdraw-fees"], "Missing option '--market'"),
         (["market", "withdraw-fees", "--market", "xyz"], "'--market'"),
-        (["market", "update-params", "--market", MARKET, "--settle-quorum", "6"], "'--settle-quorum'"),
+        (["market", "update-params", "--market", MARKET, "--min-quorum", "4"], "'--min-quorum'"),
+        (["market", "update-params", "--market", MARKET, "--validator-reward-bps", "10001"],
+         "'--validator-reward-bps'"),
         (["market", "update-params", "--market", MARKET, "--max-missed-windows", "1441"],
          "'--max-missed-windows'"),
         (["market", "update-params", "--market", MARKET, "--reporter-reward-bps", "5001"],
@@ -386,9 +395,11 @@ def test_job_status_shows_terms_and_deadlines(monkeypatch, offline_chain):
     data = json.loads(out)
     assert data["terms"] == {
         "rate_per_second": "0.001", "fee_bps": 500, "burn_bps": 5000, "window_seconds": 60,
-        "max_missed_windows": 10, "grace_seconds": 720, "max_skew_seconds": 5, "settle_quorum": 1,
+        "max_missed_windows": 10, "grace_seconds": 720, "max_skew_seconds": 5, "quorum": 1,
         "downtime_slash_bps": 100, "equivocation_slash_bps": 5000, "reporter_reward_bps": 1000,
-        "temp_critical_c": 95, "ecc_uncorrected_max": 0}  # fmt: skip
+        "temp_critical_c": 95, "ecc_uncorrected_max": 0, "validator_reward_bps": 1000}  # fmt: skip
+    assert data["committee"] == [str(MEMBERS[0])] and data["quorum"] == 1
+    assert (data["claimed_seconds"], data["paid_seconds"], data["paid_validators"]) == (0, 0, "0")
     assert data["grace_ends_at"] == CHAIN_NOW - 100 + 720 and "expirable_after" not in data
     assert (data["booked_escrow"], data["escrow"], data["escrow_surplus"]) == ("0.1", "0.100005", "0.000005")
     monkeypatch.setattr(GpuMarketClient, "fetch_job", lambda self, j: fake_job("running"))
@@ -478,7 +489,7 @@ def test_sweep_vault(monkeypatch, keyfile, recorder):
     from gpu_market import tokens
     from gpu_market.client import GpuMarketClient
 
-    market = fake_market(totals=MarketTotals(600, 100, 0, 0, 0, 0))
+    market = fake_market(totals=MarketTotals(600, 100, 0, 0, 0, 0, 0, 0))
     owner = Pubkey.new_unique()
     monkeypatch.setattr(GpuMarketClient, "fetch_market", lambda self, m: market)
     monkeypatch.setattr(GpuMarketClient, "treasury_owner", lambda self, m: owner)
@@ -495,11 +506,17 @@ def test_sweep_vault(monkeypatch, keyfile, recorder):
     assert recorder == [("sweep_vault", (Pubkey.from_string(MARKET),))]
 
 
-def _creating(monkeypatch) -> list[tuple]:
+def _creating(monkeypatch, healthy: list | None = None) -> list[tuple]:
+    """create_job answered locally (calls recorded as positional args + the keyword dict);
+    ``healthy``: what default_committee finds (default: MEMBERS)."""
     from gpu_market.client import GpuMarketClient
 
     created: list[tuple] = []
-    monkeypatch.setattr(GpuMarketClient, "create_job", lambda *a: created.append(a[1:]) or ("SiG", MARKET))
+    monkeypatch.setattr(GpuMarketClient, "create_job",
+                        lambda *a, **kw: created.append((*a[1:], kw)) or ("SiG", MARKET))  # fmt: skip
+    found = MEMBERS if healthy is None else healthy
+    monkeypatch.setattr(GpuMarketClient, "default_committee",
+                        lambda self, m, size=3, health_timeout=2.0, exclude=(): found[:size])  # fmt: skip
     return created
 
 
@@ -521,7 +538,11 @@ def test_job_create_below_one_window(monkeypatch, keyfile, offline_chain):
     # no --max-price: the limit the program checks is the provider's price read now
     assert json.loads(out)["max_price_per_gpu_second"] == "0.001"
     market = Pubkey.from_string(MARKET)
-    assert created[0][1:] == (market, market, 5, 2, 120_000, PRICE)  # (kp, market, provider, ...)
+    # (kp, market, provider, job_id, gpus, deposit, keywords); the default committee: 3 healthy
+    # validators, a majority of them as quorum
+    assert created[0][1:] == (market, market, 5, 2, 120_000,
+                              {"committee": MEMBERS, "quorum": 2, "max_price_per_gpu_second": PRICE})  # fmt: skip
+    assert json.loads(out)["committee"] == [str(k) for k in MEMBERS] and json.loads(out)["quorum"] == 2
 
 
 def test_job_create_max_price(monkeypatch, keyfile, offline_chain):
@@ -533,7 +554,7 @@ def test_job_create_max_price(monkeypatch, keyfile, offline_chain):
     code, out, err = run([*args, "--max-price", "0.0015"])  # UI units per GPU-second, as --price
     assert (code, err) == (0, "")
     assert json.loads(out)["max_price_per_gpu_second"] == "0.0015"
-    assert created[-1][-1] == 1_500
+    assert created[-1][-1]["max_price_per_gpu_second"] == 1_500
     code, _, err = run([*args, "--max-price", "abc"])
     assert code == 2
     assert_one_line_error(err, "'--max-price'", "not a number")
@@ -554,11 +575,12 @@ def test_job_create_price_raised_before_it_landed(monkeypatch, keyfile, offline_
     def fetch_provider(self, p):
         return SimpleNamespace(price_per_gpu_second=next(prices))
 
-    def front_run(*a):
+    def front_run(*a, **kw):
         raise GpuMarketError(6070, "PriceAboveLimit", "the provider's price is above the "
                              "max_price_per_gpu_second the user signed", ["l"])  # fmt: skip
 
     monkeypatch.setattr(GpuMarketClient, "fetch_provider", fetch_provider)
+    _creating(monkeypatch)
     monkeypatch.setattr(GpuMarketClient, "create_job", front_run)
     code, _, err = run([*CREATE, "--deposit", "1", "-k", keyfile])
     assert code == 1

@@ -19,6 +19,7 @@ from gpu_market.client import GpuMarketClient
 from gpu_market.constants import CLOCK_SYSVAR_ID, PROGRAM_ID
 from gpu_market.errors import GpuMarketError, RpcUnavailable, TransactionTooLarge
 from gpu_market.settle import SettleItem
+from sdktestkit import validator_bytes
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 from solders.transaction import Transaction
@@ -122,9 +123,11 @@ def test_list_jobs_filters(fake, job_bytes, codec):
     filters = rpc.gpa_params[1]["filters"]
     assert {"dataSize": codec.account_size("Job")} in filters
     offsets = sorted(f["memcmp"]["offset"] for f in filters if "memcmp" in f)
-    # discriminator, market, provider, status (after job_id, gpu_count, 45 bytes of terms, 6 u64)
-    assert offsets == [0, 8, 72, 8 + 96 + 10 + 45 + 48]
-    status = next(f["memcmp"] for f in filters if "memcmp" in f and f["memcmp"]["offset"] == 207)
+    # discriminator, market, provider, status (after job_id, gpu_count, 47 bytes of terms, the
+    # committee of 5 keys and its length, 8 u64)
+    status_at = 8 + 96 + 10 + 47 + 161 + 64
+    assert offsets == [0, 8, 72, status_at]
+    status = next(f["memcmp"] for f in filters if "memcmp" in f and f["memcmp"]["offset"] == status_at)
     assert status["bytes"] == "2"  # base58 of the Running tag (1)
     assert len(client.list_jobs(statuses=["open", "running"])) == 3
     with pytest.raises(ValueError, match="unknown job status"):
@@ -185,7 +188,7 @@ def test_settle_too_large_is_refused_before_sending(fake, monkeypatch):
     items = []
     for _ in range(n + 1):
         job = Pubkey.new_unique()
-        items.append(SettleItem(job, 1, 60, 1_700_000_060, bytes(32), Pubkey.new_unique(), bytes(64)))
+        items.append(SettleItem(job, 1, 60, 1_700_000_060, bytes(32), Pubkey.new_unique(), bytes(64), 60))
     big = [Pubkey.new_unique() for _ in items]
     monkeypatch.setattr(client, "settle_instructions", lambda a, its: _fake_settle_ixs(client, a, its, big))
     with pytest.raises(TransactionTooLarge, match="1232"):
@@ -217,10 +220,10 @@ def test_unreachable_rpc_is_rpc_unavailable(idl_path):
 
 
 MARKET_PARAMS = {"fee_bps": 500, "burn_bps": 5000, "min_stake_per_gpu": 0, "unbonding_seconds": 0,
-                 "window_seconds": 60, "settle_quorum": 1, "max_missed_windows": 10,
+                 "window_seconds": 60, "min_quorum": 1, "max_missed_windows": 10,
                  "downtime_slash_bps": 0, "equivocation_slash_bps": 0, "reporter_reward_bps": 0,
                  "validator_min_bond": 0, "max_skew_seconds": 5, "temp_critical_c": 95,
-                 "ecc_uncorrected_max": 0}  # fmt: skip
+                 "ecc_uncorrected_max": 0, "validator_reward_bps": 1000}  # fmt: skip
 
 
 def market_bytes(codec, payment_mint: Pubkey, stake_mint: Pubkey, treasury: Pubkey,
@@ -228,7 +231,8 @@ def market_bytes(codec, payment_mint: Pubkey, stake_mint: Pubkey, treasury: Pubk
                  totals: dict | None = None) -> bytes:  # fmt: skip
     """A Market account (encoded with the codec): MARKET_PARAMS in force, ``pending`` (changes
     onto them) announced for ``effective_at``."""
-    totals = {"staked": 0, "bonded": 0, "burned": 0, "fees": 0, "slashed": 0, "jobs": 0, **(totals or {})}
+    totals = {"staked": 0, "bonded": 0, "burned": 0, "fees": 0, "slashed": 0, "jobs": 0,
+              "rewards_unclaimed": 0, "rewards": 0, **(totals or {})}  # fmt: skip
     k = Pubkey.new_unique()
     return codec.encode_account("Market", {
         "authority": k, "creator": k, "pending_authority": Pubkey.default(), "id": 0, "stake_mint": stake_mint,
@@ -260,13 +264,16 @@ def test_every_write_builds_against_the_idl(fake, job_bytes, codec):
     client.register_provider(owner, worker.pubkey(), {"gpu_model": "H100", "gpu_count": 1,
                              "vram_mib": 1, "region": "eu"}, 5, market)  # fmt: skip
     client.stake(owner, market, 10)
-    client.register_validator(validator, market, 10)
-    _, job = client.create_job(user, market, provider, 1, 1, 600)
-    rpc.accounts[str(job)] = (str(PROGRAM_ID), job_bytes(market, user.pubkey(), provider, 1))
+    client.register_validator(validator, market, 10, "http://127.0.0.1:8080")
+    rpc.accounts[str(pda.validator_pda(market, validator.pubkey()))] = (
+        str(PROGRAM_ID), validator_bytes(market, validator.pubkey()))
+    _, job = client.create_job(user, market, provider, 1, 1, 600, committee=[validator.pubkey()], quorum=1)
+    rpc.accounts[str(job)] = (str(PROGRAM_ID), job_bytes(market, user.pubkey(), provider, 1,
+                                                         committee=[validator.pubkey()]))  # fmt: skip
     client.accept_job(worker, job)
     client.finish_job(user, job)
     client.close_job(user, job)
-    item = SettleItem(job, 1, 60, 1_700_000_060, bytes(32), worker.pubkey(), bytes(64))
+    item = SettleItem(job, 1, 60, 1_700_000_060, bytes(32), worker.pubkey(), bytes(64), 60)
     client.settle(validator, [item])
     assert len(rpc.sent) == 9
     for tx in rpc.sent:

@@ -25,14 +25,14 @@ from gpu_market.constants import (
 from gpu_market.errors import GpuMarketError, TransactionTooLarge
 from gpu_market.receipt import receipt_message
 from gpu_market.settle import SettleItem, parse_ed25519_signatures
-from sdktestkit import JOB_STARTED_AT
+from sdktestkit import JOB_STARTED_AT, validator_bytes
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 from test_client import MARKET_PARAMS, FakeRpc, market_bytes
 
 PARAMS = MARKET_PARAMS  # test_client's market_bytes: the params in force
 STARTED_AT = JOB_STARTED_AT  # conftest's job_bytes
-PARAM_FMT = "<HHQqIBIHHHQIHI"  # MarketParams field types, in order (state/market.rs)
+PARAM_FMT = "<HHQqIBIHHHQIHIH"  # MarketParams field types, in order (state/market.rs)
 
 
 def disc(name: str) -> bytes:
@@ -61,7 +61,7 @@ class World:
     """A market, a provider, a Running job, as account bytes in the fake RPC."""
 
     def __init__(self, rpc, client, codec, job_bytes, previous_worker: Keypair | None = None,
-                 **provider_fields):  # fmt: skip
+                 members: int = 1, quorum: int = 1, **provider_fields):  # fmt: skip
         self.rpc, self.client, self.codec = rpc, client, codec
         self.pay_mint, self.stake_mint, self.treasury = (Pubkey.new_unique() for _ in range(3))
         self.market = Pubkey.new_unique()
@@ -74,8 +74,14 @@ class World:
         retired = [(previous_worker.pubkey(), 2_000_000_000)] if previous_worker else []
         rpc.accounts[str(self.provider)] = (str(PROGRAM_ID), provider_bytes(
             codec, self.market, self.owner.pubkey(), self.worker.pubkey(), retired, **provider_fields))
+        # The job's committee: ``members`` validators (Active, with endpoints), quorum ``quorum``.
+        self.members = [Keypair() for _ in range(members)]
+        for i, m in enumerate(self.members):
+            self.add_validator(m, bond=1_000 - i)
         self.job = pda.job_pda(self.market, self.user.pubkey(), 1)
-        rpc.accounts[str(self.job)] = (str(PROGRAM_ID), job_bytes(self.market, self.user.pubkey(), self.provider, 1))
+        rpc.accounts[str(self.job)] = (str(PROGRAM_ID), job_bytes(
+            self.market, self.user.pubkey(), self.provider, 1,
+            committee=[m.pubkey() for m in self.members], quorum=quorum))  # fmt: skip
         self.captured: list[list] = []
         real_send = client.send
 
@@ -84,6 +90,17 @@ class World:
             return real_send(ixs, signers)
 
         client.send = send
+
+    def add_validator(self, authority: Keypair, **fields) -> Pubkey:
+        """A Validator account of ``authority`` in this market (sdktestkit.validator_bytes)."""
+        address = pda.validator_pda(self.market, authority.pubkey())
+        self.rpc.accounts[str(address)] = (str(PROGRAM_ID), validator_bytes(
+            self.market, authority.pubkey(), **fields))  # fmt: skip
+        return address
+
+    def committee(self, quorum: int = 1) -> dict:
+        """``create_job`` keyword arguments naming this world's members."""
+        return {"committee": [m.pubkey() for m in self.members], "quorum": quorum}
 
     def last(self):
         """(instructions, transaction) of the last send."""
@@ -120,12 +137,12 @@ def world(fake, codec, job_bytes):
 
 def test_update_params_merges_partial_dict(world):
     auth = Keypair()
-    sig = world.client.update_params(auth, world.market, {"fee_bps": 700, "settle_quorum": 2})
+    sig = world.client.update_params(auth, world.market, {"fee_bps": 700, "min_quorum": 2})
     (ix,), tx = world.last()
     assert tx.signatures[0] == sig and signers_of(tx) == {auth.pubkey()}
     assert ix.program_id == PROGRAM_ID
     assert metas(ix) == [(auth.pubkey(), True, False), (world.market, False, True)]
-    assert bytes(ix.data) == disc("update_params") + params_bytes({**PARAMS, "fee_bps": 700, "settle_quorum": 2})
+    assert bytes(ix.data) == disc("update_params") + params_bytes({**PARAMS, "fee_bps": 700, "min_quorum": 2})
     with pytest.raises(ValueError, match="unknown market params"):
         world.client.update_params(auth, world.market, {"fee": 1})
 
@@ -353,7 +370,7 @@ def test_slash_equivocation_accepts_receipt_objects_and_custom_reward_account(wo
     r1, s1, _ = _signed(world, world.worker, 3, 180, 1)
     r2, s2, _ = _signed(world, world.worker, 3, 170, 2)
     item = SettleItem(world.job, r1["seq"], r1["cumulative_seconds"], r1["window_end"],
-                      r1["proof_hash"], world.worker.pubkey(), s1)  # fmt: skip
+                      r1["proof_hash"], world.worker.pubkey(), s1, 150)  # fmt: skip
     ixs = world.client.slash_equivocation_instructions(reporter.pubkey(), world.job, item, s1, r2, s2, dest)
     assert ixs[1].accounts[6].pubkey == dest
 
@@ -400,28 +417,11 @@ def test_slash_equivocation_fits_one_packet_and_sends(world):
     assert len(bytes(tx)) <= 1232
 
 
-def test_slash_downtime_pairs_extra_validators(world):
-    v, extra1, extra2 = Keypair(), Keypair(), Keypair()
-    world.client.slash_downtime(v, world.job, [extra1, extra2])
-    (ix,), tx = world.last()
-    assert signers_of(tx) == {v.pubkey(), extra1.pubkey(), extra2.pubkey()}
-    assert metas(ix) == [
-        (v.pubkey(), True, False),
-        (pda.validator_pda(world.market, v.pubkey()), False, False),
-        *_targets(world, tokens.ata(v.pubkey(), world.stake_mint)),
-        (pda.validator_pda(world.market, extra1.pubkey()), False, False),
-        (extra1.pubkey(), True, False),
-        (pda.validator_pda(world.market, extra2.pubkey()), False, False),
-        (extra2.pubkey(), True, False),
-    ]
-    assert bytes(ix.data) == disc("slash_downtime")
-
-
 def test_fetch_equivocation_record(world, codec):
     record = pda.equivocation_pda(world.job, STARTED_AT, 7)
     assert world.client.fetch_equivocation_record(record) is None
     raw = codec.encode_account("EquivocationRecord", {
-        "job": world.job, "seq": 7, "provider": world.provider, "reporter": world.owner.pubkey(),
+        "job": world.job, "seq": 7, "offender": world.provider, "reporter": world.owner.pubkey(),
         "slashed": 99, "bump": 254})  # fmt: skip
     world.rpc.accounts[str(record)] = (str(PROGRAM_ID), raw)
     view = world.client.fetch_equivocation_record(record)

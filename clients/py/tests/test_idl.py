@@ -189,6 +189,8 @@ def test_program_shape(new_idl):
         "withdraw_validator_bond", "create_job", "accept_job", "top_up", "settle", "finish_job",
         "cancel_job", "expire_job", "close_job", "slash_equivocation", "slash_downtime",
         "decline_job", "complete_job", "set_treasury", "sweep_vault", "withdraw_fees",
+        "update_validator", "claim_validator_rewards", "replace_committee_member",
+        "slash_validator_equivocation",
     }  # fmt: skip
     assert {a["name"] for a in new_idl["accounts"]} == {
         "Market", "Provider", "Validator", "Job", "EquivocationRecord"
@@ -387,11 +389,12 @@ def test_job_encoding_matches_hand_built_borsh(codec, job_bytes):
 
 def test_settle_instruction_matches_hand_built_borsh(codec):
     receipt = {"seq": 9, "cumulative_seconds": 540, "window_end": -5, "proof_hash": list(range(32))}
-    data = codec.encode_instruction_data("settle", {"receipt": receipt})
+    data = codec.encode_instruction_data("settle", {"receipt": receipt, "approved_seconds": 500})
     expected = (
         hashlib.sha256(b"global:settle").digest()[:8]
         + struct.pack("<QQq", 9, 540, -5)
         + bytes(range(32))
+        + struct.pack("<Q", 500)
     )
     assert data == expected
 

@@ -189,8 +189,8 @@ def test_fees_to_withdraw_reads_the_fee_vault(world):
 
 
 def test_settle_pays_the_fee_vault_not_the_treasury(world, new_idl):
-    validator = Keypair()
-    item = SettleItem(world.job, 3, 180, 1_700_000_180, bytes(32), world.worker.pubkey(), bytes(64))
+    validator = world.members[0]
+    item = SettleItem(world.job, 3, 180, 1_700_000_180, bytes(32), world.worker.pubkey(), bytes(64), 170)
     world.client.settle(validator, [item])
     (_, ix), _ = world.last()
     keys = {"validator_authority": validator.pubkey(), "market": world.market,
@@ -278,9 +278,9 @@ def test_update_params_merges_onto_the_pending_announcement(fake, codec, job_byt
     assert bytes(ix.data) == disc("update_params") + params_bytes(want)
 
 
-def _priced_world(fake, codec, job_bytes, pending: dict, effective_at: int) -> World:
+def _priced_world(fake, codec, job_bytes, pending: dict, effective_at: int, members: int = 1) -> World:
     rpc, client = fake
-    world = World(rpc, client, codec, job_bytes)
+    world = World(rpc, client, codec, job_bytes, members=members)
     rpc.accounts[str(world.market)] = (str(PROGRAM_ID), market_bytes(
         codec, world.pay_mint, world.stake_mint, world.treasury, pending=pending,
         effective_at=effective_at))  # fmt: skip
@@ -295,36 +295,42 @@ def test_create_job_min_deposit_uses_the_params_in_force_at_chain_time(fake, cod
     user = Keypair()
     assert world.client.min_deposit(world.market, world.provider, 2) == 600
     with pytest.raises(ValueError, match="at least 600 base units"):
-        world.client.create_job(user, world.market, world.provider, 1, 2, 599)
+        world.client.create_job(user, world.market, world.provider, 1, 2, 599, **world.committee())
     assert world.rpc.sent == []
     world.rpc.set_chain_time(CHAIN_TIME + 1)  # the announcement's time has come
     assert world.client.min_deposit(world.market, world.provider, 2) == 300
-    _, job = world.client.create_job(user, world.market, world.provider, 1, 2, 300)
+    _, job = world.client.create_job(user, world.market, world.provider, 1, 2, 300, **world.committee())
     (ix,), _ = world.last()
     # no max_price_per_gpu_second: the provider's price read before building (5), never u64::MAX
-    assert bytes(ix.data) == disc("create_job") + struct.pack("<QHQQ", 1, 2, 300, 5)
+    assert bytes(ix.data)[:34] == disc("create_job") + struct.pack("<QHQQ", 1, 2, 300, 5)
     assert job == pda.job_pda(world.market, user.pubkey(), 1)
 
 
 def test_create_job_matches_the_idl(fake, codec, job_bytes, new_idl):
-    world = _priced_world(fake, codec, job_bytes, {}, 0)
+    world = _priced_world(fake, codec, job_bytes, {}, 0, members=3)
     user = Keypair()
+    members = [m.pubkey() for m in world.members]
     sig, job = world.client.create_job(user, world.market, world.provider, 9, 1, 600,
-                                       max_price_per_gpu_second=7)  # fmt: skip
+                                       committee=members, quorum=2, max_price_per_gpu_second=7)  # fmt: skip
     (ix,), tx = world.last()
     assert tx.signatures[0] == sig and signers_of(tx) == {user.pubkey()}
     keys = {"user": user.pubkey(), "market": world.market, "provider": world.provider, "job": job,
             "escrow": pda.escrow_pda(job), "payment_mint": world.pay_mint,
             "user_payment_account": tokens.ata(user.pubkey(), world.pay_mint),
             "token_program": TOKEN_PROGRAM_ID, "system_program": SYSTEM_PROGRAM_ID}  # fmt: skip
-    assert metas(ix) == idl_metas(new_idl, "create_job", keys)
+    # the committee's Validator accounts follow, read-only, in the committee's order
+    assert metas(ix) == idl_metas(new_idl, "create_job", keys) + [
+        (pda.validator_pda(world.market, k), False, False) for k in members]
     args = next(i for i in new_idl["instructions"] if i["name"] == "create_job")["args"]
     assert [(a["name"], a["type"]) for a in args] == [
-        ("job_id", "u64"), ("gpu_count", "u16"), ("deposit", "u64"), ("max_price_per_gpu_second", "u64")]
-    assert bytes(ix.data) == disc("create_job") + struct.pack("<QHQQ", 9, 1, 600, 7)
-    world.client.create_job(user, world.market, world.provider, 10, 1, 600, 5)  # = the price
+        ("job_id", "u64"), ("gpu_count", "u16"), ("deposit", "u64"), ("max_price_per_gpu_second", "u64"),
+        ("committee", {"vec": "pubkey"}), ("quorum", "u8")]  # fmt: skip
+    assert bytes(ix.data) == (disc("create_job") + struct.pack("<QHQQ", 9, 1, 600, 7)
+                              + struct.pack("<I", 3) + b"".join(bytes(k) for k in members) + b"\x02")  # fmt: skip
+    world.client.create_job(user, world.market, world.provider, 10, 1, 600, **world.committee(),
+                            max_price_per_gpu_second=5)  # = the price  # fmt: skip
     (ix,), _ = world.last()
-    assert bytes(ix.data)[-8:] == struct.pack("<Q", 5)
+    assert bytes(ix.data)[26:34] == struct.pack("<Q", 5)
 
 
 @pytest.mark.parametrize("limit, match", [(4, "above your max_price_per_gpu_second 4"),
@@ -332,13 +338,14 @@ def test_create_job_matches_the_idl(fake, codec, job_bytes, new_idl):
 def test_create_job_refuses_a_price_above_the_limit_before_sending(fake, codec, job_bytes, limit, match):
     world = _priced_world(fake, codec, job_bytes, {}, 0)  # the provider asks 5 per GPU-second
     with pytest.raises(ValueError, match=match):
-        world.client.create_job(Keypair(), world.market, world.provider, 1, 1, 600, limit)
+        world.client.create_job(Keypair(), world.market, world.provider, 1, 1, 600, **world.committee(),
+                                max_price_per_gpu_second=limit)  # fmt: skip
     assert world.rpc.sent == []
 
 
 def test_create_job_names_a_missing_provider(world):
     with pytest.raises(AccountNotFound, match="Provider account"):
-        world.client.create_job(Keypair(), world.market, Pubkey.new_unique(), 1, 1, 10**9)
+        world.client.create_job(Keypair(), world.market, Pubkey.new_unique(), 1, 1, 10**9, **world.committee())
 
 
 def test_chain_time_reads_the_clock_sysvar(fake):

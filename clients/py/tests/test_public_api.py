@@ -42,9 +42,12 @@ def test_documented_client_signatures():
     assert sig["register_provider"] == ["owner", "worker_key", "spec", "price_per_gpu_second",
                                         "market", "worker_key_expires_at"]  # fmt: skip
     assert sig["stake"] == ["owner", "market", "amount"]
-    assert sig["register_validator"] == ["authority", "market", "bond"]
+    assert sig["register_validator"] == ["authority", "market", "bond", "endpoint"]
     assert sig["create_job"] == ["user", "market", "provider", "job_id", "gpu_count", "deposit",
-                                 "max_price_per_gpu_second"]  # fmt: skip
+                                 "committee", "quorum", "max_price_per_gpu_second"]  # fmt: skip
+    create = inspect.signature(client.GpuMarketClient.create_job).parameters
+    assert all(create[n].kind is inspect.Parameter.KEYWORD_ONLY
+               for n in ("committee", "quorum", "max_price_per_gpu_second"))  # fmt: skip
     assert sig["accept_job"] == ["signer", "job"] and sig["finish_job"] == ["signer", "job"]
     assert sig["close_job"] == ["user", "job"]
     assert sig["settle"] == ["validator_authority", "items"]
@@ -58,12 +61,35 @@ def test_documented_client_signatures():
     assert sig["withdraw_fees"] == ["caller", "market"] and sig["fees_to_withdraw"] == ["market"]
     assert sig["update_params"] == ["authority", "market", "params"]
     assert sig["chain_time"] == [] and sig["min_deposit"] == ["market", "provider", "gpu_count"]
-    assert "max_settle_items_per_tx" in sig
+    assert sig["max_settle_items_per_tx"] == ["quorum"]
     fields = list(inspect.signature(client.SettleItem).parameters)
-    assert fields[:7] == ["job", "seq", "cumulative_seconds", "window_end", "proof_hash",
-                          "worker_key", "receipt_signature"]  # fmt: skip
+    assert fields == ["job", "seq", "cumulative_seconds", "window_end", "proof_hash",
+                      "worker_key", "receipt_signature", "approved_seconds", "attestations"]  # fmt: skip
+    assert list(inspect.signature(client.Attestation).parameters) == ["authority", "signature"]
+    # the validator network (docs/sdk-api.md, "Validator network"; shared with validator/worker)
+    assert sig["update_validator"] == ["authority", "market", "endpoint"]
+    assert sig["claim_validator_rewards"] == ["authority", "market"]
+    assert sig["replace_committee_member"] == ["user", "job", "index", "new_authority"]
+    assert sig["slash_downtime"] == ["validator_authority", "job", "reporter_stake_account",
+                                     "others", "last_proof_window_end"]  # fmt: skip
+    assert sig["build_slash_downtime_tx"][:4] == ["validator_authority", "job", "others",
+                                                 "last_proof_window_end"]  # fmt: skip
+    assert sig["slash_downtime_message"][:4] == sig["build_slash_downtime_tx"][:4]
+    assert sig["send_presigned"] == ["tx"]
+    assert sig["slash_validator_equivocation"] == [
+        "reporter", "job", "validator_authority", "first", "first_approved", "first_signature",
+        "second", "second_approved", "second_signature", "reporter_stake_account"]  # fmt: skip
+    assert sig["default_committee"][:3] == ["market", "size", "health_timeout"]
+    assert sig["fetch_validator_by_authority"] == ["market", "authority"]
+    assert sig["list_validators"] == ["market", "statuses"]
+    from gpu_market import receipt
+
+    assert list(inspect.signature(receipt.attestation_message).parameters) == [
+        "receipt_message", "approved_seconds"]  # fmt: skip
+    assert callable(receipt.attestation_signature)
     for name in ("market_pda", "stake_vault_pda", "provider_pda", "validator_pda", "job_pda",
-                 "escrow_pda", "fee_vault_pda", "market_pda_and_bump", "job_pda_and_bump"):  # fmt: skip
+                 "escrow_pda", "fee_vault_pda", "market_pda_and_bump", "job_pda_and_bump",
+                 "validator_equivocation_pda"):  # fmt: skip
         assert callable(getattr(pda, name))
 
 

@@ -109,3 +109,28 @@ def test_verify_malformed_inputs_return_false() -> None:
     assert not verify(bytes(32), bytes(63), b"m")
     assert not verify(b"\xff" * 32, bytes(64), b"m")
     assert not verify(None, None, b"m")  # type: ignore[arg-type]
+
+
+def test_attestation_message_is_the_receipt_then_approved_seconds() -> None:
+    from gpu_market.receipt import (
+        ATTESTATION_MESSAGE_LEN,
+        attestation_message,
+        attestation_signature,
+    )
+    from solders.keypair import Keypair
+
+    msg = receipt_message(bytes(32), bytes([1]) * 32, bytes([2]) * 32, 3, 180, 1_700_000_180, bytes(32))
+    att = attestation_message(msg, 170)
+    assert ATTESTATION_MESSAGE_LEN == len(att) == 181
+    assert att == msg + struct.pack("<Q", 170)  # receipt.rs::attestation_message
+    kp = Keypair()
+    sig = attestation_signature(kp, msg, 170)
+    assert verify(bytes(kp.pubkey()), sig, att) and not verify(bytes(kp.pubkey()), sig, msg)
+    seed = bytes([7]) * 32
+    key = private_key_from_seed(seed)
+    assert attestation_signature(seed, msg, 170) == attestation_signature(key, msg, 170) == sign(key, att)
+    for bad in (-1, 2**64, True):
+        with pytest.raises(ValueError, match="approved_seconds"):
+            attestation_message(msg, bad)
+    with pytest.raises(ValueError, match="173-byte receipt message"):
+        attestation_message(msg[:-1], 1)

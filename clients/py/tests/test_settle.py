@@ -14,13 +14,14 @@ from gpu_market.constants import (
     PROGRAM_ID,
     TOKEN_PROGRAM_ID,
 )
-from gpu_market.receipt import receipt_message
+from gpu_market.receipt import attestation_message, attestation_signature, receipt_message
 from gpu_market.settle import (
     Attestation,
     SettleAccounts,
     SettleItem,
     ed25519_instruction,
     ed25519_multi_instruction,
+    ed25519_settle_instruction,
     max_settle_items_per_tx,
     parse_ed25519_instruction,
     parse_ed25519_signatures,
@@ -48,12 +49,15 @@ def accounts(extra: tuple[Pubkey, ...] = ()) -> SettleAccounts:
     )
 
 
+APPROVED = 170
+
+
 def signed_item(market: Pubkey, attesters=()) -> SettleItem:
     sk, pk = keypair(1)
     job = Pubkey(bytes([20] * 32))
     msg = receipt_message(bytes(PROGRAM_ID), bytes(market), bytes(job), 3, 180, 1_700_000_180, bytes([5] * 32))
-    atts = tuple(Attestation(apk, ask.sign(msg)) for ask, apk in attesters)
-    return SettleItem(job, 3, 180, 1_700_000_180, bytes([5] * 32), pk, sk.sign(msg), atts)
+    atts = tuple(Attestation(apk, attestation_signature(ask, msg, APPROVED)) for ask, apk in attesters)
+    return SettleItem(job, 3, 180, 1_700_000_180, bytes([5] * 32), pk, sk.sign(msg), APPROVED, atts)
 
 
 def test_ed25519_layout_matches_program_tests_helper():
@@ -119,7 +123,8 @@ def test_settle_item_is_ed25519_then_settle(codec):
         "validator_authority", "market", "validator", "provider", "job", "escrow",
         "provider_payment_account", "fee_vault", "payment_mint", "instructions", "token_program",
     ]  # fmt: skip
-    assert bytes(settle.data)[8:] == struct.pack("<QQq", 3, 180, 1_700_000_180) + bytes([5] * 32)
+    assert bytes(settle.data)[8:] == (struct.pack("<QQq", 3, 180, 1_700_000_180) + bytes([5] * 32)
+                                      + struct.pack("<Q", APPROVED))  # fmt: skip
 
 
 def test_quorum_is_one_ed25519_instruction_worker_first(codec):
@@ -134,17 +139,40 @@ def test_quorum_is_one_ed25519_instruction_worker_first(codec):
                                        bytes(attesters[1][1])]  # fmt: skip
     msg = receipt_message(bytes(PROGRAM_ID), bytes(acc.market), bytes(item.job), 3, 180,
                           1_700_000_180, bytes([5] * 32))  # fmt: skip
+    # the worker signs the receipt (the first 173 bytes), attesters receipt || approved
+    assert [m for _, _, m in entries] == [msg] + [attestation_message(msg, APPROVED)] * 2
     for pk, sig, m in entries:
-        assert m == msg
         Ed25519PublicKey.from_public_bytes(pk).verify(sig, m)  # raises if bad
+    assert len(bytes(ed.data)) == 2 + 14 * 3 + 96 * 3 + 181  # one copy of the 181 bytes
     assert [m.pubkey for m in settle.accounts[-2:]] == list(extra)  # same order as signatures
-    assert all(not m.is_writable and not m.is_signer for m in settle.accounts[-2:])
+    assert all(m.is_writable and not m.is_signer for m in settle.accounts[-2:])  # rewards credited
     with pytest.raises(ValueError, match="attestations"):
         settle_instructions(codec, Pubkey(bytes([30] * 32)), item, accounts())
 
 
+def test_settle_signatures_match_program_tests_helper():
+    """Byte for byte ``common/mod.rs::ed25519_settle_ix``: pubkeys, then signatures, then one
+    copy of the attestation message; entry 0 (the worker) covers its first 173 bytes."""
+    msg = attestation_message(b"gpu-market/receipt/v1" + bytes(range(152)), 99)
+    worker, att1, att2 = (bytes([i]) * 32 for i in (1, 2, 3))
+    s0, s1, s2 = (bytes([i]) * 64 for i in (4, 5, 6))
+    ix = ed25519_settle_instruction(worker, s0, [(att1, s1), (att2, s2)], msg)
+    header = 2 + 14 * 3
+    expected = bytes([3, 0])
+    for i, length in enumerate((173, 181, 181)):
+        expected += struct.pack("<7H", header + 96 + 64 * i, 0xFFFF, header + 32 * i, 0xFFFF,
+                                header + 288, length, 0xFFFF)  # fmt: skip
+    expected += worker + att1 + att2 + s0 + s1 + s2 + msg
+    assert bytes(ix.data) == expected and ix.program_id == ED25519_PROGRAM_ID
+    one = ed25519_settle_instruction(worker, s0, [], msg)  # quorum 1: ed25519_ix_raw's offsets
+    assert struct.unpack_from("<7H", bytes(one.data), 2) == (48, 0xFFFF, 16, 0xFFFF, 112, 173, 0xFFFF)
+    with pytest.raises(ValueError, match="181 bytes"):
+        ed25519_settle_instruction(worker, s0, [], msg[:173])
+
+
 def test_multi_signature_layout_shares_one_message():
-    """receipt.rs ed25519_signers: n offsets records, all at 0xFFFF, one message copy."""
+    """common/mod.rs ed25519_multi_ix: n offsets records, all at 0xFFFF, pubkeys, signatures,
+    one message copy."""
     keys = [keypair(s) for s in (1, 2, 3)]
     msg = b"gpu-market/receipt/v1" + bytes(range(152))
     ix = ed25519_multi_instruction([(bytes(pk), sk.sign(msg)) for sk, pk in keys], msg)
@@ -156,7 +184,7 @@ def test_multi_signature_layout_shares_one_message():
     msg_off = base + 96 * n
     for i, (sig_off, sig_ix, pk_off, pk_ix, m_off, m_len, m_ix) in enumerate(offsets):
         assert (sig_ix, pk_ix, m_ix) == (0xFFFF, 0xFFFF, 0xFFFF)
-        assert pk_off == base + 96 * i and sig_off == pk_off + 32
+        assert pk_off == base + 32 * i and sig_off == base + 32 * n + 64 * i
         assert (m_off, m_len) == (msg_off, len(msg))
         assert data[pk_off:pk_off + 32] == bytes(keys[i][1])
         Ed25519PublicKey.from_public_bytes(data[pk_off:pk_off + 32]).verify(
@@ -171,7 +199,14 @@ def test_multi_signature_layout_shares_one_message():
 
 
 def test_max_items_per_tx_by_quorum(codec):
-    assert [max_settle_items_per_tx(codec, q) for q in (1, 2, 3, 4, 5)] == [1, 1, 1, 0, 0]
+    """One settle per transaction for every quorum a job may have (<= 3); a quorum-3 settle
+    fits one packet thanks to the shared attestation-message copy."""
+    assert [max_settle_items_per_tx(codec, q) for q in (1, 2, 3)] == [1, 1, 1]
+    authority = Pubkey(bytes([30] * 32))
+    extra = tuple(Pubkey.new_unique() for _ in range(2))
+    ixs = settle_instructions(codec, authority, signed_item(accounts().market, [keypair(7), keypair(8)]),
+                              accounts(extra))  # fmt: skip
+    assert transaction_size(ixs, authority) <= PACKET_DATA_SIZE
 
 
 def test_max_items_per_tx_respects_packet_limit(codec):

@@ -1,0 +1,253 @@
+"""Downtime by observation: ``slash_downtime`` when the worker stopped sending proofs.
+
+DESIGN section 6: a quorum of the committee attests that it accepted no proof of a Running
+job for ``max_missed_windows`` windows, measured from proofs seen, never from settlement lag.
+
+``DowntimeReporter.report_pending`` runs on the settlement loop. For every job this
+validator holds proofs of, on its committee and Running on chain (re-read every
+``chain_refresh_seconds``):
+
+1. ``last_proof_window_end`` = the ``window_end`` of the newest proof this validator accepted;
+   the job is idle when ``now - max(that, chain last_window_end) >= max_missed_windows *
+   window_seconds`` (the program's own rule). A worker that keeps sending proofs is never
+   idle here, however late settlement is.
+2. Leader: ``attest.leader_of(job, last_seq // settle_every, committee, timeouts)``, where
+   ``timeouts`` counts the ``leader_timeout_windows`` since the job became idle (a moment
+   every member computes alike from the proofs it saw).
+3. The leader builds the ``slash_downtime`` message with the SDK
+   (``client.slash_downtime_message(me, job, others, last_proof_window_end)``), asks each
+   co-signer ``POST /v1/downtime/sign`` (a member signs only if it saw no later proof), and
+   replaces a member that refuses or does not answer by the next one; with ``q - 1``
+   signatures it records ``sent`` and calls ``client.send_presigned(tx)``.
+4. Success -> ``done`` (the job fails; its user's ``close_job`` refunds). The job no longer
+   Running -> ``done`` (nothing to report). ``NotEnoughMissedWindows`` (the chain's clock is
+   behind ours), transport errors -> ``retry`` with backoff; other errors up to
+   ``max_chain_error_attempts`` times, then ``failed``. A report that is ``done`` or
+   ``failed`` for (job, last_proof_window_end) is never resubmitted.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from solders.pubkey import Pubkey
+from solders.signature import Signature
+from solders.transaction import Transaction
+
+from .attest import leader_of, timeouts_elapsed
+from .chain import chain_error_name, job_info, read
+from .config import SettlePolicy
+from .errors import ChainUnavailable
+from .metrics import Metrics
+from .peers import Peers
+from .settlement import backoff, round_of
+from .store import ChainJobInfo, JobRow, Store
+
+log = logging.getLogger("gpum_validator.downtime")
+
+JOB_ENDED_ERRORS = frozenset({"InvalidJobStatus", "AccountNotInitialized"})
+CLOCK_ERRORS = frozenset({"NotEnoughMissedWindows"})
+
+
+def idle_since(row: JobRow, chain: ChainJobInfo) -> int:
+    """When the job's newest known proof window ended: this validator's newest accepted
+    window or the chain's last settled one, whichever is later."""
+    return max(row.last_window_end, chain.last_window_end)
+
+
+def assemble(message: Any, signatures: dict[bytes, bytes]) -> Transaction:
+    """The transaction of ``message`` signed by every required signer (ValueError when one
+    is missing or does not verify)."""
+    signers = list(message.account_keys[:message.header.num_required_signatures])
+    payload = bytes(message)
+    ordered = []
+    for key in signers:
+        raw = signatures.get(bytes(key))
+        if raw is None:
+            raise ValueError(f"no signature from {key}")
+        sig = Signature.from_bytes(raw)
+        if not sig.verify(key, payload):
+            raise ValueError(f"the signature of {key} does not verify")
+        ordered.append(sig)
+    return Transaction.populate(message, ordered)
+
+
+class DowntimeReporter:
+    """Reports providers whose worker stopped, as the leader of the job's committee."""
+
+    def __init__(self, client: Any, authority: Any, store: Store, peers: Peers | None,
+                 policy: SettlePolicy | None = None, metrics: Metrics | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.client = client
+        self.authority = authority
+        self.me = bytes(authority.pubkey())
+        self.store = store
+        self.peers = peers
+        self.policy = policy or SettlePolicy()
+        self.metrics = metrics or Metrics()
+        self.clock = clock
+        self._lock = threading.Lock()
+
+    def report_pending(self) -> list[str]:
+        """One pass; returns the signatures of the slashes sent. Never raises for chain or
+        peer trouble: it is recorded and retried on a later pass."""
+        with self._lock:
+            sent: list[str] = []
+            for row in self.store.jobs():
+                try:
+                    sig = self._job(row)
+                except ChainUnavailable as e:
+                    log.warning("downtime check of job=%s postponed: %s",
+                                Pubkey.from_bytes(row.job), e)
+                    continue
+                if sig is not None:
+                    sent.append(sig)
+            return sent
+
+    def _chain(self, row: JobRow) -> ChainJobInfo | None:
+        now = self.clock()
+        if (row.chain is not None and row.chain.window_seconds > 0
+                and now - row.chain_checked_at < self.policy.chain_refresh_seconds):
+            return row.chain
+        view = read("the job account",
+                    lambda: self.client.fetch_job(Pubkey.from_bytes(row.job)))
+        if view is None:
+            return None
+        info = job_info(view)
+        self.store.update_chain_info(row.job, info, now)
+        return info
+
+    def _job(self, row: JobRow) -> str | None:
+        if row.chain is not None and row.chain.status not in ("running", "open"):
+            return None  # ended on chain for good: never read again
+        chain = self._chain(row)
+        if chain is None or chain.status != "running" or self.me not in chain.committee:
+            return None
+        window = max(1, chain.window_seconds)
+        now = self.clock()
+        idle_from = idle_since(row, chain)
+        due_at = idle_from + chain.max_missed_windows * window
+        if now < due_at:
+            return None
+        lpwe = row.last_window_end
+        report = self.store.downtime_report(row.job, lpwe)
+        if report is not None and (report.status in ("done", "failed")
+                                   or report.next_attempt_at > now):
+            return None
+        timeout = self.policy.leader_timeout_windows * window
+        k = timeouts_elapsed(due_at, now, timeout)
+        committee = list(chain.committee)
+        if leader_of(row.job, round_of(row.last_seq, self.policy), committee, k) != self.me:
+            return None
+        return self._report(row, chain, lpwe, report.attempts if report else 0)
+
+    def _report(self, row: JobRow, chain: ChainJobInfo, lpwe: int, attempts: int) -> str | None:
+        job = Pubkey.from_bytes(row.job)
+        need = max(1, chain.quorum) - 1
+        candidates = [m for m in chain.committee if m != self.me]
+        try:
+            signatures, chosen = self._cosign(row.job, lpwe, candidates, need)
+        except Exception as e:  # noqa: BLE001 - building the message read the chain
+            self._error(row, lpwe, e, attempts + 1, counted=False)
+            return None
+        if signatures is None:
+            self.metrics.downtime_report("waiting")
+            log.info("downtime of job=%s: fewer than %d members co-sign; waiting", job, need)
+            return None
+        message, sigs = signatures
+        now = self.clock()
+        self.store.mark_downtime_report(row.job, lpwe, "sent", now, count_attempt=True)
+        try:
+            sigs[self.me] = bytes(self.authority.sign_message(bytes(message)))
+            tx = assemble(message, sigs)
+            result = self.client.send_presigned(tx)
+        except Exception as e:  # noqa: BLE001 - classified below
+            self._error(row, lpwe, e, attempts + 1)
+            return None
+        sig_s = str(result)
+        self.store.mark_downtime_report(row.job, lpwe, "done", self.clock(), signature=sig_s,
+                                        outcome="slashed")
+        self.metrics.downtime_report("slashed")
+        log.critical("DOWNTIME reported job=%s last_proof_window_end=%d with %s tx=%s", job,
+                     lpwe, ", ".join(str(Pubkey.from_bytes(m)) for m in chosen), sig_s)
+        return sig_s
+
+    def _cosign(self, job: bytes, lpwe: int, candidates: Sequence[bytes],
+                need: int) -> tuple[tuple[Any, dict[bytes, bytes]] | None, list[bytes]]:
+        """A message naming ``need`` co-signers and their signatures over it, replacing a
+        member that refuses by the next candidate; (None, []) when too few sign."""
+        pool = list(candidates)
+        chosen: list[bytes] = []
+        refused: set[bytes] = set()
+        while True:
+            chosen = [m for m in pool if m not in refused][:need]
+            if len(chosen) < need:
+                return None, []
+            message = self.client.slash_downtime_message(
+                Pubkey.from_bytes(self.me), Pubkey.from_bytes(job),
+                [Pubkey.from_bytes(m) for m in chosen], lpwe)
+            sigs: dict[bytes, bytes] = {}
+            for m in chosen:
+                sig = self._ask(m, job, lpwe, bytes(message))
+                if sig is None:
+                    refused.add(m)
+                    break
+                sigs[m] = sig
+            else:
+                return (message, sigs), chosen
+
+    def _ask(self, member: bytes, job: bytes, lpwe: int, message: bytes) -> bytes | None:
+        if self.peers is None:
+            return None
+        a = self.peers.post(member, "/v1/downtime/sign", {
+            "job": str(Pubkey.from_bytes(job)), "last_proof_window_end": lpwe,
+            "message": base64.b64encode(message).decode()})
+        if a is None or a.status != 200:
+            log.info("member %s did not co-sign the downtime of job=%s: %s",
+                     Pubkey.from_bytes(member), Pubkey.from_bytes(job),
+                     None if a is None else a.body.get("error"))
+            return None
+        try:
+            sig = base64.b64decode(a.body["signature"], validate=True)
+        except (KeyError, TypeError, ValueError):
+            return None
+        if len(sig) != 64 or not Signature.from_bytes(sig).verify(Pubkey.from_bytes(member),
+                                                                  message):
+            log.warning("member %s answered a downtime signature that does not verify",
+                        Pubkey.from_bytes(member))
+            return None
+        return sig
+
+    def _error(self, row: JobRow, lpwe: int, exc: Exception, attempts: int,
+               counted: bool = True) -> None:
+        """Classify a failed attempt (``counted``: its ``sent`` mark already counted it)."""
+        now = self.clock()
+        count = not counted
+        job = Pubkey.from_bytes(row.job)
+        name = chain_error_name(exc)
+        if name in JOB_ENDED_ERRORS:
+            self.store.mark_downtime_report(row.job, lpwe, "done", now, outcome="job_gone",
+                                            error=name, count_attempt=count)
+            self.metrics.downtime_report("job_gone")
+            log.info("downtime of job=%s: %s, the job is no longer running; done", job, name)
+            return
+        transport = name is None and not isinstance(exc, ValueError)
+        why = f"{name or type(exc).__name__}: {exc}"
+        if not transport and name not in CLOCK_ERRORS \
+                and attempts >= self.policy.max_chain_error_attempts:
+            self.store.mark_downtime_report(row.job, lpwe, "failed", now, outcome="failed",
+                                            error=why, count_attempt=count)
+            self.metrics.downtime_report("failed")
+            log.error("downtime of job=%s: slash_downtime FAILED after %d attempts: %s", job,
+                      attempts, why)
+            return
+        delay = backoff(self.policy, attempts)
+        self.store.mark_downtime_report(row.job, lpwe, "retry", now, error=why,
+                                        next_attempt_at=now + delay, count_attempt=count)
+        self.metrics.downtime_report("retry")
+        log.warning("downtime of job=%s not reported (%s); retry in %.0fs", job, why, delay)
