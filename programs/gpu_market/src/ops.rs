@@ -125,6 +125,31 @@ pub fn burn_signed<'info>(
     )
 }
 
+/// Pays a slash out of the stake vault: `split.reward` to the reporter's stake account, the
+/// rest (`split.burned`) burned. The caller has booked it (stake, bond, market totals).
+pub fn pay_slash<'info>(
+    token_program: &Program<'info, Token>,
+    stake_vault: &Account<'info, TokenAccount>,
+    stake_mint: &Account<'info, Mint>,
+    market: &Account<'info, Market>,
+    reporter: AccountInfo<'info>,
+    split: &math::SlashSplit,
+) -> Result<()> {
+    let signer = MarketSigner::of(market);
+    let authority = market.to_account_info();
+    let seeds = signer.seeds();
+    transfer_signed(
+        token_program,
+        stake_vault,
+        stake_mint,
+        reporter,
+        authority.clone(),
+        &seeds,
+        split.reward,
+    )?;
+    burn_signed(token_program, stake_vault, stake_mint, authority, &seeds, split.burned)
+}
+
 pub fn add(a: u64, b: u64) -> Result<u64> {
     a.checked_add(b).ok_or_else(|| GpuMarketError::MathOverflow.into())
 }

@@ -7,6 +7,7 @@
 //! expected key, over exactly the expected message bytes.
 use anchor_lang::prelude::*;
 use anchor_lang::solana_program::instruction::Instruction;
+use solana_instructions_sysvar::{load_current_index_checked, load_instruction_at_checked};
 
 use crate::errors::GpuMarketError;
 
@@ -142,4 +143,16 @@ pub fn ed25519_signers(ix: &Instruction, ix_index: u16, expected_message: &[u8])
             Ok(entry.signer)
         })
         .collect()
+}
+
+/// The signatures of the Ed25519-program instruction right before the executing one, read
+/// through the Instructions sysvar `sysvar` (whose address the caller's accounts check); see
+/// [`ed25519_entries`] for what is guaranteed about each entry.
+pub fn preceding_ed25519_entries(sysvar: &AccountInfo) -> Result<Vec<SignedMessage>> {
+    let current = load_current_index_checked(sysvar)?;
+    let index = current
+        .checked_sub(1)
+        .ok_or(GpuMarketError::MissingEd25519Instruction)?;
+    let ix = load_instruction_at_checked(usize::from(index), sysvar)?;
+    ed25519_entries(&ix, index)
 }

@@ -1,12 +1,11 @@
 use anchor_lang::prelude::*;
 use anchor_spl::token::{Mint, Token, TokenAccount};
-use solana_instructions_sysvar::{load_current_index_checked, load_instruction_at_checked};
 
 use crate::errors::GpuMarketError;
 use crate::events::{emit_event, CommitteeMemberReplaced, ValidatorEquivocationSlashed};
 use crate::math;
-use crate::ops::{self, MarketSigner};
-use crate::receipt::{attestation_message, ed25519_entries, Receipt};
+use crate::ops;
+use crate::receipt::{attestation_message, preceding_ed25519_entries, Receipt};
 use crate::seeds;
 use crate::state::{
     EquivocationRecord, Job, JobStatus, Market, Provider, Unbonding, Validator, ValidatorStatus,
@@ -141,12 +140,7 @@ pub fn slash_validator_equivocation(
     require!(job.member_index(&authority).is_some(), GpuMarketError::NotCommitteeMember);
     let (market_key, job_key) = (accounts.market.key(), job.key());
     let sysvar = accounts.instructions.to_account_info();
-    let current = load_current_index_checked(&sysvar)?;
-    let index = current
-        .checked_sub(1)
-        .ok_or(GpuMarketError::MissingEd25519Instruction)?;
-    let ix = load_instruction_at_checked(usize::from(index), &sysvar)?;
-    let entries = ed25519_entries(&ix, index)?;
+    let entries = preceding_ed25519_entries(&sysvar)?;
     require!(entries.len() == 2, GpuMarketError::MalformedEd25519Instruction);
     for (entry, (receipt, approved)) in entries.iter().zip([(&first, first_approved), (&second, second_approved)]) {
         let message = receipt.message(ctx.program_id, &market_key, &job_key);
@@ -166,23 +160,13 @@ pub fn slash_validator_equivocation(
         terms.reporter_reward_bps,
     )
     .map_err(|_| GpuMarketError::MathOverflow)?;
-    let market_signer = MarketSigner::of(&ctx.accounts.market);
-    ops::transfer_signed(
+    ops::pay_slash(
         &ctx.accounts.token_program,
         &ctx.accounts.stake_vault,
         &ctx.accounts.stake_mint,
+        &ctx.accounts.market,
         ctx.accounts.reporter_stake_account.to_account_info(),
-        ctx.accounts.market.to_account_info(),
-        &market_signer.seeds(),
-        split.reward,
-    )?;
-    ops::burn_signed(
-        &ctx.accounts.token_program,
-        &ctx.accounts.stake_vault,
-        &ctx.accounts.stake_mint,
-        ctx.accounts.market.to_account_info(),
-        &market_signer.seeds(),
-        split.burned,
+        &split,
     )?;
     let unbonding_seconds = ctx.accounts.market.params_at(now).unbonding_seconds;
     let validator = &mut ctx.accounts.validator;

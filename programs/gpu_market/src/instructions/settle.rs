@@ -1,12 +1,11 @@
 use anchor_lang::prelude::*;
 use anchor_spl::token::{Mint, Token, TokenAccount};
-use solana_instructions_sysvar::{load_current_index_checked, load_instruction_at_checked};
 
 use crate::errors::GpuMarketError;
 use crate::events::{emit_event, Settled};
 use crate::math;
 use crate::ops::{self, add, JobSigner};
-use crate::receipt::{attestation_message, ed25519_entries, Receipt};
+use crate::receipt::{attestation_message, preceding_ed25519_entries, Receipt};
 use crate::seeds;
 use crate::state::{Job, JobStatus, Market, Provider, Validator, ValidatorStatus};
 
@@ -271,12 +270,7 @@ fn check_signatures<'info>(
     let sysvar = accounts.instructions.to_account_info();
     let message = receipt.message(ctx.program_id, &accounts.market.key(), &accounts.job.key());
     let attestation = attestation_message(&message, approved_seconds);
-    let current = load_current_index_checked(&sysvar)?;
-    let index = current
-        .checked_sub(1)
-        .ok_or(GpuMarketError::MissingEd25519Instruction)?;
-    let ix = load_instruction_at_checked(usize::from(index), &sysvar)?;
-    let entries = ed25519_entries(&ix, index)?;
+    let entries = preceding_ed25519_entries(&sysvar)?;
     require!(entries[0].message == message, GpuMarketError::ReceiptMessageMismatch);
     let worker = entries[0].signer;
     let job = &accounts.job;

@@ -1,12 +1,11 @@
 use anchor_lang::prelude::*;
 use anchor_spl::token::{Mint, Token, TokenAccount};
-use solana_instructions_sysvar::{load_current_index_checked, load_instruction_at_checked};
 
 use crate::errors::GpuMarketError;
 use crate::events::{emit_event, DowntimeSlashed, EquivocationSlashed};
 use crate::math::SlashSplit;
-use crate::ops::{self, MarketSigner};
-use crate::receipt::{ed25519_entries, Receipt};
+use crate::ops;
+use crate::receipt::{preceding_ed25519_entries, Receipt};
 use crate::seeds;
 use crate::state::{
     EquivocationRecord, MAX_SKEW_SECONDS, Job, JobStatus, Market, Provider, ProviderStatus, Validator,
@@ -45,23 +44,13 @@ impl SlashTargets<'_> {
     /// job that already ended keeps its status, so no job counts both completed and failed.
     fn apply(&mut self, slash_bps: u16, reward_bps: u16, now: i64) -> Result<SlashSplit> {
         let split = ops::book_slash(&mut self.provider, &mut self.market, slash_bps, reward_bps)?;
-        let market_signer = MarketSigner::of(&self.market);
-        ops::transfer_signed(
+        ops::pay_slash(
             &self.token_program,
             &self.stake_vault,
             &self.stake_mint,
+            &self.market,
             self.reporter_stake_account.to_account_info(),
-            self.market.to_account_info(),
-            &market_signer.seeds(),
-            split.reward,
-        )?;
-        ops::burn_signed(
-            &self.token_program,
-            &self.stake_vault,
-            &self.stake_mint,
-            self.market.to_account_info(),
-            &market_signer.seeds(),
-            split.burned,
+            &split,
         )?;
         if self.job.status.holds_gpus() {
             ops::end_job(&mut self.job, &mut self.provider, JobStatus::Failed, now)?;
@@ -148,12 +137,7 @@ pub fn slash_equivocation(ctx: Context<SlashEquivocation>, first: Receipt, secon
     );
     let (market_key, job_key) = (t.market.key(), t.job.key());
     let sysvar = ctx.accounts.instructions.to_account_info();
-    let current = load_current_index_checked(&sysvar)?;
-    let index = current
-        .checked_sub(1)
-        .ok_or(GpuMarketError::MissingEd25519Instruction)?;
-    let ix = load_instruction_at_checked(usize::from(index), &sysvar)?;
-    let entries = ed25519_entries(&ix, index)?;
+    let entries = preceding_ed25519_entries(&sysvar)?;
     require!(entries.len() == 2, GpuMarketError::MalformedEd25519Instruction);
     for (entry, receipt) in entries.iter().zip([&first, &second]) {
         require!(
