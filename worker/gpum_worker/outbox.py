@@ -340,13 +340,22 @@ class Outbox:
         return sorted(dropped)
 
     def due(self, validator: str, now: float, limit: int) -> list[OutboxItem]:
-        """Deliveries to ``validator`` due at ``now`` (pending or rejected), oldest first."""
+        """Deliveries to ``validator`` due at ``now`` (pending or rejected), oldest first.
+
+        Guarantee: a validator receives each job's proofs in seq order. A delivery is not due
+        while an earlier seq of the same job to the same validator is still pending and waiting
+        out a backoff (it would overtake it, and a validator that sees seq n + k first records
+        n..n+k-1 as missed and rejects them for good when they arrive). Earlier pending seqs that
+        are due come first in the same batch."""
         rows = self._db.execute(
             "SELECT o.job, o.seq, o.proof, o.proof_hash, o.proof_sig, o.receipt_sig, "
             "d.attempts, d.state, o.worker_key FROM deliveries d JOIN outbox o USING(job, seq) "
             "WHERE d.validator=? AND d.state IN ('pending', 'rejected') "
-            "AND d.next_attempt_at<=? ORDER BY o.created_at, o.job, o.seq LIMIT ?",
-            (validator, now, limit)).fetchall()
+            "AND d.next_attempt_at<=? AND NOT EXISTS (SELECT 1 FROM deliveries e "
+            "WHERE e.validator=d.validator AND e.job=d.job AND e.seq<d.seq "
+            "AND e.state='pending' AND e.next_attempt_at>?) "
+            "ORDER BY o.job, o.seq, o.created_at LIMIT ?",
+            (validator, now, now, limit)).fetchall()
         return [OutboxItem(*r) for r in rows]
 
     def ack(self, validator: str, keys: Iterable[tuple[bytes, int]]) -> None:

@@ -6,6 +6,7 @@ import base64
 import json
 import random
 import sqlite3
+import time
 from pathlib import Path
 
 import httpx
@@ -394,3 +395,20 @@ def test_classify_retryable_answers() -> None:
     assert classify(409, {"error": "equivocation", "retry": True}).kind == "equivocation"
     assert classify_item({"error": "x", "retry": True}).kind == "retry"
     assert classify_item({"error": "equivocation", "retry": True}).kind == "equivocation"
+
+
+def test_a_validator_gets_each_jobs_proofs_in_seq_order(tmp_path: Path, key: WorkerKey) -> None:
+    """Found on a real 3-validator network: after an outage, a newly signed proof overtook older
+    ones still in backoff; the returning validator recorded the older seqs as missed and then
+    rejected them for good (stale_seq), so a 3-of-3 job never paid that proven time."""
+    now = time.time()
+    ob = Outbox(tmp_path / "o.sqlite", key.pubkey, [V1])
+    _record_n(ob, key, 2)
+    ob.retry_at(V1, (JOB, 1), now + 200, "validator down")  # seq 1 and 2 back off, 2 less so
+    ob.retry_at(V1, (JOB, 2), now + 100, "validator down")
+    _record_n(ob, key, 1)  # seq 3: new, due at once
+    assert [it.seq for it in ob.due(V1, now + 10, 64)] == []  # seq 3 must not overtake 1 and 2
+    assert [it.seq for it in ob.due(V1, now + 150, 64)] == []  # nor may seq 2 overtake seq 1
+    assert [it.seq for it in ob.due(V1, now + 200, 64)] == [1, 2, 3]  # then all, in order
+    ob.reject(V1, (JOB, 1), "window_length", now + 1e9)  # a final rejection blocks nothing after it
+    assert [it.seq for it in ob.due(V1, now + 200, 64)] == [2, 3]
