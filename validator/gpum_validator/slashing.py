@@ -80,6 +80,22 @@ def receipt_of(stored: StoredProof) -> Receipt:
     return Receipt(p.seq, p.cumulative_seconds, p.window_end, proof_hash(stored.proof))
 
 
+def _report_due(reporter: Any, cases: Any, force: bool) -> ReportSummary:
+    """One pass of a reporter over its open cases: submits each due one (``force`` ignores
+    backoff); a chain outage is recorded on the case and retried later, never raised."""
+    summary = ReportSummary()
+    now = reporter.clock()
+    for case in cases:
+        if not force and case.next_attempt_at > now:
+            summary.retry_later += 1
+            continue
+        try:
+            reporter._report(case, summary)
+        except ChainUnavailable as e:
+            reporter._retry(case, str(e), summary, transport=True)
+    return summary
+
+
 class EquivocationReporter:
     """Turns stored equivocation evidence into at most one successful slash per (job, seq)."""
 
@@ -104,17 +120,7 @@ class EquivocationReporter:
         """Submit every open report that is due (``force`` ignores backoff). Never raises for
         chain trouble: it is recorded and retried on a later pass."""
         with self._lock:
-            summary = ReportSummary()
-            now = self.clock()
-            for case in self.store.equivocation_cases(open_only=True):
-                if not force and case.next_attempt_at > now:
-                    summary.retry_later += 1
-                    continue
-                try:
-                    self._report(case, summary)
-                except ChainUnavailable as e:
-                    self._retry(case, str(e), summary, transport=True)
-            return summary
+            return _report_due(self, self.store.equivocation_cases(open_only=True), force)
 
     # ------------------------------------------------------------------ one case
 
@@ -249,17 +255,7 @@ class ValidatorEquivocationReporter:
 
     def report_pending(self, force: bool = False) -> ReportSummary:
         with self._lock:
-            summary = ReportSummary()
-            now = self.clock()
-            for case in self.store.validator_equivocation_cases(open_only=True):
-                if not force and case.next_attempt_at > now:
-                    summary.retry_later += 1
-                    continue
-                try:
-                    self._report(case, summary)
-                except ChainUnavailable as e:
-                    self._retry(case, str(e), summary, transport=True)
-            return summary
+            return _report_due(self, self.store.validator_equivocation_cases(open_only=True), force)
 
     def _mark(self, case: Any, status: str, **kw: Any) -> None:
         self.store.mark_validator_equivocation(case.job, case.seq, case.member, status,
