@@ -11,7 +11,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 LOCALNET := $(CARGO_TARGET_DIR)/debug/gpum-localnet
 
-.PHONY: all setup venv localnet test test-rust test-py idl idl-check demo lint clean
+.PHONY: all setup venv localnet containers test test-rust test-py idl idl-check demo lint clean
 
 all: test
 
@@ -28,6 +28,15 @@ $(VENV)/.installed: clients/py/pyproject.toml worker/pyproject.toml validator/py
 localnet:
 	cargo build -p gpum-localnet
 
+# Workloads run in real containers: Debian's podman with runc (crun fails on hybrid cgroups)
+# and a static busybox for the local test image (no registry, no network).
+containers:
+	@if ! command -v podman >/dev/null || ! command -v runc >/dev/null \
+	    || ! dpkg -s busybox-static >/dev/null 2>&1; then \
+	  echo "installing podman, runc and busybox-static (Debian packages)"; \
+	  apt-get update -q && apt-get install -y -q podman runc busybox-static; \
+	fi
+
 # The committed IDL, regenerated with Anchor's idl-build (no SBF toolchain needed).
 idl:
 	cargo run -q -p gpum-idl -- programs/gpu_market > idl/gpu_market.json.tmp
@@ -42,12 +51,12 @@ idl-check:
 test-rust:
 	cargo test --workspace
 
-test-py: venv localnet
+test-py: venv localnet containers
 	GPUM_LOCALNET_BIN=$(LOCALNET) $(PY) -m pytest
 
 test: idl-check test-rust test-py
 
-demo: venv localnet
+demo: venv localnet containers
 	GPUM_LOCALNET_BIN=$(LOCALNET) $(PY) -m gpu_market.demo
 
 lint: venv

@@ -48,6 +48,11 @@ def test_one_job_paid_end_to_end(tmp_path: Path) -> None:
     assert (summary["validators"], summary["quorum"]) == (3, 2)
     assert summary["validator_rewards"] > 0
     assert summary["fee_vault_left"] == summary["validator_rewards"]  # credited, not yet claimed
+    # The job ran a real container (podman + runc) that finished the job when it exited:
+    # its output came back through `gpum job logs`, signed by the user's wallet.
+    assert summary["workload"] == {"runtime": "podman", "exit_code": 0, "log_lines": 21}, lines
+    assert any("done: model saved" in line for line in lines), lines
+    assert any("by the worker (finish on exit)" in line for line in lines), lines
     for name in ("localnet", "validator0", "validator1", "validator2", "worker"):
         assert (tmp_path / f"{name}.log").exists()
 

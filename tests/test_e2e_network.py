@@ -12,6 +12,12 @@ never on a committee). Four jobs of one GPU each run at once on provider A::
     J2  committee [V0, V1, V2]    quorum 2
     J3  committee [V0, V1, V2]    quorum 3
     J4  committee [V0, V3]        quorum 2   (V3 approves less)
+    J5  committee [V0, VB]        quorum 2   (VB byzantine; created by its test)
+
+VB is no node: its registered endpoint is a thread of the test that answers like a member
+whose totals are inflated by a million seconds and that signs whatever it is asked; then, as
+VB's operator, the test asks the leader that got VB's signature for a seq to co-sign a higher
+value at that seq, handing it the conflicting attestation that gets VB's bond slashed.
 
 The tests run in file order and share the network: V2 is killed and restarted with its
 database, V1 is killed and restarted on a fresh database, then provider B (its own worker)
@@ -24,14 +30,18 @@ provider may be slashed for that. Process logs are in the module's tmp dir (``ne
 from __future__ import annotations
 
 import base64
+import itertools
+import json
 import os
 import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +61,7 @@ from gpu_market.demo import (
 from gpu_market.errors import GpuMarketError
 from gpu_market.receipt import attestation_signature, receipt_message
 from gpu_market.settle import Attestation, SettleAccounts, SettleItem, settle_instructions
+from gpum_validator.attest import sign_request_message
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 
@@ -107,6 +118,7 @@ class Net:
     wproc: dict[str, subprocess.Popen] = field(default_factory=dict)
     stopped: set[str] = field(default_factory=set)  # log names of processes stopped on purpose
     max_lag: dict[str, int] = field(default_factory=dict)  # chain time - last_window_end, Running
+    byzantine: Keypair | None = None  # VB, once its test registered it
 
     # -- processes ------------------------------------------------------------------------
     def start_validator(self, i: int, tag: str = "", db: Path | None = None) -> None:
@@ -195,6 +207,17 @@ class Net:
             assert paid[k][-1] > paid[k][0], (k, paid[k], self.diag())
         return paid
 
+    def wait_for(self, fn: Callable[[], Any], what: str, timeout: float) -> Any:
+        deadline = time.monotonic() + timeout
+        while True:
+            self.check_alive()
+            got = fn()
+            if got:
+                return got
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{what}: not within {timeout:.0f}s\n{self.diag()}")
+            time.sleep(0.5)
+
     def balance(self, owner: Pubkey) -> int:
         return self.client.token_balance(tokens.ata(owner, self.payment_mint))
 
@@ -222,6 +245,27 @@ def _db_rows(db: Path, sql: str, *args: Any) -> list[tuple]:
 
 
 def _assert_conserved(net: Net) -> None:
+    """``_check_conserved`` on a quiet snapshot: the nodes keep settling while the test reads
+    account after account, so a check whose reads straddled a settlement (some job's
+    ``last_seq`` or ``paid_seconds`` moved meanwhile) is read again; one that saw no change
+    must hold."""
+    def marks() -> dict[str, tuple[int, int, str]]:
+        return {n: (j.last_seq, j.paid_seconds, j.status) for n, j in net.jobs_now().items()
+                if j is not None}
+
+    for _ in range(20):
+        before = marks()
+        try:
+            _check_conserved(net)
+            return
+        except AssertionError:
+            if marks() == before:
+                raise
+        time.sleep(0.2)
+    _check_conserved(net)
+
+
+def _check_conserved(net: Net) -> None:
     """Every token of every deposit is where the books say, read back from chain balances:
     deposited == paid_provider + paid_validators + paid_treasury + burned + refunded +
     booked escrow per job (the escrow holds exactly the booked part), and the sums of those
@@ -253,8 +297,9 @@ def _assert_conserved(net: Net) -> None:
     assert c.token_balance(pda.fee_vault_pda(net.market)) == sums["fees"]
     assert net.supply_start - c.mint_supply(net.payment_mint) == sums["burned"]
     assert net.user_start - net.balance(net.user.pubkey()) == sums["deposited"] - sums["refunded"]
+    extra = [net.byzantine] if net.byzantine else []
     earned = sum(net.validator_view(k.pubkey()).rewards_earned
-                 for k in [*net.validators, net.owners["A"]])
+                 for k in [*net.validators, net.owners["A"], *extra])
     assert earned == sums["validators"]
 
 
@@ -295,7 +340,7 @@ def net(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Net]:
             "unbonding_seconds": 0, "downtime_slash_bps": DOWNTIME_SLASH_BPS})
         market = pda.market_pda(admin.pubkey(), 0)
         providers = {}
-        for p, gpus in (("A", 4), ("B", 1)):
+        for p, gpus in (("A", 5), ("B", 1)):
             spec = {"gpu_model": "Simulated H100", "gpu_count": gpus, "vram_mib": 81920,
                     "region": "localnet"}
             client.register_provider(owners[p], workers[p].pubkey(), spec, PRICE, market)
@@ -319,7 +364,7 @@ def net(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Net]:
                 ("J1", [v[0]], 1), ("J2", v[:3], 2), ("J3", v[:3], 3), ("J4", [v[0], v[3]], 2)],
                 start=1):
             _create_job(net, name, "A", job_id, committee, quorum)
-        net.start_worker("A", gpus=4)
+        net.start_worker("A", gpus=5)
         yield net
     finally:
         if client is not None:
@@ -450,6 +495,125 @@ def test_the_providers_own_validator_outside_the_committee_settles_nothing(net: 
         r = h.post(f"{base}/v1/attestations/query",
                    json={"job": str(net.jobs["J2"].address), "seq": 1})
         assert (r.status_code, r.json()["error"]) == (403, "not_in_committee")
+    _assert_conserved(net)
+
+
+class ByzantineMember:
+    """VB's endpoint: answers a query with an honest member's receipt and that member's total
+    plus ``INFLATE`` seconds, and signs any value any leader asks for (recorded)."""
+
+    INFLATE = 10**6
+
+    def __init__(self, net: Net, key: Keypair, honest_port: int) -> None:
+        self.net, self.key, self.honest = net, key, f"http://127.0.0.1:{honest_port}"
+        self.signed: list[tuple[int, int, str]] = []  # (seq, value, leader)
+        self.receipts: dict[int, dict[str, Any]] = {}
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *a: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                status, answer = outer.handle(self.path, body)
+                raw = json.dumps(answer).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(raw)))
+                self.end_headers()
+                self.wfile.write(raw)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_port}"
+
+    def receipt_msg(self, job: str, seq: int) -> bytes | None:
+        r = self.receipts.get(seq)
+        if r is None:
+            with httpx.Client(timeout=5) as h:
+                a = h.post(f"{self.honest}/v1/attestations/query", json={"job": job, "seq": seq})
+            if a.status_code != 200:
+                return None
+            r = self.receipts[seq] = a.json()
+        rc = r["receipt"]
+        return receipt_message(bytes(self.net.client.program_id), bytes(self.net.market),
+                               bytes(Pubkey.from_string(job)), seq, rc["cumulative_seconds"],
+                               rc["window_end"], bytes.fromhex(rc["proof_hash"]))
+
+    def handle(self, path: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        job, seq = body["job"], body["seq"]
+        msg = self.receipt_msg(job, seq)
+        if msg is None:
+            return 404, {"error": "seq_unknown", "message": "", "retry": False}
+        if path == "/v1/attestations/query":
+            answer = dict(self.receipts[seq])
+            answer["approved_seconds"] += self.INFLATE
+            answer["signed_approved_seconds"] = None
+            return 200, answer
+        if path == "/v1/attestations/sign":
+            value = body["approved_seconds"]
+            self.signed.append((seq, value, body["leader"]))
+            sig = attestation_signature(self.key, msg, value)
+            return 200, {"authority": str(self.key.pubkey()),
+                         "signature": base64.b64encode(sig).decode()}
+        return 404, {"error": "not_found", "message": "", "retry": False}
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_a_byzantine_member_is_not_counted_and_its_conflicting_attestations_are_slashed(
+        net: Net) -> None:
+    c = net.client
+    vb = Keypair()
+    c.airdrop(vb.pubkey(), 10 * 10**9)
+    stake_mint = c.fetch_market(net.market).stake_mint
+    tokens.mint_to(c, stake_mint, tokens.create_ata(c, net.admin, vb.pubkey(), stake_mint),
+                   net.admin, BOND)
+    byz = ByzantineMember(net, vb, net.vports[0])
+    try:
+        c.register_validator(vb, net.market, BOND, byz.url)
+        net.byzantine = vb
+        v = [k.pubkey() for k in net.validators]
+        _create_job(net, "J5", "A", 9, [v[0], vb.pubkey()], 2)
+        paid = net.wait_settlements(["J5"], 3, timeout=120)["J5"]
+        j = net.job("J5")
+        # Not counted: every settled total is the one the honest member reached (the 2nd
+        # highest of {V0, VB + 10**6}), never VB's inflated claim.
+        honest = dict(_db_rows(net.vdb[0], "SELECT seq, approved_total FROM proofs WHERE "
+                               "job = ? AND decision = 'accepted'", bytes(net.jobs["J5"].address)))
+        assert j.paid_seconds == honest[j.last_seq], (j, honest)
+        assert all(b - a <= 10 * WINDOW for a, b in itertools.pairwise(paid)), paid
+        assert j.paid_seconds <= j.claimed_seconds
+        assert byz.signed, "V0 never asked the byzantine member to sign"
+        # VB attested a value for a seq; as its operator, ask that leader to co-sign a much
+        # higher value at the same seq, committing first with VB's own attestation.
+        seq, value, leader = byz.signed[-1]
+        port = net.vports[[str(k) for k in v].index(leader)]
+        msg = byz.receipt_msg(str(net.jobs["J5"].address), seq)
+        assert msg is not None
+        high = value + ByzantineMember.INFLATE
+        req = sign_request_message(bytes(net.jobs["J5"].address), seq, high, bytes(vb.pubkey()))
+        b64 = lambda b: base64.b64encode(bytes(b)).decode()
+        with httpx.Client(timeout=10) as h:
+            r = h.post(f"http://127.0.0.1:{port}/v1/attestations/sign", json={
+                "job": str(net.jobs["J5"].address), "seq": seq, "approved_seconds": high,
+                "leader": str(vb.pubkey()), "leader_signature": b64(vb.sign_message(req)),
+                "leader_attestation": b64(attestation_signature(vb, msg, high))})
+        assert (r.status_code, r.json()["error"]) == (409, "above_own_total"), r.text
+        # The leader holds two attestations by VB for one seq: its reporter slashes VB's bond.
+        net.wait_for(lambda: net.validator_view(vb.pubkey()).bond < BOND, "VB's bond slashed",
+                     timeout=60)
+        view = net.validator_view(vb.pubkey())
+        assert view.status == "exiting", view
+        assert _metric(port, "gpum_validator_validator_equivocation_reports_total",
+                       'outcome="slashed"') == 1
+        assert net.job("J5").paid_seconds <= net.job("J5").claimed_seconds
+    finally:
+        byz.close()
     _assert_conserved(net)
 
 

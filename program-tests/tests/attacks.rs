@@ -70,7 +70,7 @@ fn attack_missing_signer_on_every_instruction() {
     let (admin, owner, user, va) = (b.admin.pubkey(), b.provider_owner.key.pubkey(), b.user.key.pubkey(), b.validator_authority.pubkey());
     let stranger = b.new_party(10_000, 10_000);
     let (first, second) = equivocating_pair(1, 60, T0 + 60);
-    let no_update = UpdateProviderArgs { price_per_gpu_second: Some(11), spec: None, accepting_jobs: None };
+    let no_update = UpdateProviderArgs { price_per_gpu_second: Some(11), spec: None, accepting_jobs: None, endpoint: None };
     let cases: Vec<(&str, Vec<Instruction>)> = vec![
         ("initialize_market", vec![b.ix_initialize_market(1, default_params())]),
         ("register_provider", vec![b.ix_register_provider(&user, Pubkey::new_unique(), 1, 1)]),

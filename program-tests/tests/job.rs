@@ -47,7 +47,7 @@ fn success_create_job_escrows_deposit_and_locks_rate() {
     assert_eq!(b.market_state().totals.jobs, 1);
     assert_event(&logs, JobCreated {
         market: b.market, job, user: user.pubkey(), provider: b.provider, job_id: 9, gpu_count: 3,
-        price_per_gpu_second: 10, rate_per_second: 30, deposit: 5_000,
+        price_per_gpu_second: 10, rate_per_second: 30, deposit: 5_000, workload_hash: [0; 32],
     });
 }
 

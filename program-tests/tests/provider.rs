@@ -10,7 +10,7 @@ use gpu_market::state::{Provider, ProviderStatus, Reputation, Unbonding};
 use gpum_localnet::solana_signer::Signer;
 
 fn register_args(worker: &SigningKey, gpus: u16, price: u64) -> RegisterProviderArgs {
-    RegisterProviderArgs { worker_key: worker_pubkey(worker), worker_key_expires_at: 0, spec: gpu_spec(gpus), price_per_gpu_second: price }
+    RegisterProviderArgs { worker_key: worker_pubkey(worker), worker_key_expires_at: 0, spec: gpu_spec(gpus), price_per_gpu_second: price, endpoint: String::new() }
 }
 
 /// Registers a fresh owner with `args` and returns the error.
@@ -86,7 +86,7 @@ fn update_err(b: &mut Bench, args: UpdateProviderArgs) -> gpum_localnet::solana_
 #[test]
 fn success_update_provider_price_spec_and_availability() {
     let mut b = Bench::new();
-    let logs = update(&mut b, UpdateProviderArgs { price_per_gpu_second: Some(25), spec: Some(gpu_spec(8)), accepting_jobs: None });
+    let logs = update(&mut b, UpdateProviderArgs { price_per_gpu_second: Some(25), spec: Some(gpu_spec(8)), accepting_jobs: None, endpoint: None });
     let p = b.provider_state();
     assert_eq!((p.price_per_gpu_second, p.spec, p.status), (25, gpu_spec(8), ProviderStatus::Active));
     assert_event(&logs, ProviderUpdated { provider: b.provider, price_per_gpu_second: 25, gpu_count: 8, status: ProviderStatus::Active });
@@ -166,7 +166,7 @@ fn fail_update_provider_jailed_until_jail_ends() {
     assert_eq!(until, T0 + default_params().unbonding_seconds);
     b.set_time(until - 1);
     let resume = UpdateProviderArgs { accepting_jobs: Some(true), ..no_update() };
-    assert_eq!(update_err(&mut b, resume), program_err(0, E::ProviderJailed));
+    assert_eq!(update_err(&mut b, resume.clone()), program_err(0, E::ProviderJailed));
     assert!(matches!(b.provider_state().status, ProviderStatus::Jailed { .. }));
     b.set_time(until);
     update(&mut b, resume);

@@ -549,7 +549,7 @@ impl World {
     fn gen_update_provider(&mut self) -> Tx {
         let p = self.rng.gen_range(0..self.provs.len());
         let prov = self.provider(p);
-        let mut args = UpdateProviderArgs { price_per_gpu_second: None, spec: None, accepting_jobs: None };
+        let mut args = UpdateProviderArgs { price_per_gpu_second: None, spec: None, accepting_jobs: None, endpoint: None };
         if self.rng.gen_bool(0.5) {
             args.price_per_gpu_second = Some(self.rng.gen_range(0..=30));
         }
@@ -557,7 +557,7 @@ impl World {
             let count = if self.rng.gen_bool(0.1) { 0 } else { self.rng.gen_range(1..=10) };
             args.spec = Some(gpu_market::state::GpuSpec { gpu_count: count, ..prov.spec });
         }
-        if self.rng.gen_bool(0.6) || args == (UpdateProviderArgs { price_per_gpu_second: None, spec: None, accepting_jobs: None }) {
+        if self.rng.gen_bool(0.6) || args == (UpdateProviderArgs { price_per_gpu_second: None, spec: None, accepting_jobs: None, endpoint: None }) {
             args.accepting_jobs = Some(self.rng.gen_bool(0.8));
         }
         let expect = if args.price_per_gpu_second == Some(0) {

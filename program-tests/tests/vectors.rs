@@ -120,11 +120,11 @@ to_j_struct!(Market { authority, creator, pending_authority, id, stake_mint, pay
 to_j_struct!(GpuSpec { gpu_model, gpu_count, vram_mib, region });
 to_j_struct!(Unbonding { amount, release_at });
 to_j_struct!(Reputation { verified_seconds, windows_missed, jobs_completed, jobs_failed, slashes });
-to_j_struct!(Provider { market, owner, worker_key, worker_key_expires_at, retired_keys, last_equivocation_slash_at, spec, price_per_gpu_second, status, stake, unbonding, gpus_in_use, reputation, bump });
+to_j_struct!(Provider { market, owner, worker_key, worker_key_expires_at, retired_keys, last_equivocation_slash_at, spec, price_per_gpu_second, status, stake, unbonding, gpus_in_use, reputation, bump, endpoint });
 to_j_struct!(RetiredWorkerKey { key, retired_at });
 to_j_struct!(JobTerms { rate_per_second, fee_bps, burn_bps, window_seconds, max_missed_windows, grace_seconds, max_skew_seconds, quorum, downtime_slash_bps, equivocation_slash_bps, reporter_reward_bps, temp_critical_c, ecc_uncorrected_max, validator_reward_bps });
 to_j_struct!(Validator { market, authority, bond, unbonding, status, settlements, bump, endpoint, rewards_earned, rewards_unclaimed, slashes });
-to_j_struct!(Job { market, user, provider, job_id, gpu_count, terms, committee, committee_len, deposited, claimed_seconds, paid_seconds, paid_provider, paid_validators, paid_treasury, burned, refunded, status, created_at, started_at, ended_at, last_seq, last_receipt_hash, last_window_end, bump, escrow_bump });
+to_j_struct!(Job { market, user, provider, job_id, gpu_count, terms, committee, committee_len, deposited, claimed_seconds, paid_seconds, paid_provider, paid_validators, paid_treasury, burned, refunded, status, created_at, started_at, ended_at, last_seq, last_receipt_hash, last_window_end, bump, escrow_bump, workload_hash });
 to_j_struct!(EquivocationRecord { job, seq, offender, reporter, slashed, bump });
 
 to_j_struct!(MarketInitialized { market, authority, id, stake_mint, payment_mint, treasury, params });
@@ -135,7 +135,7 @@ to_j_struct!(ValidatorUpdated { validator, endpoint });
 to_j_struct!(ValidatorRewardsClaimed { validator, destination, amount });
 to_j_struct!(CommitteeMemberReplaced { job, index, previous, member });
 to_j_struct!(ValidatorEquivocationSlashed { validator, job, seq, first_approved, second_approved, reporter, slash_bps, reporter_reward_bps, slashed, reward, burned });
-to_j_struct!(JobCreated { market, job, user, provider, job_id, gpu_count, price_per_gpu_second, rate_per_second, deposit });
+to_j_struct!(JobCreated { market, job, user, provider, job_id, gpu_count, price_per_gpu_second, rate_per_second, deposit, workload_hash });
 to_j_struct!(JobAccepted { job, provider, signer, started_at });
 to_j_struct!(Settled { job, provider, validator, seq, cumulative_seconds, window_end, proof_hash, claimed_seconds, approved_seconds, billed_seconds, rate_per_second, fee_bps, burn_bps, amount, fee, reward, validator_reward_bps, attesters, burned, to_provider, to_treasury, escrow_remaining, exhausted });
 to_j_struct!(JobFinished { job, by, ended_at });
@@ -273,6 +273,7 @@ fn provider(status: ProviderStatus) -> Provider {
         gpus_in_use: 3,
         reputation: Reputation { verified_seconds: 600_001, windows_missed: 7, jobs_completed: 42, jobs_failed: 2, slashes: 1 },
         bump: 251,
+        endpoint: gpu_market::state::encode_endpoint("http://203.0.113.9:7070").unwrap(),
     }
 }
 
@@ -319,6 +320,7 @@ fn job(status: JobStatus) -> Job {
         last_window_end: 1_750_000_190,
         bump: 249,
         escrow_bump: 248,
+        workload_hash: bytes32(0x77),
     }
 }
 
@@ -374,7 +376,7 @@ fn synthetic_events() -> Vec<J> {
             validator: key(58), job: key(60), seq: 6, first_approved: 300, second_approved: 301, reporter: key(64),
             slash_bps: 5_001, reporter_reward_bps: 1_001, slashed: 5_002, reward: 500, burned: 4_502,
         }),
-        event_vector("JobCreated", &JobCreated { market: key(50), job: key(60), user: key(61), provider: key(55), job_id: 42, gpu_count: 3, price_per_gpu_second: 11, rate_per_second: 33, deposit: 19_801 }),
+        event_vector("JobCreated", &JobCreated { market: key(50), job: key(60), user: key(61), provider: key(55), job_id: 42, gpu_count: 3, price_per_gpu_second: 11, rate_per_second: 33, deposit: 19_801, workload_hash: bytes32(0x5a) }),
         event_vector("JobAccepted", &JobAccepted { job: key(60), provider: key(55), signer: key(57), started_at: 1_750_000_061 }),
         event_vector("Settled", &Settled {
             job: key(60), provider: key(55), validator: key(58), seq: 5, cumulative_seconds: 301, window_end: 1_750_000_362,

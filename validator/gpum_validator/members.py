@@ -3,8 +3,8 @@
 ``POST /v1/attestations/query``  ``{"job", "seq"}`` -> this validator's approved total for the
 job up to that seq and the receipt it holds there.
 ``POST /v1/attestations/sign``   ``{"job", "seq", "approved_seconds", "leader",
-"leader_signature"}`` -> ``{"authority", "signature"}``: an attestation over
-``attestation_message(receipt of ITS stored proof at seq, approved_seconds)``.
+"leader_signature", "leader_attestation"}`` -> ``{"authority", "signature"}``: an attestation
+over ``attestation_message(receipt of ITS stored proof at seq, approved_seconds)``.
 ``POST /v1/downtime/sign``       ``{"job", "last_proof_window_end", "message"}`` -> its
 signature over a ``slash_downtime`` transaction message.
 
@@ -17,6 +17,12 @@ Guarantees:
   another member of the job's committee that signed the request
   (``attest.sign_request_message``; 403 ``requester_not_member`` / ``bad_request_signature``):
   a stranger can neither obtain an attestation nor pin this member to a value;
+* a leader commits first: ``leader_attestation`` is the leader's own attestation of the value
+  it asks for, over this member's receipt at seq (403 ``bad_leader_attestation`` otherwise).
+  It is kept as evidence (``Store.record_received_attestation``) before anything else is
+  decided, also when the request is refused, so a member that asks its peers to co-sign a
+  value other than one it attested before for the same seq hands them the evidence that
+  slashes its bond (``slashing.ValidatorEquivocationReporter``);
 * at most one value is ever signed per (job, seq): it is on disk before the signature is
   returned (``Store.record_given_attestation``); the same value again gets the same
   signature, another value 409 ``already_signed_other_value`` (with the signed value), also
@@ -61,7 +67,7 @@ from .errors import (
 )
 from .metrics import Metrics
 from .schema import b58_pubkey
-from .store import GivenAttestation, Store
+from .store import GivenAttestation, ReceivedAttestation, Store
 from .verify import committee_of, field_of, status_of
 
 log = logging.getLogger("gpum_validator.members")
@@ -184,12 +190,14 @@ class Member:
                 "signed_approved_seconds": None if given is None else given.approved_seconds}
 
     def _sign(self, obj: object) -> dict[str, Any]:
-        o = _fields(obj, ("job", "seq", "approved_seconds", "leader", "leader_signature"))
+        o = _fields(obj, ("job", "seq", "approved_seconds", "leader", "leader_signature",
+                          "leader_attestation"))
         job = b58_pubkey(o["job"], "job")
         seq = _int(o, "seq", 1, U64_MAX)
         approved = _int(o, "approved_seconds", 0, U64_MAX)
         leader = b58_pubkey(o["leader"], "leader")
         leader_sig = _b64(o, "leader_signature", 64)
+        leader_att = _b64(o, "leader_attestation", 64)
         view = self._job(job)
         if leader == self.me or leader not in committee_of(view):
             raise Rejection("requester_not_member", "only another member of the job's "
@@ -199,6 +207,16 @@ class Member:
             raise Rejection("bad_request_signature", "leader_signature is not the leader's "
                             "signature over this request", 403)
         stored = self._accepted(job, seq)
+        if len(leader_att) != 64 or not verify_signature(
+                leader, leader_att, attestation_message(receipt_message_of(stored), approved)):
+            raise Rejection("bad_leader_attestation", "leader_attestation is not the leader's "
+                            "own attestation of this value over this validator's receipt at "
+                            "that seq", 403)
+        if self.store.record_received_attestation(ReceivedAttestation(
+                job, seq, leader, approved, stored.cumulative_seconds, stored.window_end,
+                stored.hash, leader_att, self.clock())):
+            log.critical("VALIDATOR EQUIVOCATION: member %s attested two different values for "
+                         "job=%s seq=%d; evidence stored", o["leader"], o["job"], seq)
         own = int(stored.approved_total or 0)
         if approved > own:
             raise Rejection("above_own_total", f"this validator approved {own} seconds of the "

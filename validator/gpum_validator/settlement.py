@@ -22,7 +22,8 @@ takes the q-th highest of all totals, its own included (``attest.quorum_value``)
 total is below that value it does not lead this time (it could not attest the value; the
 next member leads after the timeout). The value is lowered to what ``settle`` accepts
 (``attest.settle_bound``), then ``q - 1`` members whose totals reach it are asked to sign it
-(``POST /v1/attestations/sign``, the request signed by the leader); every valid signature is
+(``POST /v1/attestations/sign``, the request signed by the leader and carrying the leader's
+own attestation of the value, which the member keeps as evidence); every valid signature is
 kept as evidence (``Store.record_received_attestation``: two different ones by one member
 for one seq make a validator-equivocation case for ``slashing.ValidatorEquivocationReporter``).
 With ``q - 1`` signatures the intent is written and sent; with fewer nothing is sent and the
@@ -363,7 +364,10 @@ class Settler:
         body = {"job": str(Pubkey.from_bytes(c.job)), "seq": c.latest.seq,
                 "approved_seconds": value, "leader": str(Pubkey.from_bytes(self.me)),
                 "leader_signature": base64.b64encode(
-                    bytes(self.authority.sign_message(request))).decode()}
+                    bytes(self.authority.sign_message(request))).decode(),
+                # the leader commits first: its own attestation of the value (evidence)
+                "leader_attestation": base64.b64encode(
+                    bytes(self.authority.sign_message(msg))).decode()}
         got: list[tuple[bytes, bytes]] = []
         for m in signers:
             if len(got) >= need:

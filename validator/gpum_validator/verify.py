@@ -270,9 +270,13 @@ def health_bound(proof: WindowProof, th: HealthThresholds) -> int:
     samples or an uncorrected-ECC delta above the allowance (or flags it); otherwise the
     minimum over GPUs of its healthy one-second slots (``covered_seconds``, which cannot
     exceed its sample count), and at most ``length - 1`` for a GPU that reached the critical
-    temperature (that slot was unhealthy).
+    temperature (that slot was unhealthy). 0 as well when the window's workload (proof v2)
+    failed to start or shared the job's GPUs with a foreign compute process
+    (``WorkloadWindow.billable``).
     """
     length = proof.window_end - proof.window_start
+    if not proof.workload.billable:  # the workload failed to start, or foreign processes
+        return 0
     bound = length
     for g in proof.gpus:
         if g.samples == 0:

@@ -24,7 +24,7 @@ import base64
 import pytest
 from gpu_market.errors import RpcUnavailable
 from gpu_market.proof import encode_proof, proof_hash
-from gpum_validator.attest import sign_request_message
+from gpum_validator.attest import attestation_message, receipt_message_of, sign_request_message
 from gpum_validator.config import HealthThresholds, SettlePolicy
 from gpum_validator.errors import StoreError
 from solders.keypair import Keypair
@@ -278,6 +278,49 @@ def test_member_signing_two_values_for_one_seq_is_reported_once(nets, chain, mon
         byz.close()
 
 
+def test_a_member_asking_peers_to_cosign_more_than_it_attested_is_refused_and_slashed(nets, chain):
+    liar = Keypair.from_seed(bytes([122] * 32))
+    keys = arrange([K[0], liar, K[1]], K[0], 5)
+    net = nets(keys, 2, stubs=(liar,))
+    leader = net.node(K[0])
+    byz = Byzantine(chain, liar, [300])
+    try:
+        ps = chain_of(5)
+        byz.give(ps)
+        net.deliver(ps)
+        assert next(m for m in net.committee if m != leader.pub) == byz.pub  # asked first
+        leader.settler.settle_now()
+        assert settled(net) == (5, 300, 300) and byz.signed == [300]
+        # The liar now leads a "round" of its own at seq 5 for 10**6 seconds, committing
+        # first with its own attestation of that value: the honest member refuses ...
+        r = leader.post("/v1/attestations/sign",
+                        sign_body(leader, _As(liar), 5, 10**6))
+        assert (r.status_code, r.json()["error"]) == (409, "above_own_total")
+        # ... and holds two attestations by the liar for seq 5: its bond is slashed, once.
+        assert {a.approved_seconds for a in leader.store.received_attestations(JOB, 5, byz.pub)} \
+            == {300, 10**6}
+        assert leader.vreporter.report_pending().slashed == 1
+        (call,) = chain.validator_slash_calls
+        assert bytes(call["validator"]) == byz.pub
+        assert {call["first_approved"], call["second_approved"]} == {300, 10**6}
+        assert chain.validators[byz.pub].slashes == 1
+        # A request whose attestation is not the leader's (or not over this receipt) is refused
+        # before anything is stored.
+        r = leader.post("/v1/attestations/sign",
+                        sign_body(leader, _As(liar), 5, 200, attestation_key=K[1]))
+        assert (r.status_code, r.json()["error"]) == (403, "bad_leader_attestation")
+        assert len(leader.store.received_attestations(JOB, 5, byz.pub)) == 2
+    finally:
+        byz.close()
+
+
+class _As:
+    """A key in the shape ``sign_body`` takes for a leader (``key``, ``pub``)."""
+
+    def __init__(self, key: Keypair) -> None:
+        self.key, self.pub = key, bytes(key.pubkey())
+
+
 # ------------------------------------------------------------------ non-members
 
 
@@ -300,7 +343,8 @@ def test_non_members_are_refused(nets, chain):
     # ... and signs only for another member of the job's committee.
     req = sign_request_message(JOB, 5, 300, o.pub)
     body = {"job": b58(JOB), "seq": 5, "approved_seconds": 300, "leader": b58(o.pub),
-            "leader_signature": base64.b64encode(bytes(outsider_key.sign_message(req))).decode()}
+            "leader_signature": base64.b64encode(bytes(outsider_key.sign_message(req))).decode(),
+            "leader_attestation": base64.b64encode(bytes(64)).decode()}
     r = member.post("/v1/attestations/sign", body)
     assert (r.status_code, r.json()["error"]) == (403, "requester_not_member")
     body["leader"] = b58(net.nodes[0].pub)  # a member's name, signed by someone else
@@ -313,10 +357,19 @@ def test_non_members_are_refused(nets, chain):
 
 
 def ask(net, member, leader, seq, value):
+    return member.post("/v1/attestations/sign", sign_body(member, leader, seq, value))
+
+
+def sign_body(member, leader, seq, value, attestation_key=None):
+    """A leader's sign request: signed by ``leader``, carrying its own attestation of ``value``
+    over ``member``'s stored receipt at ``seq`` (signed by ``attestation_key`` if given)."""
     req = sign_request_message(JOB, seq, value, leader.pub)
-    return member.post("/v1/attestations/sign", {
-        "job": b58(JOB), "seq": seq, "approved_seconds": value, "leader": b58(leader.pub),
-        "leader_signature": base64.b64encode(bytes(leader.key.sign_message(req))).decode()})
+    stored = member.store.accepted_at(JOB, seq)
+    att = (attestation_key or leader.key).sign_message(
+        attestation_message(receipt_message_of(stored), value)) if stored else bytes(64)
+    return {"job": b58(JOB), "seq": seq, "approved_seconds": value, "leader": b58(leader.pub),
+            "leader_signature": base64.b64encode(bytes(leader.key.sign_message(req))).decode(),
+            "leader_attestation": base64.b64encode(bytes(att)).decode()}
 
 
 def test_member_signs_one_value_per_seq_never_above_its_total(nets):

@@ -8,7 +8,12 @@ from dataclasses import replace
 import pytest
 from gpu_market.proof import (
     HEALTH_ECC_UNCORRECTED,
+    WORKLOAD_EXITED,
+    WORKLOAD_FAILED,
+    WORKLOAD_PENDING,
+    WORKLOAD_RUNNING,
     ZERO_HASH,
+    WorkloadWindow,
     encode_proof,
     proof_hash,
 )
@@ -418,6 +423,15 @@ def test_health_ecc_makes_window_unbillable():
     assert health_bound(p, TH) == 0
     p = make_proof(gpus=(gpu(UUIDS[0], ecc_uncorrected_delta=2), gpu(UUIDS[1])))
     assert health_bound(p, replace(TH, ecc_uncorrected_max=2)) == WINDOW
+
+
+def test_health_workload_failed_or_foreign_processes_unbillable():
+    assert health_bound(make_proof(workload=WorkloadWindow(WORKLOAD_FAILED)), TH) == 0
+    shared = WorkloadWindow(WORKLOAD_RUNNING, job_processes=1, foreign_processes=1)
+    assert health_bound(make_proof(workload=shared), TH) == 0
+    for ok in (WorkloadWindow(WORKLOAD_RUNNING, job_processes=2), WorkloadWindow(WORKLOAD_PENDING),
+               WorkloadWindow(WORKLOAD_EXITED, exit_code=0)):
+        assert health_bound(make_proof(workload=ok), TH) == WINDOW
 
 
 def test_health_zero_samples_unbillable():

@@ -1,11 +1,13 @@
 """The worker loop: sample GPUs, follow jobs, close windows into signed proofs, deliver.
 
-Three threads share nothing but the sample buffer (locked) and a wake-up event:
+Three threads share nothing but the sample buffer (locked) and a wake-up event (the worker
+API, ``api.py``, runs in threads of its own and shares the ``WorkloadManager``):
 
 * sampler: reads every GPU once per sample interval, at the middle of each interval
   (``k * interval + interval / 2``), so jitter below half an interval never moves a sample
   into the wrong one-second slot;
-* main: polls the ``JobSource``, closes due windows (``Agent.close_windows``) and records
+* main: polls the ``JobSource``, reconciles the jobs' workload containers
+  (``workloads.WorkloadManager``), closes due windows (``Agent.close_windows``) and records
   each signed proof in the outbox before anything is sent;
 * sender: delivers outbox rows to their destinations (``sender.Sender``).
 
@@ -29,10 +31,22 @@ Guarantees of the main loop:
   new key with a fresh database; or a stale one: a restored backup) it resumes after what
   the validators and the chain hold (``heads.resume_point``), and signs nothing for the job
   until *every* member of the job's committee answered (it keeps sampling and retries each
-  poll).
+  poll). The one exception is a job this database accepted (``Outbox.accepted_here``,
+  recorded once ``accept_job`` landed) with nothing settled and no head anywhere: nothing was
+  ever signed for it, so a committee member that is down cannot keep it from starting.
 * A job keeps its GPUs until its source shows it ended (a terminal status, or an account
   that stays closed for ``ABSENT_CONFIRMATIONS`` polls); a job missing from one listing, or
-  a failing source, changes nothing.
+  a failing source, changes nothing. The same holds for its workload container: only a job
+  that left Running (Finishing, or ended by that rule) loses it; a failing source
+  reconciles nothing.
+* An Open job is accepted only when it can be served: GPUs free here and, for a job with a
+  workload, its spec delivered and a container runtime present
+  (``WorkloadManager.acceptance_blocker``).
+* Every proof carries the window's workload state (``WorkloadWindow``: none for a job
+  without a workload). A window whose workload FAILED to start, or in which a GPU compute
+  process outside the job's container ran on the job's GPUs (``HEALTH_FOREIGN_PROCESS``),
+  claims 0 billable seconds. A window without any workload process is billable otherwise:
+  the GPUs stay reserved for the user (``finish_on_exit`` ends the job when it exits).
 """
 
 from __future__ import annotations
@@ -47,6 +61,8 @@ from dataclasses import dataclass, field, replace
 
 import httpx
 from gpu_market.proof import (
+    HEALTH_FOREIGN_PROCESS,
+    WORKLOAD_FAILED,
     WindowProof,
     encode_proof,
     process_list_hash,
@@ -66,10 +82,13 @@ from .keys import WorkerKey, b58encode
 from .outbox import JobChain, Outbox
 from .sender import RetryPolicy, Sender
 from .window import aggregate_gpu, billable_seconds
+from .workloads import WorkloadManager, WorkloadStore
 
 log = logging.getLogger("gpum_worker.agent")
 
 MAX_CATCH_UP_PER_ROUND = 1000
+PROCESS_LOOKBACK_S = 2.5
+"""How far back ``close_windows`` looks for new GPU processes to attribute (>= 1 s tick)."""
 ABSENT_CONFIRMATIONS = 3
 """Polls in a row that must find a job's account gone before its GPUs are released."""
 
@@ -145,7 +164,14 @@ class Agent:
         close_grace_s: float | None = None,
         heads: HeadSource,
         router: CommitteeRouter | None = None,
+        workloads: WorkloadManager | None = None,
+        workload_thread: bool = False,
     ) -> None:
+        """``workloads`` runs the jobs' containers; without one (tests, old callers) the
+        agent has no container runtime: it accepts no job with a workload. With
+        ``workload_thread`` (``gpum-worker run``) each poll's container reconcile runs in a
+        thread of its own, one at a time, so a slow container runtime never delays closing
+        windows (a late window can get an honest provider slashed for downtime)."""
         if window_seconds < 1:
             raise WorkerError("window_seconds must be at least 1")
         self.backend = backend
@@ -163,6 +189,10 @@ class Agent:
         self.gpus: list[GpuInfo] = []
         self.heads = heads
         self.router = router if router is not None else CommitteeRouter(outbox.validators)
+        self.workloads = workloads if workloads is not None else WorkloadManager(
+            None, WorkloadStore(":memory:"), key.seed)
+        self.workload_thread = workload_thread
+        self._reconciling: threading.Thread | None = None
         self.active: dict[bytes, ActiveJob] = {}
         self._absent: dict[bytes, int] = {}  # job -> polls in a row its account was gone
         self._missing_noted: set[bytes] = set()  # live jobs missing from the listing (logged)
@@ -170,6 +200,7 @@ class Agent:
         self._gpu_log: dict[str, _GpuLogState] = {}
         self.on_record: Callable[[], None] = lambda: None
         self._main_done = threading.Event()
+        self._poke = threading.Event()  # poll early (a workload spec was delivered)
 
     # ------------------------------------------------------------------ GPUs
 
@@ -239,12 +270,15 @@ class Agent:
         for job_key in listed:
             self._absent.pop(job_key, None)
             self._missing_noted.discard(job_key)
+        held: set[bytes] = set()  # booked, not listed, not known to have ended
         for job_key in (set(self.active) | set(stored)) - set(listed):
             if self._ended(job_key):
                 self._drop(job_key)
                 stored.pop(job_key, None)
             elif job_key in self.active:  # keep proving it from the last view we had
                 listed[job_key] = self.active[job_key].job
+            else:
+                held.add(job_key)
         jobs = list(listed.values())
         assignment, starved = assign_gpus(jobs, [g.uuid for g in self.gpus], stored)
         for j in starved:
@@ -260,8 +294,13 @@ class Agent:
                 self.outbox.set_assignment(j.job, uuids)
                 log.info("job %s: assigned GPU(s) %s", j.job_b58, ", ".join(uuids))
             if j.status == "open":
+                blocker = self.workloads.acceptance_blocker(j)
+                if blocker is not None:
+                    self._wait(j, blocker)
+                    continue
                 try:
                     self.job_source.accept(j)
+                    self.outbox.mark_accepted(j.job)
                     log.info("job %s accepted", j.job_b58)
                 except JobSourceError as e:
                     log.warning("cannot accept job %s yet: %s", j.job_b58, e)
@@ -284,6 +323,28 @@ class Agent:
             self._waiting.pop(j.job, None)
             log.info("job %s: proving from seq %d, window start %d", j.job_b58,
                      chain.last_seq + 1, chain.last_window_end)
+        self._reconcile_workloads(listed, assignment, held, now)
+
+    def _reconcile_workloads(self, listed: dict[bytes, AssignedJob],
+                             assignment: dict[bytes, tuple[str, ...]], held: set[bytes],
+                             now: float) -> None:
+        """Containers follow this poll's jobs; a runtime failure never stops the loop."""
+        jobs = {k: (j, tuple(assignment.get(k, ()))) for k, j in listed.items()}
+
+        def reconcile() -> None:
+            try:
+                self.workloads.reconcile(jobs, held=held, finish=self.job_source.finish,
+                                         now=now)
+            except Exception:
+                log.exception("reconciling workload containers failed; retrying next poll")
+
+        if not self.workload_thread:
+            reconcile()
+            return
+        if self._reconciling is not None and self._reconciling.is_alive():
+            return  # the previous poll's reconcile still runs: this poll's jobs come next time
+        self._reconciling = threading.Thread(target=reconcile, name="workloads", daemon=True)
+        self._reconciling.start()
 
     def _refresh_routes(self, listed: dict[bytes, AssignedJob]) -> None:
         """Routes of listed jobs, and of proven or undelivered ones read directly."""
@@ -334,6 +395,7 @@ class Agent:
         self._missing_noted.discard(job_key)
         self._waiting.pop(job_key, None)
         self.outbox.release(job_key)
+        self.workloads.job_ended(job_key)
 
     def _wait(self, j: AssignedJob, why: str, level: int = logging.WARNING) -> None:
         """Log once per reason that job ``j`` is not proven yet."""
@@ -379,6 +441,12 @@ class Agent:
             problem = ""
         except (HeadsIncomplete, JobSourceError) as e:
             heads, problem = None, str(e)
+        if (local is None and j.last_seq == 0 and self.outbox.accepted_here(j.job)
+                and not any(h.proof.seq for h in heads or partial)):
+            # This database accepted the job and holds no proof of it: nothing was ever
+            # signed for it, so no member can hold more; a member that is down (or does not
+            # answer) cannot keep a new job from starting.
+            return self.outbox.ensure_job(j.job, j.started_at, self._window_seconds(j))
         if local is None:
             why = "has no local chain state (a new job, or a lost or new database)"
         else:
@@ -424,6 +492,7 @@ class Agent:
 
     def close_windows(self, now: float) -> list[WindowProof]:
         """Prove every window that ended at least ``close_grace_s`` before ``now``."""
+        self._observe_workloads(now)
         recorded: list[WindowProof] = []
         for a in list(self.active.values()):
             for _ in range(MAX_CATCH_UP_PER_ROUND):
@@ -443,6 +512,23 @@ class Agent:
         self.buffer.prune(min(starts) - 1 if starts else now - 5)
         return recorded
 
+    def _observe_workloads(self, now: float) -> None:
+        """Attribute GPU processes of workload jobs while they run (see workloads.py)."""
+        for a in list(self.active.values()):
+            if a.done or not a.job.has_workload:
+                continue
+            pids = set()
+            for uuid in a.uuids:
+                samples, _ = self.buffer.window(uuid, now - PROCESS_LOOKBACK_S, now + 1)
+                for s in samples:
+                    if s.ok and s.processes:
+                        pids.update(pid for pid, _ in s.processes)
+            if pids:
+                try:
+                    self.workloads.observe_processes(a.job, pids)
+                except Exception:
+                    log.exception("job %s: attributing GPU processes failed", a.job.job_b58)
+
     def _prove(self, a: ActiveJob, start: int, end: int) -> WindowProof:
         results = []
         procs: list[tuple[str, int, int | None]] = []
@@ -457,6 +543,15 @@ class Agent:
         flags = 0
         for r in results:
             flags |= r.window.health_flags
+        workload = self.workloads.window_state(a.job, start, end, {p for _, p, _ in procs})
+        if workload.foreign_processes:
+            flags |= HEALTH_FOREIGN_PROCESS
+            billable = 0
+            log.error("job %s [%d, %d): %d GPU compute process(es) outside the job's container "
+                      "ran on its GPUs; the window is not billable", a.job.job_b58, start, end,
+                      workload.foreign_processes)
+        if workload.state == WORKLOAD_FAILED:
+            billable = 0
         c = a.chain
         proof = WindowProof(
             program_id=a.job.program_id, market=a.job.market, job=a.job.job,
@@ -464,7 +559,7 @@ class Agent:
             window_start=start, window_end=end, sample_interval_ms=self.sample_interval_ms,
             gpus=tuple(r.window for r in results), process_list_hash=process_list_hash(procs),
             prev_proof_hash=c.last_hash, health_flags=flags, billable_seconds=billable,
-            cumulative_seconds=c.cumulative + billable,
+            cumulative_seconds=c.cumulative + billable, workload=workload,
         )
         data = encode_proof(proof)
         h = proof_hash(data)
@@ -472,9 +567,10 @@ class Agent:
         rsig = sign(self.key.private_key, receipt_for_proof(proof, data))
         a.chain = self.outbox.record(proof, data, h, psig, rsig)
         level = logging.INFO if billable == end - start else logging.WARNING
-        log.log(level, "job %s seq %d [%d, %d): billable %ds of %ds, cumulative %ds, health %s",
+        log.log(level, "job %s seq %d [%d, %d): billable %ds of %ds, cumulative %ds, health %s%s",
                 a.job.job_b58, proof.seq, start, end, billable, end - start,
-                proof.cumulative_seconds, describe(flags))
+                proof.cumulative_seconds, describe(flags),
+                f", workload {workload.state_name}" if a.job.has_workload else "")
         return proof
 
     # ------------------------------------------------------------------ threads
@@ -486,6 +582,7 @@ class Agent:
         deadline = None if run_seconds is None else time.time() + run_seconds
         wake = threading.Event()
         self.on_record = wake.set
+        self.workloads.on_delivered = self._poke.set
         if self.outbox.rotated_from is not None:
             log.warning("worker key changed from %s to %s (rotate_worker_key): new windows are "
                         "signed by the new key; %d pending proof(s) signed by the old key are "
@@ -514,6 +611,9 @@ class Agent:
                 now = time.time()
                 if deadline is not None and now >= deadline:
                     break
+                if self._poke.is_set():
+                    self._poke.clear()
+                    next_poll = now
                 if now >= next_poll:
                     self.poll_jobs(now)
                     next_poll = now + self.poll_seconds

@@ -65,6 +65,24 @@ def keygen(out: Path, force: bool) -> None:
                "to replace one)", err=True)
 
 
+@cli.command("local-image")
+@click.option("--tag", default="localhost/gpum-busybox:1", show_default=True)
+@click.option("--runtime", "runtime_bin", type=click.Choice(["podman", "docker"]),
+              default="podman", show_default=True)
+@click.option("--containers-conf", type=click.Path(dir_okay=False), default=None,
+              help="containers.conf for podman, passed as CONTAINERS_CONF.")
+def local_image(tag: str, runtime_bin: str, containers_conf: str | None) -> None:
+    """Build a tiny test image from the host's busybox-static, with no registry and no
+    network (a workload to try the worker with); prints its tag."""
+    from .localimage import build_busybox_image
+
+    extra = {"CONTAINERS_CONF": containers_conf} if containers_conf else None
+    try:
+        click.echo(build_busybox_image(tag, runtime_bin=runtime_bin, extra_env=extra))
+    except WorkerError as e:
+        _fail(str(e))
+
+
 @cli.command()
 @click.option("--simulate", is_flag=True, help="Probe simulated GPUs instead of NVML.")
 @click.option("--gpus", type=int, default=None, help="Simulated GPU count (with --simulate).")
@@ -161,6 +179,16 @@ def _parse_job(spec: str) -> tuple[str, int]:
 @click.option("--seed", type=int, default=0, show_default=True, help="Simulation seed.")
 @click.option("--run-seconds", type=float, help="Stop after this many seconds.")
 @click.option("--log-level", help="debug | info | warning | error [GPUM_WORKER_LOG_LEVEL].")
+@click.option("--api-listen", metavar="HOST:PORT",
+              help="Serve the worker API (workload delivery, status, logs) here "
+                   "[GPUM_WORKER_API_LISTEN]; default: off, and then no job with a "
+                   "workload is accepted.")
+@click.option("--runtime", help="Container runtime for workloads: auto | podman | docker "
+                                "(default auto) [GPUM_WORKER_RUNTIME].")
+@click.option("--containers-conf", help="containers.conf for podman, passed as "
+                                        "CONTAINERS_CONF [GPUM_WORKER_CONTAINERS_CONF].")
+@click.option("--publish-host", help="Host address the workloads' ports are published on "
+                                     "(default 0.0.0.0) [GPUM_WORKER_PUBLISH_HOST].")
 def run(config_path: Path | None, jobs: tuple[str, ...], job_started_at: int | None,
         previous_keys: tuple[str, ...], simulate: bool, gpus: int | None, seed: int,
         run_seconds: float | None, **flags: Any) -> None:
@@ -178,12 +206,14 @@ def _run(config_path: Path | None, job_specs: tuple[str, ...], job_started_at: i
     import httpx
 
     from .agent import Agent
+    from .api import WorkerApi
     from .committee import CommitteeRouter
     from .config import load_toml, resolve
     from .heads import HttpHeadSource
     from .jobs import AssignedJob, ChainJobSource, JobSource, StaticJobSource
     from .keys import decode_pubkey, load_worker_key
     from .outbox import Outbox
+    from .workloads import WorkloadManager, WorkloadStore
 
     file = load_toml(config_path) if config_path else {}
     cfg = resolve(file, os.environ, flags)
@@ -236,6 +266,17 @@ def _run(config_path: Path | None, job_specs: tuple[str, ...], job_started_at: i
     else:
         source = ChainJobSource.connect(cfg.rpc_url, cfg.program_id, cfg.provider, key)
 
+    if job_specs:  # no chain account: no user, no workload; leave containers alone
+        runtime = None
+        log.info("--job jobs carry no workload: no container runtime is used")
+    else:
+        runtime = _detect_runtime(cfg)
+    store = WorkloadStore(cfg.db.with_name(cfg.db.stem + ".workloads.sqlite"))
+    workloads = WorkloadManager(runtime, store, key.seed, publish_host=cfg.publish_host,
+                                attach_gpus=not simulate, provider=cfg.provider)
+    if simulate and runtime is not None:
+        log.warning("simulated GPUs: workload containers get no GPU devices")
+    api: WorkerApi | None = None
     head_client = httpx.Client(timeout=cfg.retry.timeout_s)
     try:
         agent = Agent(backend=backend, job_source=source, outbox=outbox, key=key,
@@ -243,12 +284,23 @@ def _run(config_path: Path | None, job_specs: tuple[str, ...], job_started_at: i
                       sample_interval_ms=cfg.sample_interval_ms, thresholds=cfg.thresholds,
                       poll_seconds=cfg.poll_seconds,
                       heads=HttpHeadSource(head_client, cfg.retry.timeout_s),
-                      router=CommitteeRouter(cfg.validators))
+                      router=CommitteeRouter(cfg.validators), workloads=workloads,
+                      workload_thread=True)
         agent.start()
-        log.info("worker %s started: %s backend, %d GPU(s), window %ds, validators: %s",
+        if cfg.api_listen:
+            api = WorkerApi(workloads, cfg.api_listen, worker=key.pubkey_b58)
+            api.start()
+            workloads.api_url = api.url
+        else:
+            log.warning("worker API off (set [api] listen or --api-listen): users cannot "
+                        "deliver workload specs, so jobs with a workload are not accepted")
+        log.info("worker %s started: %s backend, %d GPU(s), window %ds, validators: %s; "
+                 "API: %s; container runtime: %s",
                  key.pubkey_b58, backend.kind, len(agent.gpus), cfg.window_seconds,
                  ("static override " + ", ".join(cfg.validators)) if cfg.validators
-                 else "each job's committee, endpoints read from chain")
+                 else "each job's committee, endpoints read from chain",
+                 api.url if api is not None else "off",
+                 runtime.name if runtime is not None else "none (workloads refused)")
         stop = threading.Event()
 
         def _on_signal(signum: int, _frame: Any) -> None:
@@ -262,10 +314,34 @@ def _run(config_path: Path | None, job_specs: tuple[str, ...], job_started_at: i
                   outbox_factory=lambda: Outbox(cfg.db, key.pubkey, cfg.validators),
                   stop=stop, run_seconds=run_seconds)
     finally:
+        if api is not None:
+            api.close()
+        store.close()
         head_client.close()
         counts = outbox.counts()
         outbox.close()
         log.info("stopped; outbox: %s", counts)
+
+
+def _detect_runtime(cfg: Any) -> Any:
+    """The configured container runtime; None (logged) when "auto" finds none. An explicit
+    choice that is missing or broken is fatal."""
+    from .errors import ContainerRuntimeError
+    from .runtime import detect_runtime
+
+    extra_env = None
+    if cfg.containers_conf is not None:
+        if not cfg.containers_conf.is_file():
+            raise ConfigError(f"containers_conf {cfg.containers_conf} is not a file")
+        extra_env = {"CONTAINERS_CONF": str(cfg.containers_conf)}
+    try:
+        return detect_runtime(cfg.runtime, extra_env=extra_env)
+    except ContainerRuntimeError as e:
+        if cfg.runtime != "auto":
+            raise
+        log.error("no container runtime (%s): jobs with a workload will not be accepted; "
+                  "install podman (or docker) and restart the worker", e)
+        return None
 
 
 def main() -> None:

@@ -33,10 +33,20 @@ TOML layout::
     backoff_base_seconds = 1
     backoff_cap_seconds = 60
     rejected_retry_seconds = 3600
+    [workload]
+    runtime = "auto"                  # or "podman" / "docker"
+    containers_conf = "/etc/gpum-worker/containers.conf"   # optional, for podman
+    publish_host = "0.0.0.0"          # host address container ports are published on
+    [api]
+    listen = "0.0.0.0:8090"           # the worker API (off when unset)
+
+Without ``[api] listen`` (or ``--api-listen``) there is no worker API, so no user can
+deliver a workload spec and jobs with a workload are never accepted.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
@@ -76,7 +86,12 @@ _SCALARS: tuple[tuple[str, str, str, type], ...] = (
     ("chain.program_id", "PROGRAM_ID", "program_id", str),
     ("chain.market", "MARKET", "market", str),
     ("chain.provider", "PROVIDER", "provider", str),
+    ("workload.runtime", "RUNTIME", "runtime", str),
+    ("workload.containers_conf", "CONTAINERS_CONF", "containers_conf", str),
+    ("workload.publish_host", "PUBLISH_HOST", "publish_host", str),
+    ("api.listen", "API_LISTEN", "api_listen", str),
 )
+RUNTIMES = ("auto", "podman", "docker")
 
 
 @dataclass(frozen=True)
@@ -95,6 +110,14 @@ class WorkerConfig:
     provider: bytes | None = None
     thresholds: Thresholds = DEFAULT_THRESHOLDS
     retry: RetryPolicy = DEFAULT_RETRY
+    runtime: str = "auto"
+    """Container runtime for workloads: "auto" (podman, else docker), "podman", "docker"."""
+    containers_conf: Path | None = None
+    """Passed to the runtime as CONTAINERS_CONF (podman's containers.conf)."""
+    publish_host: str = "0.0.0.0"
+    """Host address the containers' ports are published on."""
+    api_listen: str | None = None
+    """HOST:PORT of the worker API; None: no API (no job with a workload is accepted)."""
 
 
 def load_toml(path: Path) -> dict[str, Any]:
@@ -143,6 +166,18 @@ def check_url(url: str) -> str:
     return url.strip().rstrip("/")
 
 
+def parse_listen(text: str) -> tuple[str, int]:
+    """``host:port`` (``[v6]:port``; port 0 picks a free one) -> (host, port)."""
+    value = text.strip()
+    host, sep, port_text = value.rpartition(":")
+    if not sep or not host or not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
+        raise ConfigError(f"bad API listen address {text!r}: expected HOST:PORT, e.g. "
+                          "127.0.0.1:8090 or 0.0.0.0:8090 ([::]:8090 for IPv6)")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    return host, int(port_text)
+
+
 def _pubkey(name: str, value: str | None) -> bytes | None:
     if value is None:
         return None
@@ -169,8 +204,10 @@ def _section(file: Mapping[str, Any], name: str, cls: type, mapping: dict[str, s
 
 
 _KNOWN_TOP = {"key_file", "db", "validators", "window_seconds", "sample_interval_ms",
-              "poll_seconds", "log_level", "chain", "health", "sender"}
+              "poll_seconds", "log_level", "chain", "health", "sender", "workload", "api"}
 _KNOWN_CHAIN = {"rpc_url", "program_id", "market", "provider"}
+_KNOWN_WORKLOAD = {"runtime", "containers_conf", "publish_host"}
+_KNOWN_API = {"listen"}
 
 
 def resolve(file: Mapping[str, Any], env: Mapping[str, str], flags: Mapping[str, Any]
@@ -182,6 +219,10 @@ def resolve(file: Mapping[str, Any], env: Mapping[str, str], flags: Mapping[str,
     chain = file.get("chain", {})
     if not isinstance(chain, Mapping) or set(chain) - _KNOWN_CHAIN:
         raise ConfigError(f"[chain] accepts only: {', '.join(sorted(_KNOWN_CHAIN))}")
+    for name, known in (("workload", _KNOWN_WORKLOAD), ("api", _KNOWN_API)):
+        sec = file.get(name, {})
+        if not isinstance(sec, Mapping) or set(sec) - known:
+            raise ConfigError(f"[{name}] accepts only: {', '.join(sorted(known))}")
     vals: dict[str, Any] = {}
     for toml_key, env_key, flag, typ in _SCALARS:
         v = _get(file, toml_key)
@@ -227,6 +268,19 @@ def resolve(file: Mapping[str, Any], env: Mapping[str, str], flags: Mapping[str,
         thresholds.validate()
     except ValueError as e:
         raise ConfigError(f"[health]: {e}") from None
+    runtime = vals.get("runtime", "auto").lower()
+    if runtime not in RUNTIMES:
+        raise ConfigError(f"workload runtime must be one of {', '.join(RUNTIMES)}, got "
+                          f"{runtime!r}")
+    publish_host = vals.get("publish_host", "0.0.0.0")
+    try:
+        ipaddress.ip_address(publish_host)
+    except ValueError:
+        raise ConfigError(f"publish_host must be an IP address (e.g. 0.0.0.0 or 127.0.0.1), "
+                          f"got {publish_host!r}") from None
+    api_listen = vals.get("api_listen")
+    if api_listen is not None:
+        parse_listen(api_listen)
     retry = _section(file, "sender", RetryPolicy, {
         "timeout_seconds": "timeout_s", "backoff_base_seconds": "base_s",
         "backoff_cap_seconds": "cap_s", "rejected_retry_seconds": "rejected_retry_s"})
@@ -249,4 +303,9 @@ def resolve(file: Mapping[str, Any], env: Mapping[str, str], flags: Mapping[str,
         provider=_pubkey("provider", vals.get("provider")),
         thresholds=thresholds,
         retry=retry,
+        runtime=runtime,
+        containers_conf=(Path(vals["containers_conf"]).expanduser()
+                         if vals.get("containers_conf") else None),
+        publish_host=publish_host,
+        api_listen=api_listen,
     )

@@ -5,7 +5,8 @@
     ├── KeyFileError            missing, malformed or too-open key file
     ├── NvmlUnavailable         no NVIDIA driver / NVML library (never falls back to --simulate)
     ├── OutboxError             the outbox database is unusable or belongs to another key
-    └── JobSourceError          the job source (chain RPC, SDK) failed
+    ├── JobSourceError          the job source (chain RPC, SDK) failed
+    └── ContainerRuntimeError   no usable podman/docker, or a container command failed
     GpuError                    one NVML call on one GPU failed; the worker keeps running
     ├── MetricNotSupported      the GPU does not report this metric -> recorded as absent
     ├── GpuLost                 the GPU fell off the bus / handle invalid -> GPU flagged lost
@@ -53,3 +54,13 @@ class GpuLost(GpuError):
 
 class NvmlCallFailed(GpuError):
     pass
+
+
+class ContainerRuntimeError(WorkerError):
+    """The container runtime (podman/docker) is missing, broken, or refused a command.
+
+    Raised by ``runtime.detect_runtime`` (fatal at start-up) and by one
+    ``ContainerRuntime`` call (the caller decides whether the job fails). The message
+    names the command and carries the CLI's own error text; it never contains the value
+    of a container environment variable.
+    """

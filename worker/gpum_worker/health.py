@@ -14,6 +14,7 @@ from gpu_market.proof import (
     DEFAULT_TEMP_CRITICAL_C,
     HEALTH_ECC_UNCORRECTED,
     HEALTH_FAN_HIGH,
+    HEALTH_FOREIGN_PROCESS,
     HEALTH_GPU_LOST,
     HEALTH_NVML_ERROR,
     HEALTH_POWER_OVER_LIMIT,
@@ -33,6 +34,7 @@ FLAG_NAMES = {
     HEALTH_GPU_LOST: "gpu-lost",
     HEALTH_SAMPLES_MISSING: "samples-missing",
     HEALTH_NVML_ERROR: "nvml-error",
+    HEALTH_FOREIGN_PROCESS: "foreign-process",
 }
 
 

@@ -20,6 +20,8 @@ from .keys import WorkerKey, b58encode
 
 JOB_STATUSES = ("open", "running", "finishing")
 LIVE_STATUSES = frozenset(JOB_STATUSES)
+NO_WORKLOAD_HASH = bytes(32)
+"""``job.workload_hash`` of a job without a workload."""
 TERMINAL_STATUSES = frozenset({"completed", "cancelled", "failed", "declined", "removed"})
 """Statuses after which a job never books GPUs again ("removed": gone from a static list)."""
 
@@ -50,6 +52,9 @@ class AssignedJob:
     settlement). ``committee`` lists the job's validator authorities (raw keys, in committee
     order); None when the job has no chain account (``--job``) or the SDK predates
     committees: then only a static validator list (``--validator``) can take its proofs.
+    ``user`` is the job's user (the only wallet whose requests the worker API serves for
+    the job); None without a chain account. ``workload_hash`` is the sha256 of the job's
+    workload spec fixed at ``create_job`` (all zeros: no workload, GPUs only).
     """
 
     job: bytes
@@ -65,10 +70,16 @@ class AssignedJob:
     last_window_end: int = 0
     claimed_seconds: int = 0
     committee: tuple[bytes, ...] | None = None
+    user: bytes | None = None
+    workload_hash: bytes = NO_WORKLOAD_HASH
 
     @property
     def job_b58(self) -> str:
         return b58encode(self.job)
+
+    @property
+    def has_workload(self) -> bool:
+        return self.workload_hash != NO_WORKLOAD_HASH
 
 
 class JobSource(Protocol):
@@ -89,6 +100,12 @@ class JobSource(Protocol):
         """Accept an Open job with the worker key (Open -> Running). Raises JobSourceError."""
         ...
 
+    def finish(self, job: AssignedJob) -> None:
+        """Finish a Running job with the worker key (Running -> Finishing; billing stops at
+        the transaction's time): a workload with ``finish_on_exit`` whose container exited.
+        Raises JobSourceError."""
+        ...
+
     def worker_keys(self) -> frozenset[bytes]:
         """Every worker key of this provider: current and retired. Raises JobSourceError."""
         ...
@@ -106,7 +123,8 @@ class JobSource(Protocol):
 
 
 class StaticJobSource:
-    """A fixed job list; ``accept`` marks an open job running with ``started_at = now``.
+    """A fixed job list; ``accept`` marks an open job running with ``started_at = now``,
+    ``finish`` a running job finishing with ``ended_at = now``.
 
     A job removed from the list has ended ("removed"). ``worker_keys`` are the provider's
     other worker keys (e.g. retired ones) whose proofs the worker may resume from; the
@@ -119,6 +137,7 @@ class StaticJobSource:
         self._clock = clock
         self._worker_keys = frozenset(worker_keys)
         self.accepted: list[bytes] = []
+        self.finished: list[bytes] = []
 
     def assigned_jobs(self) -> list[AssignedJob]:
         return list(self._jobs.values())
@@ -143,6 +162,13 @@ class StaticJobSource:
         self._jobs[job.job] = replace(cur, status="running", started_at=int(self._clock()))
         self.accepted.append(job.job)
 
+    def finish(self, job: AssignedJob) -> None:
+        cur = self._jobs.get(job.job)
+        if cur is None or cur.status != "running":
+            raise JobSourceError(f"job {job.job_b58} is not running")
+        self._jobs[job.job] = replace(cur, status="finishing", ended_at=int(self._clock()))
+        self.finished.append(job.job)
+
     # test / operator helpers
     def set(self, job: AssignedJob) -> None:
         self._jobs[job.job] = job
@@ -161,7 +187,9 @@ class ChainJobSource:
     ``client.fetch_job(Pubkey)``, ``client.fetch_provider(Pubkey)`` (``worker_key``,
     ``retired_keys``), ``client.fetch_validator_by_authority(market, authority)`` (or
     ``client.fetch_validator(validator PDA)``; a ValidatorView has ``endpoint``) and
-    ``client.accept_job(signer: Keypair, job: Pubkey)`` (docs/sdk-api.md). Fields are read
+    ``client.accept_job(signer: Keypair, job: Pubkey)`` and ``client.finish_job(signer,
+    job)`` (docs/sdk-api.md); a JobView's ``user`` and ``workload_hash`` (32 bytes; absent in
+    SDKs from before workloads: no workload) are read too. Fields are read
     as attributes or mapping keys, so anchorpy objects and SDK views both work; views from
     an SDK that predates committees (no ``committee``; ``settled_seconds`` instead of
     ``claimed_seconds``) still work, with ``committee`` None.
@@ -210,6 +238,8 @@ class ChainJobSource:
             last_window_end=int(_field(v, "last_window_end", 0) or 0),
             claimed_seconds=_claimed_seconds(v),
             committee=committee_of(v),
+            user=_opt_key(_field(v, "user", None)),
+            workload_hash=_workload_hash(_field(v, "workload_hash", None)),
         )
 
     def fetch(self, job: bytes) -> AssignedJob | None:
@@ -270,6 +300,14 @@ class ChainJobSource:
             self._client.accept_job(Keypair.from_bytes(self._key.secret_bytes), _pubkey(job.job))
         except Exception as e:
             raise JobSourceError(f"accepting job {job.job_b58} failed: {e}") from e
+
+    def finish(self, job: AssignedJob) -> None:
+        from solders.keypair import Keypair
+
+        try:
+            self._client.finish_job(Keypair.from_bytes(self._key.secret_bytes), _pubkey(job.job))
+        except Exception as e:
+            raise JobSourceError(f"finishing job {job.job_b58} failed: {e}") from e
 
 
 _MISSING = object()
@@ -339,6 +377,21 @@ def job_terms(terms: Any) -> JobTerms | None:
         temp_critical_c=int(_field(terms, "temp_critical_c")),
         ecc_uncorrected_max=int(_field(terms, "ecc_uncorrected_max")),
     )
+
+
+def _opt_key(v: Any) -> bytes | None:
+    return None if v is None else bytes(v)
+
+
+def _workload_hash(v: Any) -> bytes:
+    """``job.workload_hash`` as 32 bytes (a list of ints, bytes, or a hex string); zeros when
+    the view has none."""
+    if v is None:
+        return NO_WORKLOAD_HASH
+    raw = bytes.fromhex(v) if isinstance(v, str) else bytes(v)
+    if len(raw) != 32:
+        raise ValueError(f"workload_hash must be 32 bytes, got {len(raw)}")
+    return raw
 
 
 def _pubkey(raw: bytes) -> Any:

@@ -82,6 +82,7 @@ CREATE TABLE IF NOT EXISTS routes(
     job BLOB NOT NULL, validator TEXT NOT NULL, PRIMARY KEY(job, validator)
 );
 CREATE TABLE IF NOT EXISTS routed_jobs(job BLOB PRIMARY KEY, updated_at REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS accepted_here(job BLOB PRIMARY KEY, accepted_at REAL NOT NULL);
 """
 
 _DELIVERIES_V3 = _SCHEMA[_SCHEMA.index("CREATE TABLE IF NOT EXISTS deliveries("):
@@ -433,6 +434,18 @@ class Outbox:
     def release(self, job: bytes) -> None:
         with self._tx():
             self._db.execute("DELETE FROM assignments WHERE job=?", (job,))
+
+    def mark_accepted(self, job: bytes) -> None:
+        """This worker's ``accept_job`` of ``job`` landed (recorded after it did). Every proof
+        of the job this worker signs goes through this database from then on, so an accepted
+        job with no chain state here has no signed proof anywhere (``accepted_here``)."""
+        with self._tx():
+            self._db.execute("INSERT OR IGNORE INTO accepted_here VALUES(?, ?)",
+                             (job, self._clock()))
+
+    def accepted_here(self, job: bytes) -> bool:
+        return self._db.execute("SELECT 1 FROM accepted_here WHERE job=?",
+                                (job,)).fetchone() is not None
 
 
 class _Tx:

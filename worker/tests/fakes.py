@@ -1,10 +1,19 @@
-"""Test doubles for unit tests only: a GPU backend that can inject every NVML failure."""
+"""Test doubles for unit tests only: a GPU backend that can inject every NVML failure, and
+a container runtime in memory."""
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
+from typing import Any
 
-from gpum_worker.errors import GpuLost, MetricNotSupported, NvmlCallFailed, NvmlUnavailable
+from gpum_worker.errors import (
+    ContainerRuntimeError,
+    GpuLost,
+    MetricNotSupported,
+    NvmlCallFailed,
+    NvmlUnavailable,
+)
 
 MIB = 1024 * 1024
 
@@ -230,3 +239,156 @@ class NoHeads:
     def heads(self, job: bytes, provider: bytes, keys, validators) -> list:
         self.calls += 1
         return []
+
+
+# ---------------------------------------------------------------------------- containers
+
+
+@dataclass
+class FakeContainer:
+    spec: Any
+    status: str = "running"
+    exit_code: int | None = None
+    pids: set[int] = field(default_factory=set)
+    output: list[bytes] = field(default_factory=list)
+    error: str | None = None
+    started_at: float = 0.0
+
+
+class FakeLogStream:
+    """``follow_logs`` of ``FakeRuntime``: the lines so far, then new ones as they are
+    written, until the container stops or ``close()``."""
+
+    def __init__(self, rt: FakeRuntime, name: str, tail: int | None) -> None:
+        self._rt = rt
+        self._name = name
+        c = rt.containers[name]
+        self._pos = 0 if tail is None else max(0, len(c.output) - tail)
+        self.closed = False
+        rt.streams.append(self)
+
+    def __iter__(self) -> FakeLogStream:
+        return self
+
+    def __next__(self) -> bytes:
+        with self._rt.cond:
+            while True:
+                if self.closed:
+                    raise StopIteration
+                c = self._rt.containers.get(self._name)
+                if c is not None and self._pos < len(c.output):
+                    self._pos += 1
+                    return c.output[self._pos - 1]
+                if c is None or c.status != "running":
+                    raise StopIteration
+                self._rt.cond.wait(0.05)
+
+    def close(self) -> None:
+        with self._rt.cond:
+            self.closed = True
+            self._rt.cond.notify_all()
+
+
+class FakeRuntime:
+    """A ``ContainerRuntime`` in memory for unit tests.
+
+    ``fail`` maps a method name ("run", "state", "remove", "list", "pids", "logs") to an
+    error message it raises (``ContainerRuntimeError``); ``start_status`` is what a new
+    container's status is; ``exit(name, code)``, ``write(name, data)`` and ``add(name,
+    labels)`` change containers behind the worker's back; ``calls`` counts calls by method.
+    """
+
+    name = "fake"
+
+    def __init__(self) -> None:
+        self.containers: dict[str, FakeContainer] = {}
+        self.fail: dict[str, str] = {}
+        self.start_status = "running"
+        self.calls: dict[str, int] = {}
+        self.runs: list[Any] = []
+        self.removed: list[str] = []
+        self.streams: list[FakeLogStream] = []
+        self.cond = threading.Condition()
+        self.next_pid = 50_000
+
+    def _call(self, method: str) -> None:
+        self.calls[method] = self.calls.get(method, 0) + 1
+        if method in self.fail:
+            raise ContainerRuntimeError(f"fake {method} failed: {self.fail[method]}")
+
+    def run(self, spec: Any) -> str:
+        self._call("run")
+        with self.cond:
+            if spec.name not in self.containers:
+                self.runs.append(spec)
+                self.next_pid += 1
+                self.containers[spec.name] = FakeContainer(
+                    spec, status=self.start_status, pids={self.next_pid}, started_at=len(self.runs))
+        return "id-" + spec.name
+
+    def state(self, name: str) -> Any:
+        from gpum_worker.runtime import ContainerState, PublishedPort
+
+        self._call("state")
+        c = self.containers.get(name)
+        if c is None:
+            return ContainerState("missing", None, None, (), None)
+        running = c.status == "running"
+        ports = tuple(PublishedPort(p.port, p.protocol, c.spec.publish_host, 40_000 + i)
+                      for i, p in enumerate(c.spec.ports)) if running else ()
+        return ContainerState(c.status, c.exit_code if c.status == "exited" else None,
+                              min(c.pids) if running and c.pids else None, ports,
+                              c.started_at, c.error)
+
+    def logs(self, name: str, tail: int | None = None) -> bytes:
+        self._call("logs")
+        c = self.containers.get(name)
+        if c is None:
+            raise ContainerRuntimeError(f"no container named {name}")
+        lines = c.output if tail is None else c.output[len(c.output) - tail:] if tail else []
+        return b"".join(lines)
+
+    def follow_logs(self, name: str, tail: int | None = None) -> FakeLogStream:
+        self._call("follow_logs")
+        if name not in self.containers:
+            raise ContainerRuntimeError(f"no container named {name}")
+        return FakeLogStream(self, name, tail)
+
+    def remove(self, name: str, timeout_s: int = 5) -> None:
+        self._call("remove")
+        with self.cond:
+            if self.containers.pop(name, None) is not None:
+                self.removed.append(name)
+            self.cond.notify_all()
+
+    def list_job_containers(self, match=None) -> dict[str, str]:
+        from gpum_worker.runtime import JOB_LABEL
+
+        self._call("list")
+        return {n: dict(c.spec.labels).get(JOB_LABEL, "") for n, c in self.containers.items()
+                if JOB_LABEL in dict(c.spec.labels)
+                and all(dict(c.spec.labels).get(k) == v for k, v in (match or {}).items())}
+
+    def pids(self, name: str) -> frozenset[int]:
+        self._call("pids")
+        c = self.containers.get(name)
+        return frozenset(c.pids) if c is not None and c.status == "running" else frozenset()
+
+    # test helpers
+    def exit(self, name: str, code: int) -> None:
+        with self.cond:
+            c = self.containers[name]
+            c.status, c.exit_code = "exited", code
+            self.cond.notify_all()
+
+    def write(self, name: str, data: bytes) -> None:
+        with self.cond:
+            self.containers[name].output.extend(data.splitlines(keepends=True))
+            self.cond.notify_all()
+
+    def add(self, name: str, labels: tuple[tuple[str, str], ...], status: str = "running"
+            ) -> None:
+        from gpum_worker.runtime import ContainerSpec
+
+        self.containers[name] = FakeContainer(ContainerSpec(name=name, image="x", labels=labels),
+                                              status=status)

@@ -118,3 +118,34 @@ def test_assign_gpus_never_hands_out_a_booked_gpu() -> None:
     # job 1 is not listed right now but still books A
     out, starved = assign_gpus([j(2, 1), j(3, 1)], ["A", "B"], {j(1, 1).job: ("A",)})
     assert out == {j(2, 1).job: ("B",)} and starved == [j(3, 1)]
+
+
+def test_user_and_workload_hash_are_read_and_finish_uses_the_worker_key(key) -> None:
+    from gpum_worker.jobs import NO_WORKLOAD_HASH, StaticJobSource
+
+    c = FakeClient()
+    user = Pubkey.from_bytes(b"\x0d" * 32)
+    c.jobs[b"\x05" * 32] = _job_view(5, user=user, workload_hash=list(b"\xab" * 32))
+    c.jobs[b"\x06" * 32] = _job_view(6, user=user)  # an SDK from before workloads
+    finished = []
+    c.finish_job = lambda signer, job: finished.append((bytes(signer.pubkey()), bytes(job)))
+    s = ChainJobSource(c, PROVIDER, PROGRAM, key)
+    j5, j6 = sorted(s.assigned_jobs(), key=lambda j: j.job)
+    assert j5.user == b"\x0d" * 32 and j5.workload_hash == b"\xab" * 32 and j5.has_workload
+    assert j6.workload_hash == NO_WORKLOAD_HASH and not j6.has_workload
+    s.finish(j5)
+    assert finished == [(key.pubkey, j5.job)]
+
+    def boom(signer, job):
+        raise RuntimeError("JobNotRunning")
+
+    c.finish_job = boom
+    with pytest.raises(JobSourceError, match="finishing job .* JobNotRunning"):
+        s.finish(j5)
+    # The fixed list: finish moves a running job to finishing at the clock's time.
+    st = StaticJobSource([j5], clock=lambda: 2000)
+    st.finish(j5)
+    assert st.finished == [j5.job]
+    assert (st.job_status(j5.job), st.fetch(j5.job).ended_at) == ("finishing", 2000)
+    with pytest.raises(JobSourceError, match="not running"):
+        st.finish(j5)

@@ -230,3 +230,94 @@ def test_run_previous_worker_key_only_with_job(tmp_path: Path) -> None:
     r = CliRunner().invoke(cli_mod.cli, [*base, "--job", pk, "--previous-worker-key", "nope!"])
     assert r.exit_code == 1 and "--previous-worker-key" in r.output
     assert "Traceback" not in r.output
+
+
+# ---------------------------------------------------------------------------- workloads
+
+
+def test_workload_and_api_config() -> None:
+    c = resolve({}, {}, {})
+    assert (c.runtime, c.containers_conf, c.publish_host, c.api_listen) == (
+        "auto", None, "0.0.0.0", None)
+    file = {"workload": {"runtime": "docker", "containers_conf": "/etc/c.conf",
+                         "publish_host": "127.0.0.1"}, "api": {"listen": "0.0.0.0:8090"}}
+    c = resolve(file, {}, {})
+    assert (c.runtime, str(c.containers_conf), c.publish_host, c.api_listen) == (
+        "docker", "/etc/c.conf", "127.0.0.1", "0.0.0.0:8090")
+    env = {"GPUM_WORKER_RUNTIME": "podman", "GPUM_WORKER_API_LISTEN": "127.0.0.1:1"}
+    c = resolve(file, env, {"api_listen": "[::1]:0"})
+    assert c.runtime == "podman" and c.api_listen == "[::1]:0"
+
+
+@pytest.mark.parametrize(
+    ("file", "flags", "needle"),
+    [
+        ({"workload": {"runtime": "lxc"}}, {}, "runtime must be one of"),
+        ({"workload": {"publish_host": "example.com"}}, {}, "publish_host must be an IP"),
+        ({"workload": {"nope": 1}}, {}, r"\[workload\] accepts only"),
+        ({"api": {"port": 1}}, {}, r"\[api\] accepts only"),
+        ({}, {"api_listen": "8090"}, "HOST:PORT"),
+        ({}, {"api_listen": "127.0.0.1:70000"}, "HOST:PORT"),
+    ],
+)
+def test_workload_config_errors(file: dict, flags: dict, needle: str) -> None:
+    with pytest.raises(ConfigError, match=needle):
+        resolve(file, {}, flags)
+
+
+def test_run_starts_the_api_and_the_runtime(tmp_path: Path,
+                                            caplog: pytest.LogCaptureFixture) -> None:
+    """``gpum-worker run`` wires the API and the container runtime; the chain is down."""
+    import logging
+
+    from runtimetestkit import write_containers_conf
+
+    k = _key(tmp_path)
+    pk = "11111111111111111111111111111112"
+    conf = write_containers_conf(tmp_path)
+    with caplog.at_level(logging.INFO, logger="gpum_worker"):
+        r = CliRunner().invoke(cli_mod.cli, [
+            "run", "--key", str(k), "--db", str(tmp_path / "o.db"), "--simulate",
+            "--program-id", pk, "--market", pk, "--provider", pk,
+            "--rpc-url", "http://127.0.0.1:1", "--api-listen", "127.0.0.1:0",
+            "--runtime", "podman", "--containers-conf", str(conf), "--run-seconds", "0.5"])
+    assert r.exit_code == 0, r.output
+    started = [m for m in caplog.messages if "started:" in m]
+    assert len(started) == 1
+    assert "API: http://127.0.0.1:" in started[0] and "container runtime: podman" in started[0]
+    assert (tmp_path / "o.workloads.sqlite").exists()
+    r = CliRunner().invoke(cli_mod.cli, [
+        "run", "--key", str(k), "--db", str(tmp_path / "o.db"), "--simulate",
+        "--program-id", pk, "--market", pk, "--provider", pk,
+        "--rpc-url", "http://127.0.0.1:1", "--containers-conf", str(tmp_path / "none.conf")])
+    assert r.exit_code == 1 and "containers_conf" in r.output and "Traceback" not in r.output
+
+
+def test_run_without_api_says_workloads_are_refused(tmp_path: Path,
+                                                    caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+
+    from runtimetestkit import write_containers_conf
+
+    k = _key(tmp_path)
+    pk = "11111111111111111111111111111112"
+    with caplog.at_level(logging.INFO, logger="gpum_worker"):
+        r = CliRunner().invoke(cli_mod.cli, [
+            "run", "--key", str(k), "--db", str(tmp_path / "o.db"), "--simulate",
+            "--program-id", pk, "--market", pk, "--provider", pk,
+            "--rpc-url", "http://127.0.0.1:1", "--run-seconds", "0.3"],
+            env={"GPUM_WORKER_CONTAINERS_CONF": str(write_containers_conf(tmp_path))})
+    assert r.exit_code == 0, r.output
+    assert any("worker API off" in m for m in caplog.messages)
+    assert any("API: off" in m for m in caplog.messages)
+
+
+def test_run_explicit_runtime_that_does_not_work_is_fatal(tmp_path: Path) -> None:
+    k = _key(tmp_path)
+    pk = "11111111111111111111111111111112"
+    r = CliRunner().invoke(cli_mod.cli, [
+        "run", "--key", str(k), "--db", str(tmp_path / "o.db"), "--simulate",
+        "--program-id", pk, "--market", pk, "--provider", pk,
+        "--rpc-url", "http://127.0.0.1:1", "--runtime", "docker"],
+        env={"PATH": str(tmp_path)})  # no docker on this PATH
+    assert r.exit_code == 1 and "docker" in r.output and "Traceback" not in r.output

@@ -193,6 +193,27 @@ def test_no_signing_while_any_validator_gives_no_usable_head(
     assert_never_equivocated(stubs, 5)
 
 
+def test_a_job_this_database_accepted_starts_with_a_member_down(
+        tmp_path: Path, key: WorkerKey, stubs: list[StubValidator]) -> None:
+    # A 2-of-3 committee with one member down must not keep a brand-new job from starting:
+    # the job was accepted by this worker with this database, so it signed nothing before.
+    stubs[1].server.shutdown()
+    stubs[1].server.server_close()
+    db = tmp_path / "outbox.sqlite"
+    open_job = replace(JOB, status="open", started_at=None)
+    w = Worker(db, key, stubs, job=open_job)
+    w.agent.poll_jobs(T0)  # accepts: the source moves it to running at T0
+    assert w.outbox.accepted_here(JOB.job) and w.source.job_status(JOB.job) == "running"
+    proofs = w.run(T0, T0 + 2 * W)
+    assert [p.seq for p in proofs] == [1, 2]
+    w.close()
+    # A lost database forgets that it accepted the job: it waits for every member again.
+    delete_db(db)
+    w2 = Worker(db, key, stubs)
+    assert w2.run(T0 + 2 * W, T0 + 3 * W) == []
+    w2.close()
+
+
 def test_higher_head_from_one_validator_only_skips_seqs(tmp_path: Path, key: WorkerKey,
                                                         stubs: list[StubValidator]) -> None:
     db = tmp_path / "outbox.sqlite"

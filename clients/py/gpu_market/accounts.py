@@ -54,6 +54,7 @@ __all__ = [
     "effective_params",
     "encode_endpoint",
     "encode_fixed_str",
+    "encode_optional_endpoint",
     "grace_seconds",
     "min_deposit",
 ]
@@ -74,6 +75,12 @@ def encode_fixed_str(value: str, size: int, name: str = "value") -> bytes:
     if len(raw) > size:
         raise ValueError(f"{name} {value!r} is {len(raw)} bytes in UTF-8; at most {size} allowed")
     return raw.ljust(size, b"\0")
+
+
+def encode_optional_endpoint(url: str) -> bytes:
+    """A provider's worker endpoint as stored on chain: like :func:`encode_endpoint`, or ""
+    for none (all zeros)."""
+    return bytes(ENDPOINT_LEN) if url == "" else encode_endpoint(url)
 
 
 def encode_endpoint(url: str) -> bytes:
@@ -262,6 +269,8 @@ class ProviderView:
     gpus_in_use: int
     reputation: Reputation
     bump: int
+    endpoint: str = ""
+    """The worker's public API (workload delivery, status, logs); "" when none."""
     jailed_until: int | None = None
     address: Pubkey | None = None
 
@@ -363,6 +372,9 @@ class JobView:
     last_window_end: int
     bump: int
     escrow_bump: int
+    workload_hash: bytes = bytes(32)
+    """sha256 of the workload spec fixed at create_job (``gpu_market.workload.spec_hash``);
+    all zeros for a job without a workload."""
     address: Pubkey | None = None
 
     @property
@@ -468,6 +480,7 @@ def _provider(d: Any, address: Pubkey | None) -> ProviderView:
         gpus_in_use=d.gpus_in_use,
         reputation=Reputation(**_fields(d.reputation, list(Reputation.__dataclass_fields__))),
         bump=d.bump,
+        endpoint=decode_fixed_str(bytes(d.endpoint)),
         jailed_until=getattr(variant, "until", None) if status == "jailed" else None,
         address=address,
     )
@@ -491,7 +504,7 @@ def _validator(d: Any, address: Pubkey | None) -> ValidatorView:
 
 
 def _job(d: Any, address: Pubkey | None) -> JobView:
-    special = ("status", "address", "last_receipt_hash", "terms", "committee")
+    special = ("status", "address", "last_receipt_hash", "terms", "committee", "workload_hash")
     names = [n for n in JobView.__dataclass_fields__ if n not in special]
     return JobView(
         **_fields(d, names),
@@ -499,6 +512,7 @@ def _job(d: Any, address: Pubkey | None) -> JobView:
         committee=list(d.committee[: d.committee_len]),
         status=_variant(d.status)[0],
         last_receipt_hash=bytes(d.last_receipt_hash),
+        workload_hash=bytes(d.workload_hash),
         address=address,
     )
 

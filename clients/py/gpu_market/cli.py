@@ -26,7 +26,7 @@ from typing import Any
 import click
 from solders.pubkey import Pubkey
 
-from . import cli_committee
+from . import cli_committee, cli_workload
 from .cli_base import PUBKEY, CliError, Env, load_keypair, resolve_url
 from .cli_base import common as _common
 from .cli_base import job_view as _job_view
@@ -211,12 +211,20 @@ def provider() -> None:
 @click.option("--region", default="", help="e.g. 'eu-west' (<= 16 bytes).")
 @click.option("--price", required=True, help="Price per GPU-second, payment-mint UI units.")
 @click.option("--worker-key-expires-at", type=click.IntRange(0), default=0, help="Unix time; 0 = never.")
+@click.option("--endpoint", default="", help="Your worker's public API URL (gpum-worker "
+              "--api-listen), where users deliver workloads and read logs; without it you "
+              "run no workloads.")
 def provider_register(env: Env, market: Pubkey, worker_key: Pubkey, gpu_model: str,
                       gpu_count: int, vram_mib: int, region: str, price: str,
-                      worker_key_expires_at: int) -> None:  # fmt: skip
+                      worker_key_expires_at: int, endpoint: str) -> None:  # fmt: skip
     """Register your keypair as a provider (creates your payment ATA if missing)."""
     from . import pda, tokens
-    from .accounts import GPU_MODEL_LEN, REGION_LEN, encode_fixed_str
+    from .accounts import GPU_MODEL_LEN, REGION_LEN, encode_fixed_str, encode_optional_endpoint
+
+    try:
+        encode_optional_endpoint(endpoint)
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="'--endpoint'") from None
 
     for value, size, hint in ((gpu_model, GPU_MODEL_LEN, "'--gpu-model'"), (region, REGION_LEN, "'--region'")):
         try:
@@ -227,7 +235,8 @@ def provider_register(env: Env, market: Pubkey, worker_key: Pubkey, gpu_model: s
     m = _market(env, market)
     price_base = _amount(price, env.client.mint_decimals(m.payment_mint), "'--price'")
     spec = {"gpu_model": gpu_model, "gpu_count": gpu_count, "vram_mib": vram_mib, "region": region}
-    sig = env.client.register_provider(kp, worker_key, spec, price_base, market, worker_key_expires_at)
+    sig = env.client.register_provider(kp, worker_key, spec, price_base, market,
+                                       worker_key_expires_at, endpoint=endpoint)
     address = pda.provider_pda(market, kp.pubkey(), env.client.program_id)
     env.emit(
         {
@@ -299,6 +308,8 @@ def job() -> None:
 
 
 job.add_command(cli_committee.job_replace_member)
+job.add_command(cli_workload.job_deliver)
+job.add_command(cli_workload.job_logs)
 
 
 @job.command("create")
@@ -320,11 +331,14 @@ job.add_command(cli_committee.job_replace_member)
 @click.option("--quorum", type=click.IntRange(1, MAX_QUORUM), default=None,
               help="Committee members that must agree on each settlement (default: a majority "
                    "of the committee, at least the market's min_quorum).")  # fmt: skip
+@cli_workload.workload_options
 def job_create(env: Env, market: Pubkey, provider_: Pubkey, gpu_count: int, deposit: str,
                max_price: str | None, job_id: int | None, committee: str | None,
-               quorum: int | None) -> None:  # fmt: skip
+               quorum: int | None, workload: dict[str, Any] | None) -> None:  # fmt: skip
     """Open a job on a provider, with its validator committee, and escrow the deposit from your
-    payment ATA. Prints the committee and quorum chosen."""
+    payment ATA. Prints the committee and quorum chosen. With --image, the job runs that
+    container on its GPUs: the spec's hash goes on chain with the job and the spec to the
+    provider's worker, signed by your wallet."""
     from .errors import GpuMarketError
 
     kp = env.keypair
@@ -346,22 +360,36 @@ def job_create(env: Env, market: Pubkey, provider_: Pubkey, gpu_count: int, depo
             f"deposit at least {format_ui_amount(need, decimals)}",
             param_hint="'--deposit'",
         )
+    spec = None if workload is None else cli_workload.build_spec(workload, p)
     members, quorum = cli_committee.choose_committee(env, market, m, p, committee, quorum)
     job_id = int(time.time() * 1000) if job_id is None else job_id
+    workload_hash = None
+    if spec is not None:
+        from .pda import job_pda
+        from .workload import spec_hash
+
+        workload_hash = spec_hash(spec)
+        cli_workload.save_spec(job_pda(market, kp.pubkey(), job_id, env.client.program_id), spec)
     try:
         sig, address = env.client.create_job(kp, market, provider_, job_id, gpu_count, base,
                                              committee=members, quorum=quorum,
-                                             max_price_per_gpu_second=limit)  # fmt: skip
+                                             max_price_per_gpu_second=limit,
+                                             workload_hash=workload_hash)  # fmt: skip
     except GpuMarketError as e:
         if e.name != "PriceAboveLimit":
             raise
         now = env.client.fetch_provider(provider_)
         raise CliError(_price_above_limit(now.price_per_gpu_second if now else None, limit,
                                           decimals)) from None  # fmt: skip
-    env.emit({"job": str(address), "job_id": job_id,
-              "max_price_per_gpu_second": format_ui_amount(limit, decimals),
-              "committee": [str(k) for k in members], "quorum": quorum,
-              "signature": str(sig)})  # fmt: skip
+    data = {"job": str(address), "job_id": job_id,
+            "max_price_per_gpu_second": format_ui_amount(limit, decimals),
+            "committee": [str(k) for k in members], "quorum": quorum,
+            "signature": str(sig)}  # fmt: skip
+    if spec is not None:
+        answer = cli_workload.deliver_saved(env, address, spec, provider_)
+        data["workload"] = {"workload_hash": workload_hash.hex(), "image": spec.image,
+                            "delivered_to": p.endpoint, "state": answer.get("state")}
+    env.emit(data)
 
 
 def _price_above_limit(price: int | None, limit: int, decimals: int) -> str:
@@ -422,6 +450,9 @@ def job_status(env: Env, job_address: Pubkey) -> None:
         data["grace_ends_at"] = j.grace_ends_at  # close / complete strictly after
     if j.expirable_after is not None:
         data["expirable_after"] = j.expirable_after  # expire strictly after
+    workload = cli_workload.workload_summary(env, j)
+    if workload is not None:
+        data["workload"] = workload
     env.emit(data)
 
 
@@ -614,18 +645,26 @@ def market_accept_authority(env: Env, market: Pubkey) -> None:
 @click.option("--region", default=None, help="<= 16 bytes.")
 @click.option("--accepting-jobs/--not-accepting-jobs", "accepting_jobs", default=None,
               help="Take new jobs (Active) or stop taking them (Paused).")  # fmt: skip
+@click.option("--endpoint", default=None, help="Your worker's public API URL; '' removes it.")
 def provider_update(env: Env, market: Pubkey, price: str | None, gpu_model: str | None,
                     gpu_count: int | None, vram_mib: int | None, region: str | None,
-                    accepting_jobs: bool | None) -> None:  # fmt: skip
+                    accepting_jobs: bool | None, endpoint: str | None) -> None:  # fmt: skip
     """Change your provider's price, spec or availability (running jobs keep their rate)."""
     from . import pda
     from .accounts import GPU_MODEL_LEN, REGION_LEN, encode_fixed_str
 
     spec = {k: v for k, v in (("gpu_model", gpu_model), ("gpu_count", gpu_count),
                                ("vram_mib", vram_mib), ("region", region)) if v is not None}  # fmt: skip
-    if price is None and not spec and accepting_jobs is None:
-        raise click.UsageError("nothing to update: pass --price, a spec option or "
+    if price is None and not spec and accepting_jobs is None and endpoint is None:
+        raise click.UsageError("nothing to update: pass --price, a spec option, --endpoint or "
                                "--accepting-jobs/--not-accepting-jobs")  # fmt: skip
+    if endpoint is not None:
+        from .accounts import encode_optional_endpoint
+
+        try:
+            encode_optional_endpoint(endpoint)
+        except ValueError as e:
+            raise click.BadParameter(str(e), param_hint="'--endpoint'") from None
     for key, size in (("gpu_model", GPU_MODEL_LEN), ("region", REGION_LEN)):
         if key in spec:
             try:
@@ -637,7 +676,8 @@ def provider_update(env: Env, market: Pubkey, price: str | None, gpu_model: str 
     if price is not None:
         price_base = _amount(price, env.client.mint_decimals(_market(env, market).payment_mint), "'--price'")
     address = pda.provider_pda(market, kp.pubkey(), env.client.program_id)
-    sig = env.client.update_provider(kp, address, price_base, spec or None, accepting_jobs)
+    sig = env.client.update_provider(kp, address, price_base, spec or None, accepting_jobs,
+                                     endpoint=endpoint)
     env.emit({"provider": str(address), "signature": str(sig)})
 
 

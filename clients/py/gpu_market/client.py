@@ -48,6 +48,7 @@ from .accounts import (
     decode_account,
     effective_params,
     encode_fixed_str,
+    encode_optional_endpoint,
     min_deposit,
 )
 from .admin import MarketAdmin
@@ -488,13 +489,16 @@ class GpuMarketClient(MarketAdmin, JobEndings, ValidatorNetwork):
         price_per_gpu_second: int,
         market: Pubkey,
         worker_key_expires_at: int = 0,
+        endpoint: str = "",
     ) -> Signature:
         """Register ``owner`` as a provider of ``market``.
 
         ``spec``: ``gpu_model`` (str, <= 32 UTF-8 bytes), ``gpu_count``, ``vram_mib``,
-        ``region`` (str, <= 16 bytes). The same transaction creates the owner's payment-mint
-        ATA if missing (settlements pay there).
+        ``region`` (str, <= 16 bytes). ``endpoint``: the worker's public API URL, where users
+        deliver workloads and read logs ("" = none: the provider runs no workloads). The same
+        transaction creates the owner's payment-mint ATA if missing (settlements pay there).
         """
+        encode_optional_endpoint(endpoint)  # ValueError before anything is sent
         m = self._require(market, "Market")
         spec_args = {
             "gpu_model": list(encode_fixed_str(spec["gpu_model"], GPU_MODEL_LEN, "gpu_model")),
@@ -510,6 +514,7 @@ class GpuMarketClient(MarketAdmin, JobEndings, ValidatorNetwork):
                     "worker_key_expires_at": worker_key_expires_at,
                     "spec": spec_args,
                     "price_per_gpu_second": price_per_gpu_second,
+                    "endpoint": endpoint,
                 }
             },
             {
@@ -552,6 +557,7 @@ class GpuMarketClient(MarketAdmin, JobEndings, ValidatorNetwork):
         committee: Sequence[Pubkey],
         quorum: int,
         max_price_per_gpu_second: int | None = None,
+        workload_hash: bytes | None = None,
     ) -> tuple[Signature, Pubkey]:
         """Open job ``job_id`` on ``provider`` (the Provider PDA), escrowing ``deposit`` from
         the user's payment-mint ATA. Returns ``(signature, job address)``.
@@ -568,8 +574,13 @@ class GpuMarketClient(MarketAdmin, JobEndings, ValidatorNetwork):
         rise); by default it is the price read here, before the transaction is built.
         ValueError, before anything is sent, if ``deposit`` is below one window at the price
         read (:meth:`min_deposit`), that price is already above ``max_price_per_gpu_second``,
-        or the committee or quorum would be refused.
+        or the committee or quorum would be refused. ``workload_hash``: sha256 of the workload
+        spec the provider's worker must run (``gpu_market.workload.spec_hash``), fixed on chain
+        for the job's life; None (all zeros) for a job without a workload.
         """
+        workload_hash = bytes(32) if workload_hash is None else bytes(workload_hash)
+        if len(workload_hash) != 32:
+            raise ValueError(f"workload_hash must be 32 bytes, got {len(workload_hash)}")
         committee = list(committee)
         pdas = [pda.validator_pda(market, a, self.program_id) for a in committee]
         m_info, p_info, clock, *v_infos = self._account_infos([market, provider, CLOCK_SYSVAR_ID, *pdas])
@@ -606,7 +617,8 @@ class GpuMarketClient(MarketAdmin, JobEndings, ValidatorNetwork):
         ix = self.codec.instruction(
             "create_job",
             {"job_id": job_id, "gpu_count": gpu_count, "deposit": deposit,
-             "max_price_per_gpu_second": max_price, "committee": committee, "quorum": int(quorum)},
+             "max_price_per_gpu_second": max_price, "committee": committee, "quorum": int(quorum),
+             "workload_hash": list(workload_hash)},
             {
                 "user": user.pubkey(),
                 "market": market,
@@ -631,7 +643,8 @@ class GpuMarketClient(MarketAdmin, JobEndings, ValidatorNetwork):
         return self.send([ix], [signer])
 
     def finish_job(self, signer: Keypair, job: Pubkey) -> Signature:
-        """Stop billing a Running job; ``signer`` is the job's user or the provider's owner."""
+        """Stop billing a Running job; ``signer`` is the job's user, the provider's owner or
+        its current worker key (a worker ending a ``finish_on_exit`` workload)."""
         j = self._require(job, "Job")
         ix = self.codec.instruction(
             "finish_job", {}, {"signer": signer.pubkey(), "provider": j.provider, "job": job}
@@ -671,15 +684,22 @@ class GpuMarketClient(MarketAdmin, JobEndings, ValidatorNetwork):
         price_per_gpu_second: int | None = None,
         spec: Mapping[str, Any] | None = None,
         accepting_jobs: bool | None = None,
+        endpoint: str | None = None,
     ) -> Signature:
-        """Change price, spec or availability of ``provider`` (the PDA; owner only).
+        """Change price, spec, availability or worker endpoint of ``provider`` (the PDA;
+        owner only).
 
         None leaves a field unchanged. ``spec`` may be partial: missing keys keep the
         provider's current values (one account read). ``accepting_jobs=False`` pauses the
-        provider (no new jobs), True makes it Active again. ValueError if nothing is given.
+        provider (no new jobs), True makes it Active again. ``endpoint=""`` removes the
+        endpoint. ValueError if nothing is given.
         """
-        if price_per_gpu_second is None and spec is None and accepting_jobs is None:
-            raise ValueError("update_provider needs price_per_gpu_second, spec or accepting_jobs")
+        if (price_per_gpu_second is None and spec is None and accepting_jobs is None
+                and endpoint is None):
+            raise ValueError("update_provider needs price_per_gpu_second, spec, accepting_jobs "
+                             "or endpoint")
+        if endpoint is not None:
+            encode_optional_endpoint(endpoint)
         spec_args = None
         if spec is not None:
             unknown = set(spec) - {"gpu_model", "gpu_count", "vram_mib", "region"}
@@ -697,6 +717,7 @@ class GpuMarketClient(MarketAdmin, JobEndings, ValidatorNetwork):
             "price_per_gpu_second": None if price_per_gpu_second is None else int(price_per_gpu_second),
             "spec": spec_args,
             "accepting_jobs": None if accepting_jobs is None else bool(accepting_jobs),
+            "endpoint": endpoint,
         }
         ix = self.codec.instruction(
             "update_provider", {"args": args}, {"owner": owner.pubkey(), "provider": provider}

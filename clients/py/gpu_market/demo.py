@@ -1,13 +1,16 @@
 """The local network demo: one GPU job paid end to end (``make demo``; ``python -m gpu_market.demo``).
 
-Starts the local chain (``gpum-localnet``), creates the mints, the market, a staked provider,
-three validators with public endpoints and a user's escrowed job whose committee is those three
-with a quorum of 2, then runs a simulated worker (``gpum-worker run --simulate``, which finds the
-committee's endpoints on chain) and three validator nodes (``gpum-validator run``) as real
-processes; the nodes exchange attestations and settle 2-of-3. It waits for at least
-``--settlements`` settlements to land, finishes and closes the job through the ``gpum``
-CLI, moves the fees from the market's fee vault to its treasury (``gpum market withdraw-fees``)
-and prints a summary. The last line is one JSON object whose figures are all read back from the
+Starts the local chain (``gpum-localnet``), creates the mints, the market, a staked provider
+that publishes its worker's API, three validators with public endpoints and a user's escrowed
+job whose committee is those three with a quorum of 2 and whose workload is a container (a
+tiny image built locally from busybox-static, run by podman with runc; ``--finish-on-exit``).
+Then runs a simulated worker (``gpum-worker run --simulate --api-listen ...``, which finds the
+committee's endpoints on chain, receives the spec from the user's CLI and runs the container)
+and three validator nodes (``gpum-validator run``) as real processes; the nodes exchange
+attestations and settle 2-of-3. It waits for at least ``--settlements`` settlements to land and
+for the container to exit (which finishes the job: billing stops), reads the container's logs
+through ``gpum job logs``, closes the job through the ``gpum`` CLI, moves the fees from the
+market's fee vault to its treasury (``gpum market withdraw-fees``) and prints a summary. The last line is one JSON object whose figures are all read back from the
 chain (token balances and mint supply), never computed from the inputs.
 
 Guarantees: every process it starts is stopped when it returns, on failure and on Ctrl-C; all
@@ -33,6 +36,10 @@ from typing import Any
 
 DECIMALS = 6
 UNIT = 10**DECIMALS
+DEMO_IMAGE = "localhost/gpum-busybox:1"
+CONTAINERS_CONF = '[containers]\ndefault_ulimits = []\n[engine]\nruntime = "runc"\n'
+"""podman settings that work on hybrid-cgroup hosts (crun fails there; default ulimits need
+privileges the demo may not have)."""
 
 
 class DemoError(RuntimeError):
@@ -154,6 +161,7 @@ def run_demo(
     gpus: int = 2,
     validators: int = 3,
     quorum: int = 2,
+    workload_seconds: int = 20,
     timeout: float = 180.0,
     say=print,
 ) -> dict[str, Any]:
@@ -203,9 +211,16 @@ def run_demo(
 
         gpum = [_tool("gpum"), "--url", url, "--output", "json"]
 
-        def cli(keypair: str, *args: str) -> dict[str, Any]:
+        def cli(keypair: str, *args: str, raw: bool = False) -> Any:
             out = _run([*gpum, *args[:2], "--keypair", str(keys[keypair]), *args[2:]])
-            return json.loads(out.strip().splitlines()[-1])
+            return out if raw else json.loads(out.strip().splitlines()[-1])
+
+        # -- the workload's image: built locally, no registry (podman with runc) --------
+        conf = workdir / "containers.conf"
+        conf.write_text(CONTAINERS_CONF)
+        image = _run([_tool("gpum-worker"), "local-image", "--tag", DEMO_IMAGE,
+                      "--containers-conf", str(conf)]).strip().splitlines()[-1]
+        say(f"image             {image} (busybox-static, podman + runc)")
 
         # -- market, provider, validator, job (through the CLI where users use it) -----
         market = Pubkey.from_string(cli(
@@ -215,12 +230,13 @@ def run_demo(
             "--fee-bps", "1000", "--burn-bps", "5000", "--min-stake-per-gpu", "100",
             "--validator-min-bond", "100")["market"])
         say(f"market            {market}")
+        worker_api = f"http://127.0.0.1:{free_port()}"
         cli("owner", "provider", "register", "--market", str(market), "--worker-key", worker_pub,
             "--gpu-model", "Simulated H100", "--gpu-count", str(gpus), "--vram-mib", "81920",
-            "--region", "localnet", "--price", "0.001")
+            "--region", "localnet", "--price", "0.001", "--endpoint", worker_api)
         cli("owner", "provider", "stake", "--market", str(market), "1000")
         provider = pda.provider_pda(market, owner.pubkey())
-        say(f"provider          {provider} ({gpus} GPUs, staked 1000)")
+        say(f"provider          {provider} ({gpus} GPUs, staked 1000, worker API {worker_api})")
         # The validators register with the endpoints their nodes will listen on.
         vports = [free_port() for _ in vkeys]
         vurls = [f"http://127.0.0.1:{p}" for p in vports]
@@ -235,18 +251,8 @@ def run_demo(
         fee_vault = pda.fee_vault_pda(market)
         user_before = client.token_balance(user_pay)
         supply_before = client.mint_supply(payment_mint)
-        job = Pubkey.from_string(cli(
-            "user", "job", "create", "--market", str(market), "--provider", str(provider),
-            "--gpu-count", str(gpus), "--deposit", "50", "--job-id", "1",
-            "--committee", ",".join(str(v.pubkey()) for v in vkeys),
-            "--quorum", str(quorum))["job"])
-        user_after_create = client.token_balance(user_pay)
-        terms = client.fetch_job(job).terms
-        say(f"job               {job} (deposit 50, {gpus} GPUs, {terms.window_seconds}s windows, "
-            f"grace {terms.grace_seconds}s, committee of {validators}, quorum {quorum})")
-
-        # -- validator nodes and worker (which finds the committee's endpoints on chain) --
-        vdb = workdir / "validator0.sqlite"
+        # -- validator nodes and worker (which finds the committee's endpoints on chain and
+        #    serves the workload API the provider registered) ------------------------------
         for i, vport in enumerate(vports):
             procs.start(f"validator{i}", [
                 _tool("gpum-validator"), "run", "--url", url,
@@ -260,9 +266,32 @@ def run_demo(
             "--key", str(worker_key_file), "--db", str(workdir / "worker-outbox.sqlite"),
             "--window-seconds", str(window_seconds),
             "--poll-seconds", "1", "--rpc-url", url, "--program-id", str(client.program_id),
-            "--market", str(market), "--provider", str(provider)])
+            "--market", str(market), "--provider", str(provider),
+            "--api-listen", worker_api.removeprefix("http://"), "--runtime", "podman",
+            "--containers-conf", str(conf), "--publish-host", "127.0.0.1"])
+        wait_http(f"{worker_api}/v1/health", timeout=60)
         say(f"worker + {validators} validators running (windows of {window_seconds}s, settle "
             f"every {settle_every}, quorum {quorum})")
+
+        # -- the user's job: GPUs, committee and a container that finishes the job on exit --
+        steps = workload_seconds
+        script = (f'for i in $(seq 1 {steps}); do echo "step $i/{steps} on $(hostname): '
+                  'training..."; sleep 1; done; echo "done: model saved"')
+        created = cli(
+            "user", "job", "create", "--market", str(market), "--provider", str(provider),
+            "--gpu-count", str(gpus), "--deposit", "50", "--job-id", "1",
+            "--committee", ",".join(str(v.pubkey()) for v in vkeys),
+            "--quorum", str(quorum), "--image", image, "--cmd", '["/bin/sh", "-c"]',
+            "--arg", script, "--finish-on-exit")
+        job = Pubkey.from_string(created["job"])
+        user_after_create = client.token_balance(user_pay)
+        terms = client.fetch_job(job).terms
+        say(f"job               {job} (deposit 50, {gpus} GPUs, {terms.window_seconds}s windows, "
+            f"grace {terms.grace_seconds}s, committee of {validators}, quorum {quorum})")
+        say(f"workload          {image}, {steps} s of work, finish on exit "
+            f"(spec sha256 {created['workload']['workload_hash'][:16]}..., delivered to the "
+            "provider's worker)")
+        vdb = workdir / "validator0.sqlite"
 
         # -- wait for settlements (any member may lead a round) -----------------------
         vaddrs = [pda.validator_pda(market, v.pubkey()) for v in vkeys]
@@ -285,11 +314,22 @@ def run_demo(
                                 f"worker log:\n{procs.tail('worker')}")
             time.sleep(0.5)
 
-        # -- finish; the last receipts settle within the grace; complete; close ---------
-        cli("user", "job", "finish", str(job))
+        # -- the container exits; the worker finishes the job (billing stops) -----------
+        while client.fetch_job(job).status == "running":
+            procs.check_alive()
+            if time.monotonic() > deadline + steps:
+                raise DemoError(f"the container did not end the job;\nworker log:\n"
+                                f"{procs.tail('worker')}")
+            time.sleep(0.5)
+        status = cli("user", "job", "status", str(job))["workload"]
+        logs = cli("user", "job", "logs", str(job), raw=True).splitlines()
+        say(f"container exited  code {status.get('exit_code')}; {len(logs)} log lines, the last:")
+        for line in logs[-3:]:
+            say(f"  | {line}")
         ended_at = client.fetch_job(job).ended_at
         grace_end = ended_at + terms.grace_seconds
-        say(f"job finished at   {ended_at}; settlement grace until {grace_end}")
+        say(f"job finished at   {ended_at} by the worker (finish on exit); settlement grace "
+            f"until {grace_end}")
         while client.chain_time() <= grace_end:
             procs.check_alive()
             time.sleep(0.5)
@@ -335,6 +375,8 @@ def run_demo(
             # Credited to the attesting members by settle (read from their Validator accounts);
             # unclaimed, so it is what the fee vault still holds.
             "validator_rewards": validator_rewards,
+            "workload": {"runtime": status.get("runtime"), "exit_code": status.get("exit_code"),
+                         "log_lines": len(logs)},
         }
         say("")
         say(f"settled {final.paid_seconds} s of a {gpus}-GPU job over {final.last_seq} windows "

@@ -7,7 +7,7 @@ the value, ``Vec<T>`` and ``String`` = u32 length then the items / UTF-8 bytes);
 order is encoding order::
 
     WindowProof {
-        version: u8                 (= PROOF_VERSION = 1)
+        version: u8                 (PROOF_VERSION = 2 is written; 1 is still read)
         program_id: [u8;32]
         market: [u8;32]
         job: [u8;32]
@@ -23,6 +23,13 @@ order is encoding order::
         health_flags: u32           (OR of the gpus' flags plus window-level bits)
         billable_seconds: u64       (<= window_end - window_start)
         cumulative_seconds: u64     (>= billable_seconds; sum of billable claims so far)
+        workload: WorkloadWindow    (version 2 only; a version-1 proof has none: state NONE)
+    }
+    WorkloadWindow {
+        state: u8                   (WORKLOAD_NONE..=WORKLOAD_FAILED, see below)
+        exit_code: Option<i32>      (the container's exit code, when it exited in the window)
+        job_processes: u16          (GPU compute processes on the job's GPUs in its container)
+        foreign_processes: u16      (GPU compute processes on the job's GPUs that are not)
     }
     GpuWindow {
         uuid: String                (1..=MAX_UUID_BYTES UTF-8 bytes, e.g. "GPU-8f0c...")
@@ -69,6 +76,7 @@ __all__ = [
     "HEALTH_CRITICAL_MASK",
     "HEALTH_ECC_UNCORRECTED",
     "HEALTH_FAN_HIGH",
+    "HEALTH_FOREIGN_PROCESS",
     "HEALTH_GPU_LOST",
     "HEALTH_NVML_ERROR",
     "HEALTH_POWER_OVER_LIMIT",
@@ -79,12 +87,21 @@ __all__ = [
     "MAX_PROOF_BYTES",
     "MAX_UUID_BYTES",
     "PROOF_VERSION",
+    "PROOF_VERSIONS",
+    "WORKLOAD_EXITED",
+    "WORKLOAD_FAILED",
+    "WORKLOAD_NONE",
+    "WORKLOAD_PENDING",
+    "WORKLOAD_RESTARTING",
+    "WORKLOAD_RUNNING",
+    "WORKLOAD_STATE_NAMES",
     "ZERO_HASH",
     "GpuWindow",
     "ProofDecodeError",
     "ProofEncodeError",
     "ProofFormatError",
     "WindowProof",
+    "WorkloadWindow",
     "decode_proof",
     "encode_proof",
     "process_list_hash",
@@ -95,14 +112,16 @@ __all__ = [
     "verify_proof",
 ]
 
-PROOF_VERSION = 1
+PROOF_VERSION = 2
+PROOF_VERSIONS = (1, 2)
+"""Versions ``decode_proof`` reads. Version 1 (before workloads) has no ``workload`` trailer."""
 MAX_GPUS = 64
 MAX_UUID_BYTES = 96
 BP_MAX = 10_000
 MAX_SAMPLE_INTERVAL_MS = 60_000
 # Fixed part of WindowProof + MAX_GPUS * largest GpuWindow; a decoder may reject bigger input
 # before parsing.
-_PROOF_FIXED = 1 + 5 * 32 + 8 + 8 + 8 + 4 + 4 + 32 + 32 + 4 + 8 + 8
+_PROOF_FIXED = 1 + 5 * 32 + 8 + 8 + 8 + 4 + 4 + 32 + 32 + 4 + 8 + 8 + (1 + 5 + 2 + 2)
 # uuid, samples, covered, 3 x Option<u16> util, Option<u32> x3 (mem used/total, power),
 # Option<u16> x2 (temp, fan), Option<u64> ecc, flags.
 _GPU_MAX = (4 + MAX_UUID_BYTES) + 4 + 4 + 3 * 3 + 3 * 5 + 2 * 3 + 9 + 4
@@ -117,6 +136,20 @@ HEALTH_ECC_UNCORRECTED = 1 << 4
 HEALTH_GPU_LOST = 1 << 5
 HEALTH_SAMPLES_MISSING = 1 << 6
 HEALTH_NVML_ERROR = 1 << 7
+HEALTH_FOREIGN_PROCESS = 1 << 8
+"""Window-level: a compute process outside the job's container ran on the job's GPUs."""
+
+# Workload states of a window (the worst seen in it; see worker/README.md, billable policy).
+WORKLOAD_NONE = 0
+"""The job has no workload (GPUs only)."""
+WORKLOAD_PENDING = 1
+"""The spec is awaited or the container is starting."""
+WORKLOAD_RUNNING = 2
+WORKLOAD_EXITED = 3
+WORKLOAD_RESTARTING = 4
+WORKLOAD_FAILED = 5
+"""The container runtime could not start the workload: the window is not billable."""
+WORKLOAD_STATE_NAMES = ("none", "pending", "running", "exited", "restarting", "failed")
 HEALTH_CRITICAL_MASK = HEALTH_TEMP_CRITICAL | HEALTH_ECC_UNCORRECTED | HEALTH_GPU_LOST
 
 # Default critical thresholds of the billable policy, shared by the worker (which applies them
@@ -202,6 +235,34 @@ class GpuWindow:
 
 
 @dataclass(frozen=True)
+class WorkloadWindow:
+    """What the job's container did in a window (version-2 proofs)."""
+
+    state: int = WORKLOAD_NONE
+    exit_code: int | None = None
+    job_processes: int = 0
+    foreign_processes: int = 0
+
+    def validate(self, err: type[ProofFormatError] = ProofEncodeError) -> None:
+        _int(err, "workload.state", self.state, WORKLOAD_NONE, WORKLOAD_FAILED)
+        _opt(err, "workload.exit_code", self.exit_code, -(2**31), 2**31 - 1)
+        _int(err, "workload.job_processes", self.job_processes, 0, U16_MAX)
+        _int(err, "workload.foreign_processes", self.foreign_processes, 0, U16_MAX)
+
+    @property
+    def state_name(self) -> str:
+        return WORKLOAD_STATE_NAMES[self.state]
+
+    @property
+    def billable(self) -> bool:
+        """False for a window the billable policy pays nothing for (failed, foreign use)."""
+        return self.state != WORKLOAD_FAILED and self.foreign_processes == 0
+
+
+NO_WORKLOAD_WINDOW = WorkloadWindow()
+
+
+@dataclass(frozen=True)
 class WindowProof:
     """One signed-usage window of one job (see module docstring for the wire layout)."""
 
@@ -221,6 +282,7 @@ class WindowProof:
     billable_seconds: int
     cumulative_seconds: int
     version: int = field(default=PROOF_VERSION)
+    workload: WorkloadWindow = NO_WORKLOAD_WINDOW
 
     @property
     def window_seconds(self) -> int:
@@ -228,8 +290,14 @@ class WindowProof:
 
     def validate(self, err: type[ProofFormatError] = ProofEncodeError) -> None:
         """Raise ``err`` unless every field is in range and the window is consistent."""
-        if self.version != PROOF_VERSION:
-            raise err(f"unsupported proof version {self.version!r} (expected {PROOF_VERSION})")
+        if self.version not in PROOF_VERSIONS:
+            raise err(f"unsupported proof version {self.version!r} (expected one of "
+                      f"{PROOF_VERSIONS})")
+        if not isinstance(self.workload, WorkloadWindow):
+            raise err("workload must be a WorkloadWindow")
+        self.workload.validate(err)
+        if self.version == 1 and self.workload != NO_WORKLOAD_WINDOW:
+            raise err("a version-1 proof cannot carry a workload")
         for name in ("program_id", "market", "job", "provider", "worker_key",
                      "process_list_hash", "prev_proof_hash"):
             _b32(err, name, getattr(self, name))
@@ -288,6 +356,11 @@ def _encode_gpu(g: GpuWindow) -> bytes:
     ))
 
 
+def _encode_workload(w: WorkloadWindow) -> bytes:
+    return b"".join((struct.pack("<B", w.state), _opt_bytes("<i", w.exit_code),
+                     struct.pack("<HH", w.job_processes, w.foreign_processes)))
+
+
 def encode_proof(p: WindowProof) -> bytes:
     """Canonical borsh bytes of ``p``; raises ProofEncodeError if ``p`` is invalid."""
     p.validate(ProofEncodeError)
@@ -300,6 +373,7 @@ def encode_proof(p: WindowProof) -> bytes:
         *(_encode_gpu(g) for g in p.gpus),
         p.process_list_hash, p.prev_proof_hash,
         struct.pack("<IQQ", p.health_flags, p.billable_seconds, p.cumulative_seconds),
+        _encode_workload(p.workload) if p.version >= 2 else b"",
     ))
     assert len(out) <= MAX_PROOF_BYTES
     return out
@@ -372,8 +446,9 @@ def decode_proof(data: bytes) -> WindowProof:
         raise ProofDecodeError(f"proof is {len(data)} bytes, more than {MAX_PROOF_BYTES}")
     r = _Reader(data)
     version = r.num("<B", "version")
-    if version != PROOF_VERSION:
-        raise ProofDecodeError(f"unsupported proof version {version} (expected {PROOF_VERSION})")
+    if version not in PROOF_VERSIONS:
+        raise ProofDecodeError(f"unsupported proof version {version} (expected one of "
+                               f"{PROOF_VERSIONS})")
     program_id, market, job = r.b32("program_id"), r.b32("market"), r.b32("job")
     provider, worker_key = r.b32("provider"), r.b32("worker_key")
     seq = r.num("<Q", "seq")
@@ -388,6 +463,14 @@ def decode_proof(data: bytes) -> WindowProof:
     health_flags = r.num("<I", "health_flags")
     billable = r.num("<Q", "billable_seconds")
     cumulative = r.num("<Q", "cumulative_seconds")
+    workload = NO_WORKLOAD_WINDOW
+    if version >= 2:
+        workload = WorkloadWindow(
+            state=r.num("<B", "workload.state"),
+            exit_code=r.opt("<i", "workload.exit_code"),
+            job_processes=r.num("<H", "workload.job_processes"),
+            foreign_processes=r.num("<H", "workload.foreign_processes"),
+        )
     if r.pos != len(data):
         raise ProofDecodeError(f"{len(data) - r.pos} trailing bytes after the proof")
     p = WindowProof(
@@ -395,7 +478,7 @@ def decode_proof(data: bytes) -> WindowProof:
         worker_key=worker_key, seq=seq, window_start=window_start, window_end=window_end,
         sample_interval_ms=sample_interval_ms, gpus=gpus, process_list_hash=process_hash,
         prev_proof_hash=prev_hash, health_flags=health_flags, billable_seconds=billable,
-        cumulative_seconds=cumulative, version=version,
+        cumulative_seconds=cumulative, version=version, workload=workload,
     )
     p.validate(ProofDecodeError)
     return p

@@ -41,6 +41,7 @@ def job_bytes(market: Pubkey, user: Pubkey, provider: Pubkey, status: int, ended
         + struct.pack("<qqqQ", 1_700_000_000, JOB_STARTED_AT, ended_at, 7)
         + bytes(range(32))
         + struct.pack("<qBB", JOB_LAST_WINDOW_END, 254, 253)
+        + bytes([0x77]) * 32  # workload_hash
     )  # fmt: skip
 
 

@@ -45,6 +45,7 @@ def provider_bytes(status: bytes, codec, expires_at: int = 0) -> bytes:
         + "eu-west ü".encode().ljust(16, b"\0")
         + struct.pack("<Q", 5) + status + struct.pack("<Q", 1_000) + struct.pack("<Qq", 10, 20)
         + struct.pack("<H", 2) + struct.pack("<QQQQI", 600, 1, 3, 0, 0) + bytes([254])
+        + b"http://203.0.113.9:7070".ljust(96, b"\0")
     )  # fmt: skip
     return body.ljust(codec.account_size("Provider"), b"\0")  # allocated at max size
 
@@ -56,6 +57,7 @@ def test_provider_active_and_jailed(codec):
     assert (p.owner, p.worker_key, p.address) == (K[2], K[3], K[9])
     assert (p.stake, p.unbonding.amount, p.unbonding.release_at, p.gpus_in_use) == (1_000, 10, 20, 2)
     assert p.reputation.verified_seconds == 600 and p.bump == 254 and p.free_gpus == 6
+    assert p.endpoint == "http://203.0.113.9:7070"
     assert len(p.retired_keys) == 4 and p.last_equivocation_slash_at == 1_234
     assert [(r.key, r.retired_at) for r in p.retired_worker_keys] == [(K[4], 99), (K[6], 50)]
     assert p.retired_keys[2].empty and p.retired_keys[2].key == Pubkey.default()
@@ -94,6 +96,7 @@ def test_job_view(codec, job_bytes):
     assert j.committee == [DEFAULT_MEMBER] and j.committee_len == 1
     assert j.last_receipt_hash == bytes(range(32)) and j.last_window_end == 1_700_000_125
     assert (j.bump, j.escrow_bump, j.address) == (254, 253, K[5])
+    assert j.workload_hash == bytes([0x77]) * 32
 
 
 def test_job_committee(codec, job_bytes):

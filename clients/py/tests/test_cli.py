@@ -218,7 +218,8 @@ def recorder(monkeypatch, offline_chain):
                  "expire_job", "decline_job", "complete_job", "close_job", "set_treasury",
                  "sweep_vault"):  # fmt: skip
         monkeypatch.setattr(GpuMarketClient, name,
-                            lambda self, *a, _n=name: calls.append((_n, a[1:])) or "SiG")  # fmt: skip
+                            lambda self, *a, _n=name, **kw: calls.append(
+                                (_n, a[1:] + ((kw,) if kw else ()))) or "SiG")  # fmt: skip
 
     monkeypatch.setattr(GpuMarketClient, "fetch_job", lambda self, j: fake_job())
     return calls
@@ -305,7 +306,8 @@ def test_newer_commands_call_the_sdk(keyfile, recorder):
     assert got[0] == ("set_paused", (market, True)) and got[1] == ("set_paused", (market, False))
     assert got[2] == ("update_params", (market, {"fee_bps": 100, "validator_min_bond": 2_500_000}))
     assert got[3] == ("propose_authority", (market, Pubkey.from_string(new)))
-    assert got[5][0] == "update_provider" and got[5][1][1:] == (2, {"gpu_count": 4}, False)
+    assert got[5][0] == "update_provider"
+    assert got[5][1][1:] == (2, {"gpu_count": 4}, False, {"endpoint": None})
     assert got[6] == ("rotate_worker_key", (market, Pubkey.from_string(new), 9))
     assert got[7] == ("request_unstake", (market, 1_500_000))
     assert got[9] == ("top_up", (Pubkey.from_string(JOB), 2_000_000))
@@ -541,7 +543,8 @@ def test_job_create_below_one_window(monkeypatch, keyfile, offline_chain):
     # (kp, market, provider, job_id, gpus, deposit, keywords); the default committee: 3 healthy
     # validators, a majority of them as quorum
     assert created[0][1:] == (market, market, 5, 2, 120_000,
-                              {"committee": MEMBERS, "quorum": 2, "max_price_per_gpu_second": PRICE})  # fmt: skip
+                              {"committee": MEMBERS, "quorum": 2, "max_price_per_gpu_second": PRICE,
+                               "workload_hash": None})  # fmt: skip
     assert json.loads(out)["committee"] == [str(k) for k in MEMBERS] and json.loads(out)["quorum"] == 2
 
 

@@ -185,15 +185,22 @@ def test_update_provider_price_only(world):
     world.client.update_provider(world.owner, world.provider, price_per_gpu_second=9)
     (ix,), _ = world.last()
     assert metas(ix) == [(world.owner.pubkey(), True, False), (world.provider, False, True)]
-    # Option<u64> Some(9), Option<GpuSpec> None, Option<bool> None
-    assert bytes(ix.data) == disc("update_provider") + b"\x01" + struct.pack("<Q", 9) + b"\x00\x00"
+    # Option<u64> Some(9), Option<GpuSpec> None, Option<bool> None, Option<String> None
+    assert bytes(ix.data) == disc("update_provider") + b"\x01" + struct.pack("<Q", 9) + b"\x00\x00\x00"
+    world.client.update_provider(world.owner, world.provider, endpoint="http://10.0.0.9:7070")
+    (ix,), _ = world.last()
+    url = b"http://10.0.0.9:7070"
+    assert bytes(ix.data) == (disc("update_provider") + b"\x00\x00\x00\x01"
+                              + struct.pack("<I", len(url)) + url)
+    with pytest.raises(ValueError, match="http:// or https://"):
+        world.client.update_provider(world.owner, world.provider, endpoint="ftp://x")
 
 
 def test_update_provider_partial_spec_and_availability(world):
     world.client.update_provider(world.owner, world.provider, spec={"gpu_count": 4}, accepting_jobs=False)
     (ix,), _ = world.last()
     spec = b"H100".ljust(32, b"\0") + struct.pack("<HI", 4, 81920) + b"eu".ljust(16, b"\0")
-    assert bytes(ix.data) == disc("update_provider") + b"\x00" + b"\x01" + spec + b"\x01\x00"
+    assert bytes(ix.data) == disc("update_provider") + b"\x00" + b"\x01" + spec + b"\x01\x00\x00"
     with pytest.raises(ValueError, match="needs"):
         world.client.update_provider(world.owner, world.provider)
     with pytest.raises(ValueError, match="unknown spec keys"):

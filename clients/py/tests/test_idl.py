@@ -403,12 +403,13 @@ def test_register_provider_args_match_hand_built_borsh(codec):
     worker = Pubkey.new_unique()
     spec = {"gpu_model": list(b"H100".ljust(32, b"\0")), "gpu_count": 8, "vram_mib": 81_920,
             "region": list(b"eu".ljust(16, b"\0"))}  # fmt: skip
-    args = {"worker_key": worker, "worker_key_expires_at": 0, "spec": spec, "price_per_gpu_second": 3}
+    args = {"worker_key": worker, "worker_key_expires_at": 0, "spec": spec, "price_per_gpu_second": 3,
+            "endpoint": "http://h:1"}
     data = codec.encode_instruction_data("register_provider", {"args": args})
     expected = (
         hashlib.sha256(b"global:register_provider").digest()[:8]
         + bytes(worker) + struct.pack("<q", 0)
         + b"H100".ljust(32, b"\0") + struct.pack("<HI", 8, 81_920) + b"eu".ljust(16, b"\0")
-        + struct.pack("<Q", 3)
+        + struct.pack("<Q", 3) + struct.pack("<I", 10) + b"http://h:1"
     )  # fmt: skip
     assert data == expected

@@ -324,9 +324,10 @@ def test_create_job_matches_the_idl(fake, codec, job_bytes, new_idl):
     args = next(i for i in new_idl["instructions"] if i["name"] == "create_job")["args"]
     assert [(a["name"], a["type"]) for a in args] == [
         ("job_id", "u64"), ("gpu_count", "u16"), ("deposit", "u64"), ("max_price_per_gpu_second", "u64"),
-        ("committee", {"vec": "pubkey"}), ("quorum", "u8")]  # fmt: skip
+        ("committee", {"vec": "pubkey"}), ("quorum", "u8"), ("workload_hash", {"array": ["u8", 32]})]  # fmt: skip
     assert bytes(ix.data) == (disc("create_job") + struct.pack("<QHQQ", 9, 1, 600, 7)
-                              + struct.pack("<I", 3) + b"".join(bytes(k) for k in members) + b"\x02")  # fmt: skip
+                              + struct.pack("<I", 3) + b"".join(bytes(k) for k in members) + b"\x02"
+                              + bytes(32))  # fmt: skip
     world.client.create_job(user, world.market, world.provider, 10, 1, 600, **world.committee(),
                             max_price_per_gpu_second=5)  # = the price  # fmt: skip
     (ix,), _ = world.last()

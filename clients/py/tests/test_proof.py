@@ -12,11 +12,16 @@ from gpu_market.proof import (
     MAX_PROOF_BYTES,
     MAX_UUID_BYTES,
     PROOF_VERSION,
+    WORKLOAD_EXITED,
+    WORKLOAD_FAILED,
+    WORKLOAD_NONE,
+    WORKLOAD_RUNNING,
     ZERO_HASH,
     GpuWindow,
     ProofDecodeError,
     ProofEncodeError,
     WindowProof,
+    WorkloadWindow,
     decode_proof,
     encode_proof,
     process_list_hash,
@@ -68,15 +73,59 @@ def _manual_gpu(g: GpuWindow) -> bytes:
             + struct.pack("<I", g.health_flags))
 
 
+def _manual_v1(p: WindowProof, version: int) -> bytes:
+    return (bytes([version]) + p.program_id + p.market + p.job + p.provider + p.worker_key
+            + struct.pack("<QqqI", p.seq, p.window_start, p.window_end, p.sample_interval_ms)
+            + struct.pack("<I", len(p.gpus)) + b"".join(_manual_gpu(g) for g in p.gpus)
+            + p.process_list_hash + p.prev_proof_hash
+            + struct.pack("<IQQ", p.health_flags, p.billable_seconds, p.cumulative_seconds))
+
+
 def test_layout_matches_documented_field_order() -> None:
-    p = _proof()
-    manual = (bytes([1]) + p.program_id + p.market + p.job + p.provider + p.worker_key
-              + struct.pack("<QqqI", p.seq, p.window_start, p.window_end, p.sample_interval_ms)
-              + struct.pack("<I", len(p.gpus)) + b"".join(_manual_gpu(g) for g in p.gpus)
-              + p.process_list_hash + p.prev_proof_hash
-              + struct.pack("<IQQ", p.health_flags, p.billable_seconds, p.cumulative_seconds))
+    p = _proof(workload=WorkloadWindow(WORKLOAD_EXITED, exit_code=-3, job_processes=2,
+                                       foreign_processes=1))
+    manual = _manual_v1(p, 2) + bytes([WORKLOAD_EXITED, 1]) + struct.pack("<iHH", -3, 2, 1)
     assert encode_proof(p) == manual
     assert decode_proof(manual) == p
+    none = _proof()
+    assert encode_proof(none) == _manual_v1(none, 2) + bytes([WORKLOAD_NONE, 0]) + bytes(4)
+
+
+def test_version_1_proofs_are_still_read_and_written() -> None:
+    p = _proof(version=1)
+    b = encode_proof(p)
+    assert b == _manual_v1(p, 1)
+    assert decode_proof(b) == p and decode_proof(b).workload.state == WORKLOAD_NONE
+    with pytest.raises(ProofEncodeError, match="version-1 proof cannot carry a workload"):
+        encode_proof(_proof(version=1, workload=WorkloadWindow(WORKLOAD_RUNNING)))
+
+
+@pytest.mark.parametrize(
+    ("workload", "needle"),
+    [
+        (WorkloadWindow(WORKLOAD_FAILED + 1), "workload.state"),
+        (WorkloadWindow(WORKLOAD_EXITED, exit_code=2**31), "workload.exit_code"),
+        (WorkloadWindow(WORKLOAD_RUNNING, job_processes=2**16), "workload.job_processes"),
+        (WorkloadWindow(WORKLOAD_RUNNING, foreign_processes=-1), "workload.foreign_processes"),
+    ],
+)
+def test_workload_out_of_range_is_refused(workload: WorkloadWindow, needle: str) -> None:
+    with pytest.raises(ProofEncodeError, match=needle):
+        encode_proof(_proof(workload=workload))
+
+
+def test_decode_rejects_bad_workload_state_byte() -> None:
+    b = bytearray(encode_proof(_proof()))
+    b[-6] = 9  # the state byte: state u8, exit Option tag 0, two u16
+    with pytest.raises(ProofDecodeError, match="workload.state"):
+        decode_proof(bytes(b))
+
+
+def test_workload_billable_policy() -> None:
+    assert WorkloadWindow(WORKLOAD_RUNNING).billable
+    assert WorkloadWindow(WORKLOAD_EXITED, exit_code=0).billable
+    assert not WorkloadWindow(WORKLOAD_FAILED).billable
+    assert not WorkloadWindow(WORKLOAD_RUNNING, job_processes=1, foreign_processes=1).billable
 
 
 def test_absent_metric_is_tag_zero_not_zero_value() -> None:
@@ -146,7 +195,7 @@ def test_rejects_invalid_utf8_uuid() -> None:
 
 def test_rejects_unknown_version() -> None:
     b = bytearray(encode_proof(_proof()))
-    b[0] = 2
+    b[0] = 3
     with pytest.raises(ProofDecodeError, match="version"):
         decode_proof(bytes(b))
 
@@ -176,7 +225,7 @@ def test_decode_rejects_bp_over_10000() -> None:
 @pytest.mark.parametrize(
     ("kw", "needle"),
     [
-        ({"version": 2}, "version"),
+        ({"version": 3}, "version"),
         ({"job": b"\x00" * 31}, "job"),
         ({"seq": -1}, "seq"),
         ({"window_end": 1_700_000_000}, "window_end"),
@@ -203,7 +252,7 @@ def test_encode_rejects_invalid(kw: dict, needle: str) -> None:
 
 def test_max_size_proof_fits_limit() -> None:
     g = [_gpu("G" * (MAX_UUID_BYTES - 3) + f"{i:03d}", fan_max_pct=100) for i in range(MAX_GPUS)]
-    b = encode_proof(_proof(gpus=tuple(g)))
+    b = encode_proof(_proof(gpus=tuple(g), workload=WorkloadWindow(WORKLOAD_EXITED, exit_code=1)))
     assert len(b) == MAX_PROOF_BYTES
     assert decode_proof(b).gpus == tuple(g)
 
@@ -275,6 +324,9 @@ def proofs(draw) -> WindowProof:
         process_list_hash=draw(b32), prev_proof_hash=draw(b32),
         health_flags=draw(st.integers(0, 2**32 - 1)), billable_seconds=billable,
         cumulative_seconds=draw(st.integers(billable, 2**64 - 1)), version=PROOF_VERSION,
+        workload=WorkloadWindow(draw(st.integers(WORKLOAD_NONE, WORKLOAD_FAILED)),
+                                draw(st.none() | st.integers(-(2**31), 2**31 - 1)),
+                                draw(st.integers(0, 2**16 - 1)), draw(st.integers(0, 2**16 - 1))),
     )
 
 

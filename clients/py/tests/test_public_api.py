@@ -40,11 +40,12 @@ def test_documented_client_signatures():
     assert sig["initialize_market"] == ["authority", "market_id", "stake_mint", "payment_mint",
                                         "treasury", "params"]  # fmt: skip
     assert sig["register_provider"] == ["owner", "worker_key", "spec", "price_per_gpu_second",
-                                        "market", "worker_key_expires_at"]  # fmt: skip
+                                        "market", "worker_key_expires_at", "endpoint"]  # fmt: skip
     assert sig["stake"] == ["owner", "market", "amount"]
     assert sig["register_validator"] == ["authority", "market", "bond", "endpoint"]
     assert sig["create_job"] == ["user", "market", "provider", "job_id", "gpu_count", "deposit",
-                                 "committee", "quorum", "max_price_per_gpu_second"]  # fmt: skip
+                                 "committee", "quorum", "max_price_per_gpu_second",
+                                 "workload_hash"]  # fmt: skip
     create = inspect.signature(client.GpuMarketClient.create_job).parameters
     assert all(create[n].kind is inspect.Parameter.KEYWORD_ONLY
                for n in ("committee", "quorum", "max_price_per_gpu_second"))  # fmt: skip

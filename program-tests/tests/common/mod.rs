@@ -383,6 +383,7 @@ impl Bench {
             worker_key_expires_at: 0,
             spec: gpu_spec(gpus),
             price_per_gpu_second: price,
+            endpoint: String::new(),
         };
         self.ix_register_provider_with(owner, args)
     }
@@ -444,12 +445,21 @@ impl Bench {
         self.ix_create_job_with(user, job_id, gpu_count, deposit, max_price_per_gpu_second, &self.committee.clone(), self.quorum)
     }
 
+    /// `create_job` with the bench's committee and a workload hash.
+    pub fn ix_create_job_workload(&self, user: &Party, job_id: u64, gpu_count: u16, deposit: u64, workload_hash: [u8; 32]) -> Instruction {
+        let mut ix = self.ix_create_job(user, job_id, gpu_count, deposit);
+        // The workload hash is the last argument: replace the default zeros.
+        let n = ix.data.len();
+        ix.data[n - 32..].copy_from_slice(&workload_hash);
+        ix
+    }
+
     /// `create_job` with `committee` (their Validator accounts as remaining accounts) and `quorum`.
     #[allow(clippy::too_many_arguments)]
     pub fn ix_create_job_with(&self, user: &Party, job_id: u64, gpu_count: u16, deposit: u64, max_price_per_gpu_second: u64, committee: &[Pubkey], quorum: u8) -> Instruction {
         let (job, escrow) = self.job_address(&user.key.pubkey(), job_id);
         let mut ix = Self::ix(
-            gpu_market::instruction::CreateJob { job_id, gpu_count, deposit, max_price_per_gpu_second, committee: committee.to_vec(), quorum },
+            gpu_market::instruction::CreateJob { job_id, gpu_count, deposit, max_price_per_gpu_second, committee: committee.to_vec(), quorum, workload_hash: [0; 32] },
             gpu_market::accounts::CreateJob {
                 user: user.key.pubkey(),
                 market: self.market,
@@ -734,7 +744,7 @@ pub fn gpu_spec(gpus: u16) -> GpuSpec {
 }
 
 pub fn no_update() -> UpdateProviderArgs {
-    UpdateProviderArgs { price_per_gpu_second: None, spec: None, accepting_jobs: None }
+    UpdateProviderArgs { price_per_gpu_second: None, spec: None, accepting_jobs: None, endpoint: None }
 }
 
 impl Bench {

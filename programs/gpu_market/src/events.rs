@@ -61,6 +61,8 @@ pub struct JobCreated {
     pub price_per_gpu_second: u64,
     pub rate_per_second: u64,
     pub deposit: u64,
+    /// sha256 of the workload spec; zeros for none.
+    pub workload_hash: [u8; 32],
 }
 
 #[event]

@@ -99,6 +99,7 @@ pub mod gpu_market {
         max_price_per_gpu_second: u64,
         committee: Vec<Pubkey>,
         quorum: u8,
+        workload_hash: [u8; 32],
     ) -> Result<()> {
         instructions::create_job::handler(
             ctx,
@@ -108,6 +109,7 @@ pub mod gpu_market {
             max_price_per_gpu_second,
             committee,
             quorum,
+            workload_hash,
         )
     }
 

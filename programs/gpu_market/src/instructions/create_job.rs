@@ -64,6 +64,7 @@ pub fn handler<'info>(
     max_price_per_gpu_second: u64,
     committee: Vec<Pubkey>,
     quorum: u8,
+    workload_hash: [u8; 32],
 ) -> Result<()> {
     let now = Clock::get()?.unix_timestamp;
     ctx.accounts.market.promote_params(now);
@@ -145,6 +146,7 @@ pub fn handler<'info>(
         last_window_end: 0,
         bump: ctx.bumps.job,
         escrow_bump: ctx.bumps.escrow,
+        workload_hash,
     });
     ctx.accounts.escrow.reload()?;
     ctx.accounts.job.invariant(ctx.accounts.escrow.amount)?;
@@ -158,6 +160,7 @@ pub fn handler<'info>(
         price_per_gpu_second: ctx.accounts.provider.price_per_gpu_second,
         rate_per_second: rate,
         deposit,
+        workload_hash,
     });
     Ok(())
 }

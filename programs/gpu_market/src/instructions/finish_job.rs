@@ -5,12 +5,16 @@ use crate::events::{emit_event, JobFinished};
 use crate::state::{Job, JobStatus, Provider};
 
 /// Stops billing of a Running job at `now` (Running -> Finishing). A final receipt with
-/// `window_end <= ended_at` may still settle during the grace of two windows. Can only be signed
-/// by the job's user or the provider's owner.
+/// `window_end <= ended_at` may still settle during the grace. Can only be signed by the job's
+/// user, the provider's owner, or the provider's current worker key (unexpired): the worker
+/// ends a `finish_on_exit` workload's billing when its container exits (DESIGN section 8).
+/// Finishing only ever stops billing early, so the worker key gains nothing by misusing it.
 #[derive(Accounts)]
 pub struct FinishJob<'info> {
     #[account(
-        constraint = signer.key() == job.user || signer.key() == provider.owner
+        constraint = signer.key() == job.user
+            || signer.key() == provider.owner
+            || provider.current_key_valid_at(&signer.key(), Clock::get()?.unix_timestamp)
             @ GpuMarketError::NotJobParty,
     )]
     pub signer: Signer<'info>,

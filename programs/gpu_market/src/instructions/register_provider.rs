@@ -4,16 +4,20 @@ use crate::errors::GpuMarketError;
 use crate::events::{emit_event, ProviderRegistered};
 use crate::seeds;
 use crate::state::{
-    GpuSpec, Market, Provider, ProviderStatus, Reputation, Unbonding, MAX_GPUS_PER_PROVIDER,
+    encode_optional_endpoint, GpuSpec, Market, Provider, ProviderStatus, Reputation, Unbonding,
+    MAX_GPUS_PER_PROVIDER,
 };
 
-#[derive(AnchorSerialize, AnchorDeserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(AnchorSerialize, AnchorDeserialize, Clone, Debug, PartialEq, Eq)]
 pub struct RegisterProviderArgs {
     pub worker_key: Pubkey,
     /// 0 = never expires.
     pub worker_key_expires_at: i64,
     pub spec: GpuSpec,
     pub price_per_gpu_second: u64,
+    /// The worker's public API URL (http:// or https://, at most 96 bytes), or "" when the
+    /// provider runs no workloads.
+    pub endpoint: String,
 }
 
 /// Registers the signer as a provider of `market`. One provider account per (market, owner).
@@ -45,6 +49,7 @@ pub fn handler(ctx: Context<RegisterProvider>, args: RegisterProviderArgs) -> Re
         args.worker_key != Pubkey::default(),
         GpuMarketError::InvalidWorkerKey
     );
+    let endpoint = encode_optional_endpoint(&args.endpoint)?;
     let provider = &mut ctx.accounts.provider;
     provider.set_inner(Provider {
         market: ctx.accounts.market.key(),
@@ -61,6 +66,7 @@ pub fn handler(ctx: Context<RegisterProvider>, args: RegisterProviderArgs) -> Re
         gpus_in_use: 0,
         reputation: Reputation::default(),
         bump: ctx.bumps.provider,
+        endpoint,
     });
     provider.invariant()?;
     emit_event(ProviderRegistered {

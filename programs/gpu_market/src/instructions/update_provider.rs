@@ -2,10 +2,12 @@ use anchor_lang::prelude::*;
 
 use crate::errors::GpuMarketError;
 use crate::events::{emit_event, ProviderUpdated};
-use crate::state::{GpuSpec, Provider, ProviderStatus, MAX_GPUS_PER_PROVIDER};
+use crate::state::{
+    encode_optional_endpoint, GpuSpec, Provider, ProviderStatus, MAX_GPUS_PER_PROVIDER,
+};
 
 /// What an owner may set on its provider. `None` leaves a field unchanged.
-#[derive(AnchorSerialize, AnchorDeserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(AnchorSerialize, AnchorDeserialize, Clone, Debug, PartialEq, Eq)]
 pub struct UpdateProviderArgs {
     /// Applies to jobs created from now on; running jobs keep their locked rate.
     pub price_per_gpu_second: Option<u64>,
@@ -14,6 +16,8 @@ pub struct UpdateProviderArgs {
     /// Active or Paused (stop taking new jobs). A jailed provider can only become Active or
     /// Paused once its jail time is over.
     pub accepting_jobs: Option<bool>,
+    /// The worker's public API URL, or "" to remove it.
+    pub endpoint: Option<String>,
 }
 
 /// Updates price, spec or availability. Can only be signed by the provider's owner.
@@ -38,6 +42,9 @@ pub fn handler(ctx: Context<UpdateProvider>, args: UpdateProviderArgs) -> Result
         );
         require!(spec.gpu_count >= provider.gpus_in_use, GpuMarketError::GpusInUse);
         provider.spec = spec;
+    }
+    if let Some(endpoint) = &args.endpoint {
+        provider.endpoint = encode_optional_endpoint(endpoint)?;
     }
     if let Some(accepting) = args.accepting_jobs {
         if let ProviderStatus::Jailed { until } = provider.status {

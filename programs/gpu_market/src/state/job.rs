@@ -119,6 +119,10 @@ pub struct Job {
     pub last_window_end: i64,
     pub bump: u8,
     pub escrow_bump: u8,
+    /// sha256 of the canonical workload spec the user asked to run (DESIGN section 8), fixed
+    /// at `create_job`; all zeros for a job without a workload (GPUs only). Lets the provider
+    /// prove what it was asked to run and the user prove what it asked for.
+    pub workload_hash: [u8; 32],
 }
 
 impl Job {

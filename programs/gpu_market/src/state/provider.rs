@@ -1,6 +1,7 @@
 use anchor_lang::prelude::*;
 
 use crate::errors::GpuMarketError;
+use crate::state::ENDPOINT_LEN;
 
 pub const MAX_GPUS_PER_PROVIDER: u16 = 256;
 /// Retired worker keys kept for evidence and late receipts. A rotation that would drop a key
@@ -70,6 +71,9 @@ pub struct Provider {
     pub gpus_in_use: u16,
     pub reputation: Reputation,
     pub bump: u8,
+    /// The worker's public API (workload delivery, status, logs; zero-padded URL), or all
+    /// zeros when the provider runs no workloads.
+    pub endpoint: [u8; ENDPOINT_LEN],
 }
 
 impl Provider {

@@ -33,6 +33,14 @@ pub struct Validator {
     pub slashes: u32,
 }
 
+/// A provider's endpoint: like a validator's (`encode_endpoint`), or "" for none (all zeros).
+pub fn encode_optional_endpoint(url: &str) -> Result<[u8; ENDPOINT_LEN]> {
+    if url.is_empty() {
+        return Ok([0u8; ENDPOINT_LEN]);
+    }
+    encode_endpoint(url)
+}
+
 /// Checks and pads an endpoint URL: 1..=96 bytes of printable ASCII without spaces, starting
 /// with `http://` or `https://`.
 pub fn encode_endpoint(url: &str) -> Result<[u8; ENDPOINT_LEN]> {

@@ -1,0 +1,344 @@
+"""Workloads end to end (issue 10): the user's container on the provider's GPUs, with a real
+container runtime (podman + runc), real processes on 127.0.0.1 and the local chain.
+
+One module-wide network: ``gpum-localnet``, a market with 2 s windows, provider P (4 simulated
+GPUs; its worker runs ``--api-listen`` and podman, and P registered that API as its endpoint on
+chain), provider Q (no endpoint: runs no workloads), one validator node V (every job's
+committee of one). The image is built locally from Debian's busybox-static (no registry). The
+user drives everything through the ``gpum`` CLI, as users do: ``job create --image ...``,
+``job status``, ``job logs``, ``job finish``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from gpu_market import pda, tokens
+from gpu_market.client import GpuMarketClient
+from gpu_market.demo import (
+    Processes,
+    free_port,
+    localnet_binary,
+    wait_for_line,
+    wait_http,
+    write_keypair,
+)
+from gpu_market.proof import WORKLOAD_RUNNING, decode_proof
+from gpu_market.workload import WorkloadSpec, spec_hash
+from gpu_market.workload_api import WorkerApiError, deliver_workload
+from gpum_worker.localimage import INDEX_HTML, build_busybox_image
+from solders.keypair import Keypair
+from solders.pubkey import Pubkey
+
+pytestmark = pytest.mark.e2e
+
+WINDOW = 2
+IMAGE = "localhost/gpum-busybox:1"
+SECRET = "s3cr3t-token-never-in-clear"
+CONF = "[containers]\ndefault_ulimits = []\n[engine]\nruntime = \"runc\"\n"
+
+
+def _tool(name: str) -> str:
+    path = Path(sys.executable).with_name(name)
+    assert path.exists(), f"{name} is not installed in this venv (make venv)"
+    return str(path)
+
+
+@dataclass
+class World:
+    workdir: Path
+    procs: Processes
+    url: str
+    client: GpuMarketClient
+    keys: dict[str, Path]
+    kps: dict[str, Keypair]
+    market: Pubkey
+    providers: dict[str, Pubkey]
+    validator: Pubkey
+    worker_port: int
+    podman_env: dict[str, str]
+    jobs: list[Pubkey]
+    worker: subprocess.Popen | None = None
+
+    def start_worker(self, name: str = "worker") -> None:
+        self.worker = self.procs.start(name, [
+            _tool("gpum-worker"), "run", "--simulate", "--gpus", "4", "--seed", "1",
+            "--key", str(self.workdir / "worker.json"), "--db", str(self.workdir / "outbox.sqlite"),
+            "--window-seconds", str(WINDOW), "--poll-seconds", "1", "--rpc-url", self.url,
+            "--program-id", str(self.client.program_id), "--market", str(self.market),
+            "--provider", str(self.providers["P"]),
+            "--api-listen", f"127.0.0.1:{self.worker_port}", "--runtime", "podman",
+            "--containers-conf", str(self.workdir / "containers.conf"),
+            "--publish-host", "127.0.0.1"])
+        wait_http(f"http://127.0.0.1:{self.worker_port}/v1/health", timeout=60)
+
+    def gpum(self, who: str, *args: str, ok: bool = True) -> tuple[int, str, str]:
+        argv = [_tool("gpum"), "--url", self.url, "--output", "json", *args[:2],
+                "--keypair", str(self.keys[who]), *args[2:]]
+        env = {**os.environ, "GPUM_WORKLOADS_DIR": str(self.workdir / "saved-specs")}
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env, check=False)
+        if ok and r.returncode != 0:
+            raise AssertionError(f"gpum {' '.join(args)} failed:\n{r.stderr}\nworker log:\n"
+                                 f"{self.procs.tail('worker', 30)}")
+        return r.returncode, r.stdout, r.stderr
+
+    def gpum_json(self, who: str, *args: str) -> dict[str, Any]:
+        return json.loads(self.gpum(who, *args)[1].strip().splitlines()[-1])
+
+    def podman(self, *args: str) -> str:
+        r = subprocess.run(["podman", *args], capture_output=True, text=True, timeout=60,
+                           env={**os.environ, **self.podman_env}, check=False)
+        assert r.returncode == 0, r.stderr
+        return r.stdout
+
+    def containers(self, job: Pubkey) -> list[dict[str, Any]]:
+        out = self.podman("ps", "-a", "--filter", f"label=gpum.job={job}", "--format", "json")
+        return json.loads(out or "[]")
+
+    def wait(self, what: str, fn: Callable[[], Any], timeout: float = 60) -> Any:
+        deadline = time.monotonic() + timeout
+        while True:
+            self.procs.check_alive()
+            got = fn()
+            if got:
+                return got
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{what}: not within {timeout:.0f}s\n"
+                                     f"{self.procs.tail('worker', 40)}")
+            time.sleep(0.5)
+
+    def until(self, what: str, fn: Callable[[], Any], ok: Callable[[Any], Any],
+              timeout: float = 60) -> Any:
+        """``fn()`` once ``ok`` holds for it."""
+        box: list[Any] = []
+
+        def step() -> bool:
+            box[:] = [fn()]
+            return bool(ok(box[0]))
+
+        self.wait(what, step, timeout)
+        return box[0]
+
+    def create(self, job_id: int, *image_args: str, provider: str = "P",
+               ok: bool = True) -> tuple[int, str, str]:
+        return self.gpum("user", "job", "create", "--market", str(self.market), "--provider",
+                         str(self.providers[provider]), "--gpu-count", "1", "--deposit", "20",
+                         "--job-id", str(job_id), "--committee", str(self.validator),
+                         "--quorum", "1", *image_args, ok=ok)
+
+    def status(self, job: Pubkey) -> dict[str, Any]:
+        return self.gpum_json("user", "job", "status", str(job))
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+    assert os.environ.get("GPUM_LOCALNET_BIN"), "run through `make test` (builds gpum-localnet)"
+    workdir: Path = tmp_path_factory.mktemp("workload")
+    (workdir / "containers.conf").write_text(CONF)
+    podman_env = {"CONTAINERS_CONF": str(workdir / "containers.conf")}
+    build_busybox_image(IMAGE, extra_env=podman_env)
+    procs = Processes(workdir)
+    client = None
+    created: list[Pubkey] = []
+    try:
+        port = free_port()
+        chain = procs.start("localnet", [localnet_binary(), "--port", str(port)])
+        wait_for_line(chain, workdir / "localnet.log", "ready on", timeout=60)
+        url = f"http://127.0.0.1:{port}"
+        kps = {n: Keypair() for n in ("admin", "ownerP", "ownerQ", "user", "other", "validator",
+                                      "worker")}
+        keys = {n: write_keypair(workdir / f"{n}.json", k) for n, k in kps.items()}
+        client = GpuMarketClient(url, payer=kps["admin"])
+        for kp in kps.values():
+            client.airdrop(kp.pubkey(), 10 * 10**9)
+        admin = kps["admin"]
+        stake_mint = tokens.create_mint(client, admin, 6)
+        payment_mint = tokens.create_mint(client, admin, 6)
+        for n in ("ownerP", "ownerQ", "validator"):
+            acct = tokens.create_ata(client, admin, kps[n].pubkey(), stake_mint)
+            tokens.mint_to(client, stake_mint, acct, admin, 10_000 * 10**6)
+        for n in ("user", "other"):
+            acct = tokens.create_ata(client, admin, kps[n].pubkey(), payment_mint)
+            tokens.mint_to(client, payment_mint, acct, admin, 1_000 * 10**6)
+        treasury = tokens.create_ata(client, admin, admin.pubkey(), payment_mint)
+        client.initialize_market(admin, 0, stake_mint, payment_mint, treasury, {
+            "window_seconds": WINDOW, "max_missed_windows": 2, "min_stake_per_gpu": 100,
+            "validator_min_bond": 100, "unbonding_seconds": 0})
+        market = pda.market_pda(admin.pubkey(), 0)
+        worker_port, vport = free_port(), free_port()
+        world = World(workdir, procs, url, client, keys, kps, market, {}, kps["validator"].pubkey(),
+                      worker_port, podman_env, created)
+        # Provider P publishes its worker's API; Q publishes none.
+        for name, owner, endpoint in (("P", "ownerP", f"http://127.0.0.1:{worker_port}"),
+                                      ("Q", "ownerQ", None)):
+            extra = ["--endpoint", endpoint] if endpoint else []
+            world.gpum(owner, "provider", "register", "--market", str(market), "--worker-key",
+                       str(kps["worker"].pubkey()), "--gpu-model", "Simulated H100",
+                       "--gpu-count", "4", "--vram-mib", "81920", "--price", "0.001", *extra)
+            world.gpum(owner, "provider", "stake", "--market", str(market), "1000")
+            world.providers[name] = pda.provider_pda(market, kps[owner].pubkey())
+        assert client.fetch_provider(world.providers["P"]).endpoint == f"http://127.0.0.1:{worker_port}"
+        assert client.fetch_provider(world.providers["Q"]).endpoint == ""
+        world.gpum("validator", "validator", "register", "--market", str(market), "--endpoint",
+                   f"http://127.0.0.1:{vport}", "--bond", "500")
+        procs.start("validator", [
+            _tool("gpum-validator"), "run", "--url", url, "--keypair", str(keys["validator"]),
+            "--market", str(market), "--listen", f"127.0.0.1:{vport}",
+            "--db", str(workdir / "validator.sqlite"), "--settle-every", "2"])
+        wait_http(f"http://127.0.0.1:{vport}/health", timeout=60)
+        world.start_worker()
+        yield world
+    finally:
+        if client is not None:
+            client.close()
+        procs.stop_all()
+        # Containers of this module's jobs (the worker removes them; a failed test may not).
+        for job in created:
+            cmd = f"podman ps -aq --filter label=gpum.job={job} | xargs -r podman rm -f"
+            subprocess.run(["sh", "-c", cmd], capture_output=True, timeout=120, check=False,
+                           env={**os.environ, "CONTAINERS_CONF": str(workdir / "containers.conf")})
+
+
+def _job(world: World, out: str) -> Pubkey:
+    job = Pubkey.from_string(json.loads(out.strip().splitlines()[-1])["job"])
+    world.jobs.append(job)
+    return job
+
+
+def _proof_states(world: World, job: Pubkey) -> list[int]:
+    con = sqlite3.connect(f"file:{world.workdir / 'validator.sqlite'}?mode=ro", uri=True)
+    try:
+        rows = con.execute("SELECT proof FROM proofs WHERE job = ? ORDER BY seq",
+                           (bytes(job),)).fetchall()
+    finally:
+        con.close()
+    return [decode_proof(r[0]).workload.state for r in rows]
+
+
+# ----------------------------------------------------------------------------- scenarios
+
+
+def test_a_job_runs_the_users_container_with_logs_a_port_and_sealed_secrets(world: World) -> None:
+    script = ('echo "hello from $GREETING"; echo "token sha256 $(printf %s "$TOKEN" | sha256sum)"; '
+              'exec httpd -f -p 8080 -h /www')
+    _, out, _ = world.create(1, "--image", IMAGE, "--cmd", '["/bin/sh", "-c"]', "--arg", script,
+                             "--env", "GREETING=gpum", "--secret", f"TOKEN={SECRET}",
+                             "--port", "8080")
+    job = _job(world, out)
+    created = json.loads(out.strip().splitlines()[-1])["workload"]
+    view = world.client.fetch_job(job)
+    assert view.workload_hash.hex() == created["workload_hash"] != "00" * 32
+    # The worker accepts once it holds the spec; the container starts on the job's GPU.
+    st = world.until("the container running", lambda: world.status(job),
+                     lambda s: s["workload"].get("state") == "running")
+    assert world.client.fetch_job(job).status == "running"
+    assert st["workload"]["runtime"] == "podman"
+    (mapping,) = st["workload"]["ports"]
+    host_port = mapping.split(" ->")[0]
+    assert mapping.endswith("-> 8080/tcp") and host_port.startswith("127.0.0.1:")
+    with httpx.Client(timeout=10) as h:
+        page = world.until("the published port", lambda: h.get(f"http://{host_port}/"),
+                           lambda r: r.status_code == 200)
+    assert page.content == INDEX_HTML
+    # Logs through the CLI, signed by the user's wallet; the secret was decrypted only inside.
+    digest = hashlib.sha256(SECRET.encode()).hexdigest()
+    logs = world.until("the container's output",
+                       lambda: world.gpum("user", "job", "logs", str(job), "--tail", "20")[1],
+                       lambda out: "hello from gpum" in out)
+    assert f"token sha256 {digest}" in logs
+    for path in world.workdir.iterdir():
+        if path.is_file() and path.suffix in (".sqlite", ".log", ".json", ".sqlite-wal"):
+            assert SECRET.encode() not in path.read_bytes(), path
+    # Anyone else is refused the logs.
+    code, _, err = world.gpum("other", "job", "logs", str(job), ok=False)
+    assert code != 0 and "only the job's user" in err
+    # Proofs know the workload.
+    world.wait("a proof with the workload running",
+               lambda: WORKLOAD_RUNNING in _proof_states(world, job))
+    (c,) = world.containers(job)
+    assert c["Labels"]["gpum.job"] == str(job)
+    # Finishing the job stops and removes its container; its last logs stay readable.
+    world.gpum("user", "job", "finish", str(job))
+    world.wait("the container removed", lambda: world.containers(job) == [])
+    assert "hello from gpum" in world.gpum("user", "job", "logs", str(job))[1]
+
+
+def test_finish_on_exit_ends_billing_when_the_container_exits(world: World) -> None:
+    _, out, _ = world.create(2, "--image", IMAGE, "--cmd", '["/bin/sh", "-c"]',
+                             "--arg", "echo working; sleep 5; echo done", "--finish-on-exit")
+    job = _job(world, out)
+    j = world.until("the worker finishing the job", lambda: world.client.fetch_job(job),
+                    lambda v: v.status == "finishing", timeout=90)
+    # Billing stopped at the exit (start + ~5 s + a poll or two), not at the deposit's end.
+    assert 0 < j.ended_at - j.started_at <= 20, j
+    world.wait("the container removed", lambda: world.containers(job) == [])
+    out = world.gpum("user", "job", "logs", str(job))[1]
+    assert "working" in out and "done" in out
+    st = world.status(job)["workload"]
+    assert st["exit_code"] == 0, st
+
+
+def test_a_worker_restart_neither_loses_nor_duplicates_the_container(world: World) -> None:
+    _, out, _ = world.create(3, "--image", IMAGE, "--cmd", '["/bin/sh", "-c"]',
+                             "--arg", "while true; do echo tick; sleep 1; done")
+    job = _job(world, out)
+    world.wait("the container running", lambda: [c for c in world.containers(job)
+                                                 if c["State"] == "running"])
+    (before,) = world.containers(job)
+    assert world.worker is not None
+    os.killpg(world.worker.pid, signal.SIGKILL)
+    world.worker.wait(timeout=10)
+    world.procs.children = [(n, p) for n, p in world.procs.children if p is not world.worker]
+    world.start_worker("worker-restarted")
+    seq = world.client.fetch_job(job).last_seq
+    world.wait("new settlements after the restart",
+               lambda: world.client.fetch_job(job).last_seq >= seq + 2, timeout=90)
+    (after,) = world.containers(job)
+    assert after["Id"] == before["Id"] and after["State"] == "running"
+    world.gpum("user", "job", "finish", str(job))
+    world.wait("the container removed", lambda: world.containers(job) == [])
+
+
+def test_a_wrong_spec_or_a_stranger_is_refused_and_nothing_runs(world: World) -> None:
+    c = world.client
+    asked = WorkloadSpec(image=IMAGE, args=("true",))
+    validator = world.validator
+    _, job = c.create_job(world.kps["user"], world.market, world.providers["P"], 4, 1, 20 * 10**6,
+                          committee=[validator], quorum=1, workload_hash=spec_hash(asked))
+    world.jobs.append(job)
+    endpoint = f"http://127.0.0.1:{world.worker_port}"
+    other = WorkloadSpec(image=IMAGE, args=("sh", "-c", "echo mine"))
+    with pytest.raises(WorkerApiError) as e:
+        # (retried while the worker has not seen the new job yet: 404 with Retry-After)
+        deliver_workload(endpoint, bytes(job), other, bytes(world.kps["user"]), retries=20)
+    assert e.value.status == 409
+    with pytest.raises(WorkerApiError) as e:
+        deliver_workload(endpoint, bytes(job), asked, bytes(world.kps["other"]), retries=0)
+    assert e.value.status == 403
+    # Without its spec the worker never accepts the job: the user pays nothing.
+    time.sleep(4)
+    assert c.fetch_job(job).status == "open" and world.containers(job) == []
+    deliver_workload(endpoint, bytes(job), asked, bytes(world.kps["user"]))
+    world.wait("accepted once the spec arrived", lambda: c.fetch_job(job).status == "running")
+    world.gpum("user", "job", "finish", str(job))
+    # A provider that publishes no endpoint gets no workload job, and no money moves.
+    pay = tokens.ata(world.kps["user"].pubkey(), c.fetch_market(world.market).payment_mint)
+    before = c.token_balance(pay)
+    code, _, err = world.create(5, "--image", IMAGE, provider="Q", ok=False)
+    assert code != 0 and "publishes no worker endpoint" in err
+    code, _, err = world.create(6, "--image", "Bad Image!", ok=False)
+    assert code != 0 and "image" in err
+    assert c.token_balance(pay) == before

@@ -1,0 +1,866 @@
+"""Workloads: the user's container of a job (DESIGN.md section 8).
+
+A job may carry a workload: ``job.workload_hash`` (fixed on chain at ``create_job``) is the
+sha256 of its spec's canonical bytes (``gpu_market.workload``). The user posts the spec to
+this worker's API (``api.py``); the worker keeps it here and runs it with a real container
+runtime (``runtime.ContainerRuntime``: podman or docker) on exactly the job's GPUs.
+
+``WorkloadStore`` (SQLite, WAL, ``synchronous=FULL``) keeps per job: the spec as delivered
+(its canonical JSON, secrets still sealed to the worker key: they are never decrypted on
+disk), its state, exit code and last error, whether ``finish_job`` was sent, and the tail
+of its logs once its container is removed; plus a tombstone per job the worker saw end
+(the API answers 410 for those).
+
+``WorkloadManager`` is driven by the agent's main loop:
+
+* ``reconcile`` (every poll) makes the containers match the jobs:
+
+  - a Running job with a stored spec and its GPUs gets container ``gpum-<job b58>``
+    (label ``gpum.job=<job b58>``) on exactly those GPUs, with the spec's env plus its
+    secrets (opened only here, into the container's environment), ports and limits. The
+    start runs in a thread of its own (an image pull must not stall the proofs); the
+    workload is "starting" (PENDING) meanwhile. ``run`` is idempotent by name and the store survives restarts, so a worker restart
+    neither loses nor duplicates a container; a container that exited is never started
+    again (the user's work ran), except one stopped by a host reboot while it ran;
+  - a runtime that cannot start it: state FAILED (windows not billable), retried with
+    backoff (30 s doubling to 10 min);
+  - a job that left Running (Finishing, ended, or unknown to the agent's last poll and not
+    held) has its container removed after its log tail was saved; so has every container
+    named ``gpum-*`` with our label whose job is not live (an orphan; a label that names no
+    job, or a name that is not its job's, counts as not live). Containers named otherwise
+    are never touched. A job the agent still holds (missing from one listing, not confirmed
+    ended) keeps its container as it is;
+  - ``finish_on_exit``: once the container of a Running job exited, ``finish`` (the job
+    source's ``finish_job`` with the worker key) is called; retried next poll on failure,
+    never again after it succeeded (recorded durably).
+
+* ``acceptance_blocker`` / ``ready_to_accept``: a job without a workload is always ready;
+  one with a workload only once its spec is stored and a container runtime is available
+  (a worker without one never accepts such a job).
+* ``window_state`` describes a window for its proof (``gpu_market.proof.WorkloadWindow``):
+  the worst state observed in it and the GPU compute processes on the job's GPUs that are
+  (``job_processes``) or are not (``foreign_processes``) in the container.
+
+Worst-state order (best to worst): RUNNING, PENDING, EXITED, RESTARTING, FAILED.
+
+Process attribution: ``observe_processes`` (the agent calls it about once a second with the
+PIDs NVML reports on the job's GPUs) classifies a new PID at once: in the container's PID
+set (``runtime.pids``) it is the job's; otherwise, if it still exists, it is foreign. A
+process that is gone before it could be looked up is not counted either way (it lived
+less than about a second). The runtime is asked only when an unclassified PID shows up.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpu_market.proof import (
+    WORKLOAD_EXITED,
+    WORKLOAD_FAILED,
+    WORKLOAD_NONE,
+    WORKLOAD_PENDING,
+    WORKLOAD_RESTARTING,
+    WORKLOAD_RUNNING,
+    WorkloadWindow,
+)
+from gpu_market.workload import (
+    WorkloadSpec,
+    WorkloadSpecError,
+    canonical_bytes,
+    open_secrets,
+    spec_from_json,
+)
+
+from .errors import ContainerRuntimeError, JobSourceError, WorkerError
+from .jobs import AssignedJob
+from .keys import b58decode, b58encode
+from .runtime import JOB_LABEL, ContainerRuntime, ContainerSpec, ContainerState, PortBinding
+
+log = logging.getLogger("gpum_worker.workloads")
+
+API_STATES = ("pending", "starting", "running", "exited", "restarting", "failed", "stopped")
+"""Workload states the API reports (``state`` of ``GET /v1/jobs/<job>/workload``)."""
+
+WORKLOAD_HASH_LABEL = "gpum.workload"
+"""Container label holding the hex workload hash (for operators; the job label decides)."""
+PROVIDER_LABEL = "gpum.provider"
+"""Container label naming the provider (PDA, base58) whose worker started it. Orphan removal
+only ever looks at containers of this worker's provider: two workers of different providers
+on one host (or a test beside a worker) never remove each other's containers."""
+LOG_TAIL_LINES = 10_000
+LOG_TAIL_BYTES = 1 << 20
+"""At most this much of a container's log is kept after the container is removed."""
+RETRY_BASE_S = 30.0
+RETRY_CAP_S = 600.0
+OBSERVATION_KEEP_S = 7200.0
+"""State observations older than this are pruned (the latest one before is kept)."""
+ENDED_KEEP_S = 30 * 86400
+"""Tombstones of ended jobs (410 in the API) are kept this long."""
+NO_RUNTIME = ("this worker has no container runtime, so it cannot run workloads (install "
+              "podman or docker and set [workload] runtime / --runtime, then restart it)")
+
+_RANK = {WORKLOAD_RUNNING: 0, WORKLOAD_PENDING: 1, WORKLOAD_EXITED: 2,
+         WORKLOAD_RESTARTING: 3, WORKLOAD_FAILED: 4}
+_CODE_OF_STATE = {"pending": WORKLOAD_PENDING, "starting": WORKLOAD_PENDING,
+                  "running": WORKLOAD_RUNNING, "exited": WORKLOAD_EXITED,
+                  "restarting": WORKLOAD_RESTARTING, "failed": WORKLOAD_FAILED,
+                  "stopped": WORKLOAD_EXITED}
+_STATE_OF_RUNTIME = {"running": "running", "exited": "exited", "restarting": "restarting",
+                     "created": "starting"}
+
+
+class WorkloadUnavailable(WorkerError):
+    """This worker cannot take workloads now (no container runtime, store failing)."""
+
+
+CONTAINER_PREFIX = "gpum-"
+
+
+def container_name(job: bytes) -> str:
+    """The container of ``job``: ``gpum-<job b58>``."""
+    return CONTAINER_PREFIX + b58encode(job)
+
+
+def boot_time() -> float:
+    """When this host booted (unix seconds; ``btime`` of /proc/stat), 0 when unknown."""
+    try:
+        with open("/proc/stat") as f:
+            for line in f:
+                if line.startswith("btime "):
+                    return float(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0.0
+
+
+def pid_alive(pid: int) -> bool:
+    return os.path.exists(f"/proc/{pid}")
+
+
+# ------------------------------------------------------------------------------- store
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS workloads(
+    job BLOB PRIMARY KEY,
+    workload_hash BLOB NOT NULL,
+    spec BLOB NOT NULL,
+    state TEXT NOT NULL,
+    exit_code INTEGER,
+    error TEXT,
+    finish_requested INTEGER NOT NULL DEFAULT 0,
+    delivered_at REAL NOT NULL,
+    updated_at REAL NOT NULL,
+    running_at REAL,
+    logs BLOB
+);
+CREATE TABLE IF NOT EXISTS ended(job BLOB PRIMARY KEY, ended_at REAL NOT NULL);
+"""
+SCHEMA_VERSION = "1"
+
+
+@dataclass(frozen=True)
+class WorkloadRecord:
+    """One job's workload as stored. ``spec`` is the canonical JSON as delivered (secrets
+    sealed); ``running_at`` is when the worker last saw its container start running."""
+
+    job: bytes
+    workload_hash: bytes
+    spec: bytes
+    state: str
+    exit_code: int | None
+    error: str | None
+    finish_requested: bool
+    delivered_at: float
+    updated_at: float
+    running_at: float | None
+
+
+class WorkloadStore:
+    """Durable workload specs and states (see the module docstring). Thread-safe: one
+    connection behind a lock, shared by the agent's main loop and the API's threads. Every
+    write is committed (WAL, ``synchronous=FULL``) before the method returns."""
+
+    def __init__(self, path: Path | str, clock: Callable[[], float] = time.time) -> None:
+        self.path = str(path)
+        self._clock = clock
+        self._lock = threading.Lock()
+        fresh = self.path != ":memory:" and not os.path.exists(self.path)
+        try:
+            self._db = sqlite3.connect(self.path, isolation_level=None, timeout=30.0,
+                                       check_same_thread=False)
+            if fresh:  # specs may hold env values the user considers private
+                os.chmod(self.path, 0o600)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=FULL")
+            self._db.execute("PRAGMA busy_timeout=30000")
+            self._db.executescript(_SCHEMA)
+            self._db.execute("INSERT OR IGNORE INTO meta VALUES('schema', ?)", (SCHEMA_VERSION,))
+            self._db.execute("DELETE FROM ended WHERE ended_at < ?",
+                             (self._clock() - ENDED_KEEP_S,))
+        except (sqlite3.Error, OSError) as e:
+            raise WorkerError(f"cannot open the workload database {self.path}: {e}") from None
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    def _exec(self, sql: str, args: tuple = ()) -> int:
+        """Run one statement (committed at once); the number of rows it changed."""
+        with self._lock:
+            try:
+                return self._db.execute(sql, args).rowcount
+            except sqlite3.Error as e:
+                raise WorkloadUnavailable(f"workload database {self.path}: {e}") from None
+
+    def _query(self, sql: str, args: tuple = ()) -> list[tuple]:
+        with self._lock:
+            try:
+                return self._db.execute(sql, args).fetchall()
+            except sqlite3.Error as e:
+                raise WorkloadUnavailable(f"workload database {self.path}: {e}") from None
+
+    def put_spec(self, job: bytes, workload_hash: bytes, spec: bytes) -> bool:
+        """Store ``spec`` (canonical bytes whose sha256 is ``workload_hash``) for ``job``;
+        True when new, False when that very spec was stored already (idempotent)."""
+        if hashlib.sha256(spec).digest() != workload_hash:
+            raise ValueError("spec bytes do not hash to workload_hash")
+        now = self._clock()
+        if self._exec(
+                "INSERT INTO workloads(job, workload_hash, spec, state, delivered_at, "
+                "updated_at) VALUES(?, ?, ?, 'pending', ?, ?) ON CONFLICT(job) DO NOTHING",
+                (job, workload_hash, spec, now, now)):
+            return True
+        rec = self.get(job)
+        if rec is not None and rec.workload_hash != workload_hash:
+            raise ValueError("another spec is stored for this job")
+        return False
+
+    def get(self, job: bytes) -> WorkloadRecord | None:
+        rows = self._query(
+            "SELECT job, workload_hash, spec, state, exit_code, error, finish_requested, "
+            "delivered_at, updated_at, running_at FROM workloads WHERE job = ?", (job,))
+        if not rows:
+            return None
+        row = rows[0]
+        return WorkloadRecord(bytes(row[0]), bytes(row[1]), bytes(row[2]), row[3], row[4],
+                              row[5], bool(row[6]), row[7], row[8], row[9])
+
+    def records(self) -> list[WorkloadRecord]:
+        keys = [bytes(r[0]) for r in self._query("SELECT job FROM workloads ORDER BY job")]
+        return [r for r in (self.get(k) for k in keys) if r is not None]
+
+    def set_state(self, job: bytes, state: str, *, exit_code: int | None = None,
+                  error: str | None = None, running_at: float | None = None) -> bool:
+        """Record ``state`` (one of ``API_STATES``); writes only when state, exit code or
+        error changed. ``running_at`` is stored when the state becomes "running". True when
+        the row changed."""
+        if state not in API_STATES:
+            raise ValueError(f"unknown workload state {state!r}")
+        return bool(self._exec(
+            "UPDATE workloads SET running_at = CASE WHEN ? = 'running' AND state != 'running' "
+            "THEN COALESCE(?, running_at) ELSE running_at END, state = ?, exit_code = ?, "
+            "error = ?, updated_at = ? "
+            "WHERE job = ? AND NOT (state = ? AND exit_code IS ? AND error IS ?)",
+            (state, running_at, state, exit_code, error, self._clock(), job, state, exit_code,
+             error)))
+
+    def mark_finish_requested(self, job: bytes) -> None:
+        self._exec("UPDATE workloads SET finish_requested = 1 WHERE job = ?", (job,))
+
+    def save_logs(self, job: bytes, data: bytes) -> None:
+        """Keep the last ``LOG_TAIL_BYTES`` of a removed container's log."""
+        self._exec("UPDATE workloads SET logs = ? WHERE job = ?",
+                   (bytes(data[-LOG_TAIL_BYTES:]), job))
+
+    def logs(self, job: bytes) -> bytes | None:
+        rows = self._query("SELECT logs FROM workloads WHERE job = ?", (job,))
+        return None if not rows or rows[0][0] is None else bytes(rows[0][0])
+
+    def mark_ended(self, job: bytes) -> None:
+        """The job ended: forget its spec and logs, remember that it ended (410)."""
+        with self._lock:
+            try:
+                self._db.execute("BEGIN IMMEDIATE")
+                self._db.execute("DELETE FROM workloads WHERE job = ?", (job,))
+                self._db.execute("INSERT OR REPLACE INTO ended VALUES(?, ?)",
+                                 (job, self._clock()))
+                self._db.execute("COMMIT")
+            except sqlite3.Error as e:
+                with contextlib.suppress(sqlite3.Error):
+                    self._db.execute("ROLLBACK")
+                raise WorkloadUnavailable(f"workload database {self.path}: {e}") from None
+
+    def is_ended(self, job: bytes) -> bool:
+        return bool(self._query("SELECT 1 FROM ended WHERE job = ?", (job,)))
+
+
+# ------------------------------------------------------------------------------- manager
+
+
+@dataclass(frozen=True)
+class _Obs:
+    t: float
+    code: int
+    exit_code: int | None = None
+
+
+@dataclass
+class _Retry:
+    at: float
+    backoff: float
+
+
+class WorkloadManager:
+    """Runs each job's workload (see the module docstring).
+
+    ``runtime`` is None when this worker has no container runtime: it then accepts no job
+    with a workload and reports such Running jobs FAILED. ``key`` is the worker key's
+    32-byte ed25519 seed (it opens the spec's sealed secrets). ``publish_host`` is the
+    host address container ports are published on. ``attach_gpus=False`` (simulated GPUs
+    only) starts containers without GPU devices. With ``background_starts`` (the default)
+    ``runtime.run``, which may pull an image for minutes, runs in a thread of its own so the
+    agent's main loop keeps closing windows; ``wait_for_starts`` waits for those threads.
+    """
+
+    def __init__(self, runtime: ContainerRuntime | None, store: WorkloadStore, key: bytes,
+                 publish_host: str = "0.0.0.0", clock: Callable[[], float] = time.time, *,
+                 attach_gpus: bool = True, host_boot_time: Callable[[], float] = boot_time,
+                 process_alive: Callable[[int], bool] = pid_alive,
+                 background_starts: bool = True, provider: bytes | None = None) -> None:
+        self.runtime = runtime
+        self.provider = provider
+        """This worker's provider: containers are labelled with it and only its containers
+        are ever removed as orphans (None: every ``gpum-*`` container with a job label)."""
+        self.store = store
+        self._seed = bytes(key)[:32]
+        self.publish_host = publish_host
+        self.clock = clock
+        self.attach_gpus = attach_gpus
+        self.background_starts = background_starts
+        self._boot_time = host_boot_time
+        self._alive = process_alive
+        self.api_url: str | None = None
+        """Where users deliver specs (set by the CLI when the API runs); None: no API."""
+        self.on_delivered: Callable[[], None] = lambda: None
+        """Called after a new spec was stored (the agent polls early to accept the job)."""
+        self._lock = threading.RLock()
+        self._jobs: dict[bytes, AssignedJob] = {}
+        self._polled = False
+        self._obs: dict[bytes, list[_Obs]] = {}
+        self._job_pids: dict[bytes, set[int]] = {}
+        self._foreign_seen: dict[bytes, set[int]] = {}
+        self._retry: dict[bytes, _Retry] = {}
+        self._starting: dict[bytes, threading.Thread] = {}
+        self._noted: dict[bytes, str] = {}
+        self._no_runtime_logged = False
+
+    def wait_for_starts(self, timeout_s: float | None = None) -> bool:
+        """Wait until no container start is under way; False on timeout."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while True:
+            with self._lock:
+                threads = list(self._starting.values())
+            if not threads:
+                return True
+            for t in threads:
+                left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                t.join(left)
+                if deadline is not None and time.monotonic() >= deadline and t.is_alive():
+                    return False
+
+    @property
+    def runtime_name(self) -> str | None:
+        return None if self.runtime is None else self.runtime.name
+
+    # --------------------------------------------------------------- the job directory
+
+    @property
+    def polled(self) -> bool:
+        """True once the agent passed its first job listing (the API answers 503 before)."""
+        return self._polled
+
+    def lookup(self, job: bytes) -> AssignedJob | None:
+        """The job as of the agent's latest poll (open, running or finishing), or None."""
+        with self._lock:
+            return self._jobs.get(job)
+
+    def ended(self, job: bytes) -> bool:
+        """True when the worker saw ``job`` end."""
+        try:
+            return self.store.is_ended(job)
+        except WorkloadUnavailable:
+            return False
+
+    def job_ended(self, job: bytes) -> None:
+        """The agent confirmed that ``job`` ended: forget it (its container, if any, is
+        removed by the next ``reconcile`` as an orphan)."""
+        with self._lock:
+            self._jobs.pop(job, None)
+            self._obs.pop(job, None)
+            self._job_pids.pop(job, None)
+            self._foreign_seen.pop(job, None)
+            self._retry.pop(job, None)
+            self._noted.pop(job, None)
+        try:
+            self.store.mark_ended(job)
+        except WorkloadUnavailable as e:
+            log.warning("job %s: %s", b58encode(job), e)
+
+    # --------------------------------------------------------------- acceptance
+
+    def acceptance_blocker(self, job: AssignedJob) -> str | None:
+        """Why ``job`` (Open) must not be accepted yet, or None when it may be."""
+        if not job.has_workload:
+            return None
+        if self.runtime is None:
+            if not self._no_runtime_logged:
+                self._no_runtime_logged = True
+                log.error("jobs with a workload are not accepted: %s", NO_RUNTIME)
+            return f"has a workload, but {NO_RUNTIME}; not accepting it"
+        try:
+            rec = self.store.get(job.job)
+        except WorkloadUnavailable as e:
+            return f"has a workload and its spec cannot be read ({e}); not accepting it yet"
+        if rec is None or rec.workload_hash != job.workload_hash:
+            where = (f"POST {self.api_url}/v1/jobs/{job.job_b58}/workload" if self.api_url
+                     else "nowhere: the worker API is off (set [api] listen / --api-listen)")
+            return (f"has a workload whose spec the user has not delivered yet ({where}); "
+                    "accepting it once the spec is here")
+        return None
+
+    def ready_to_accept(self, job: AssignedJob) -> bool:
+        return self.acceptance_blocker(job) is None
+
+    # --------------------------------------------------------------- delivery (API)
+
+    def deliver(self, job: AssignedJob, spec: WorkloadSpec) -> dict:
+        """Store ``spec`` for ``job`` (the caller checked the signature and that its hash
+        is the job's ``workload_hash``) and return the job's status. Raises
+        WorkloadSpecError when its secrets cannot be opened with this worker's key, and
+        WorkloadUnavailable when this worker cannot take it (no runtime, store failing)."""
+        if self.runtime is None:
+            raise WorkloadUnavailable(NO_RUNTIME)
+        open_secrets(self._seed, spec)  # only checks they open; the values are dropped
+        data = canonical_bytes(spec)
+        if self.store.put_spec(job.job, job.workload_hash, data):
+            log.info("job %s: workload spec delivered (image %s, %d byte(s), hash %s)",
+                     job.job_b58, spec.image, len(data), job.workload_hash.hex())
+            self.on_delivered()
+        return self.describe(job)
+
+    def describe(self, job: AssignedJob) -> dict:
+        """The job's workload status as the API serves it."""
+        out: dict = {"job": job.job_b58, "workload_hash": job.workload_hash.hex(),
+                     "state": "pending", "exit_code": None, "error": None,
+                     "runtime": self.runtime_name, "ports": []}
+        rec = self.store.get(job.job)
+        if rec is None or rec.workload_hash != job.workload_hash:
+            if self.runtime is None:
+                out["error"] = NO_RUNTIME
+            return out
+        out.update(state=rec.state, exit_code=rec.exit_code, error=rec.error)
+        if self.runtime is None:
+            if job.status == "running":
+                out.update(state="failed", error=NO_RUNTIME)
+            return out
+        if rec.state in ("starting", "running", "restarting", "exited"):
+            try:
+                st = self.runtime.state(container_name(job.job))
+            except ContainerRuntimeError as e:
+                log.warning("job %s: cannot read its container's state: %s", job.job_b58, e)
+                return out
+            live = _STATE_OF_RUNTIME.get(st.status)
+            if live is not None:
+                out.update(state=live, exit_code=st.exit_code if live == "exited" else None,
+                           error=st.error or (rec.error if live != "running" else None))
+                out["ports"] = [{"port": p.port, "protocol": p.protocol, "host": p.host,
+                                 "host_port": p.host_port} for p in st.ports]
+        return out
+
+    def logs(self, job: AssignedJob, tail: int | None = None) -> bytes:
+        """The container's log (stdout and stderr), or the tail saved when it was removed."""
+        if self.runtime is not None and self.store.get(job.job) is not None:
+            name = container_name(job.job)
+            try:
+                if self.runtime.state(name).status != "missing":
+                    return self.runtime.logs(name, tail=tail)
+            except ContainerRuntimeError as e:
+                log.warning("job %s: cannot read its container's log: %s", job.job_b58, e)
+        return _tail_lines(self.store.logs(job.job) or b"", tail)
+
+    def follow_logs(self, job: AssignedJob, tail: int | None = None) -> Iterator[bytes] | None:
+        """A live log stream of the job's container (``close()`` ends it), or None when
+        the job has no container now (then serve ``logs``)."""
+        if self.runtime is None or self.store.get(job.job) is None:
+            return None
+        name = container_name(job.job)
+        try:
+            if self.runtime.state(name).status == "missing":
+                return None
+            return self.runtime.follow_logs(name, tail=tail)
+        except ContainerRuntimeError as e:
+            log.warning("job %s: cannot follow its container's log: %s", job.job_b58, e)
+            return None
+
+    # --------------------------------------------------------------- reconcile
+
+    def reconcile(self, jobs: Mapping[bytes, tuple[AssignedJob, tuple[str, ...]]], *,
+                  held: Iterable[bytes] = (), finish: Callable[[AssignedJob], None] | None = None,
+                  now: float | None = None) -> None:
+        """Make containers match ``jobs`` (job -> (latest view, assigned GPU uuids)), the
+        agent's listing of this poll. ``held``: jobs the agent keeps without a current view
+        (missing from the listing, not confirmed ended): their containers stay as they are.
+        ``finish`` finishes a job on chain (``finish_on_exit``)."""
+        now = self.clock() if now is None else now
+        held = frozenset(held)
+        with self._lock:
+            directory = {k: j for k, (j, _) in jobs.items()}
+            for k in held:
+                if k not in directory and k in self._jobs:
+                    directory[k] = self._jobs[k]
+            self._jobs = directory
+            self._polled = True
+        if self.runtime is None:
+            for k, (j, _) in jobs.items():
+                if j.has_workload and j.status == "running":
+                    self._note(j, f"is running with a workload, but {NO_RUNTIME}; its windows "
+                                  "are not billable", logging.ERROR)
+                    self._observe(k, now, WORKLOAD_FAILED)
+            return
+        keep = {k for k, (j, _) in jobs.items() if j.status == "running"} | held
+        try:
+            containers: dict[str, str] | None = self.runtime.list_job_containers(
+                None if self.provider is None else {PROVIDER_LABEL: b58encode(self.provider)})
+        except ContainerRuntimeError as e:
+            log.warning("cannot list the workload containers (%s); removing none this poll", e)
+            containers = None
+        with_container: set[bytes] = set()
+        for name, label in sorted((containers or {}).items()):
+            if not name.startswith(CONTAINER_PREFIX):
+                continue  # labelled by someone else (a test, an operator): not ours
+            k = _job_of_label(label)
+            if k is not None and k in keep and name == container_name(k):
+                continue
+            view = jobs[k][0] if k is not None and k in jobs else None
+            if not self._remove(name, k, view) and k is not None:
+                with_container.add(k)
+        for k, (j, uuids) in jobs.items():
+            if j.has_workload and j.status == "running":
+                try:
+                    self._reconcile_running(j, tuple(uuids), now, finish)
+                except ContainerRuntimeError as e:
+                    log.warning("job %s: container runtime failed (%s); retrying next poll",
+                                j.job_b58, e)
+                except WorkloadUnavailable as e:
+                    log.warning("job %s: %s; retrying next poll", j.job_b58, e)
+            elif j.has_workload and containers is not None and k not in with_container:
+                self._stopped(k)  # Open or Finishing, and no container (left)
+
+    def _remove(self, name: str, job: bytes | None, view: AssignedJob | None) -> bool:
+        """Save the log tail (of a job the store knows) and remove container ``name``;
+        False when the runtime failed (retried next poll)."""
+        assert self.runtime is not None
+        rec = self.store.get(job) if job is not None else None
+        try:
+            if rec is not None:
+                try:
+                    self.store.save_logs(job, self.runtime.logs(name, tail=LOG_TAIL_LINES))
+                except ContainerRuntimeError as e:
+                    log.warning("container %s: cannot save its log before removal: %s", name, e)
+            self.runtime.remove(name)
+        except ContainerRuntimeError as e:
+            log.warning("cannot remove container %s (%s); retrying next poll", name, e)
+            return False
+        if view is not None:
+            log.info("job %s is %s: container %s stopped and removed", view.job_b58,
+                     view.status, name)
+        else:
+            log.warning("container %s removed: its job (label %s=%s) is not a live job of "
+                        "this worker", name, JOB_LABEL, b58encode(job) if job else "?")
+        if job is not None:
+            with self._lock:
+                self._job_pids.pop(job, None)
+                self._foreign_seen.pop(job, None)
+            self._stopped(job)
+        return True
+
+    def _stopped(self, job: bytes) -> None:
+        """A job that is not Running has no container (any more)."""
+        rec = self.store.get(job)
+        if rec is not None and rec.state not in ("pending", "stopped"):
+            self.store.set_state(job, "stopped", exit_code=rec.exit_code, error=rec.error)
+
+    def _reconcile_running(self, j: AssignedJob, uuids: tuple[str, ...], now: float,
+                           finish: Callable[[AssignedJob], None] | None) -> None:
+        assert self.runtime is not None
+        k = j.job
+        rec = self.store.get(k)
+        if rec is None or rec.workload_hash != j.workload_hash:
+            self._note(j, "is running but the user has not delivered its workload spec; "
+                          "waiting for it")
+            self._observe(k, now, WORKLOAD_PENDING)
+            return
+        if not uuids:
+            self._note(j, "is running with a workload but has no GPUs here; not starting it",
+                       logging.ERROR)
+            self._observe(k, now, WORKLOAD_PENDING)
+            return
+        with self._lock:
+            starting = k in self._starting
+        if starting:  # its start (an image pull?) is still under way
+            self._observe(k, now, WORKLOAD_PENDING)
+            return
+        name = container_name(k)
+        st = self.runtime.state(name)
+        if st.status == "missing":
+            if rec.finish_requested or rec.state in ("exited", "stopped"):
+                # It ran and exited; its container is gone (removed by hand): never rerun.
+                self._observe(k, now, WORKLOAD_EXITED, rec.exit_code)
+                return
+            self._start(j, uuids, rec, now)
+            return
+        if st.status == "created" and rec.state == "failed":
+            # A start that failed half-way left a container that never ran: start afresh.
+            with self._lock:
+                retry = self._retry.get(k)
+            if retry is not None and now < retry.at:
+                self._observe(k, now, WORKLOAD_FAILED)
+                return
+            self.runtime.remove(name)
+            self._start(j, uuids, rec, now)
+            return
+        if st.status == "exited" and rec.state == "running" and rec.running_at is not None \
+                and self._boot_time() > rec.running_at:
+            log.warning("job %s: container %s was stopped by a host reboot while it ran; "
+                        "starting it again", j.job_b58, name)
+            self.runtime.remove(name)
+            self._start(j, uuids, rec, now)
+            return
+        self._record(j, st, now)
+        if st.status == "exited":
+            self._maybe_finish(j, finish)
+
+    def _start(self, j: AssignedJob, uuids: tuple[str, ...], rec: WorkloadRecord,
+               now: float) -> None:
+        assert self.runtime is not None
+        k = j.job
+        with self._lock:
+            retry = self._retry.get(k)
+        if retry is not None and now < retry.at:
+            self._observe(k, now, WORKLOAD_FAILED)
+            return
+        try:
+            spec = spec_from_json(rec.spec)
+            secrets = open_secrets(self._seed, spec)
+        except WorkloadSpecError as e:
+            self._fail(j, now, f"the stored spec cannot be used: {e}")
+            return
+        cspec = ContainerSpec(
+            name=container_name(k), image=spec.image, command=tuple(spec.command),
+            args=tuple(spec.args), env=tuple(sorted((*spec.env, *secrets))),
+            ports=tuple(PortBinding(p.port, p.protocol) for p in spec.ports),
+            gpu_uuids=uuids if self.attach_gpus else (),
+            labels=((JOB_LABEL, j.job_b58), (WORKLOAD_HASH_LABEL, j.workload_hash.hex()),
+                    (PROVIDER_LABEL, b58encode(j.provider))),
+            shm_size_mib=spec.shm_size_mib, scratch_mib=spec.scratch_mib,
+            publish_host=self.publish_host,
+        )
+        del secrets
+        self.store.set_state(k, "starting")
+        with self._lock:
+            self._job_pids.pop(k, None)
+            self._foreign_seen.pop(k, None)
+        log.info("job %s: starting container %s (%s) on GPU(s) %s", j.job_b58, cspec.name,
+                 spec.image, ", ".join(cspec.gpu_uuids) or "none (simulated GPUs)")
+        self._observe(k, now, WORKLOAD_PENDING)
+        if not self.background_starts:
+            self._run_container(j, cspec, now)
+            return
+        t = threading.Thread(target=self._run_container, args=(j, cspec, None),
+                             name=f"start-{cspec.name}", daemon=True)
+        with self._lock:
+            self._starting[k] = t
+        t.start()
+
+    def _run_container(self, j: AssignedJob, cspec: ContainerSpec, now: float | None) -> None:
+        """``runtime.run`` (an image pull can take minutes) and record the outcome; in a
+        thread of its own unless ``background_starts`` is off."""
+        assert self.runtime is not None
+        try:
+            try:
+                self.runtime.run(cspec)
+            except ContainerRuntimeError as e:
+                self._fail(j, self.clock() if now is None else now, str(e))
+                return
+            with self._lock:
+                self._retry.pop(j.job, None)
+            st = self.runtime.state(cspec.name)
+            self._record(j, st, self.clock() if now is None else now)
+        except Exception:
+            log.exception("job %s: starting its container failed", j.job_b58)
+        finally:
+            with self._lock:
+                self._starting.pop(j.job, None)
+
+    def _fail(self, j: AssignedJob, now: float, error: str) -> None:
+        with self._lock:
+            prev = self._retry.get(j.job)
+            backoff = RETRY_BASE_S if prev is None else min(prev.backoff * 2, RETRY_CAP_S)
+            self._retry[j.job] = _Retry(now + backoff, backoff)
+        self.store.set_state(j.job, "failed", error=error)
+        self._observe(j.job, now, WORKLOAD_FAILED)
+        log.error("job %s: the workload could not be started (windows are not billable until "
+                  "it runs); retrying in %ds: %s", j.job_b58, backoff, error)
+
+    def _record(self, j: AssignedJob, st: ContainerState, now: float) -> None:
+        state = _STATE_OF_RUNTIME.get(st.status, "starting")
+        exit_code = st.exit_code if state == "exited" else None
+        if self.store.set_state(j.job, state, exit_code=exit_code, error=st.error or None,
+                                running_at=now if state == "running" else None):
+            level = logging.WARNING if state in ("exited", "restarting") else logging.INFO
+            log.log(level, "job %s: container %s is %s%s", j.job_b58, container_name(j.job),
+                    state, f" (exit code {exit_code})" if state == "exited" else "")
+        self._observe(j.job, now, _CODE_OF_STATE[state], exit_code)
+
+    def _maybe_finish(self, j: AssignedJob, finish: Callable[[AssignedJob], None] | None
+                      ) -> None:
+        rec = self.store.get(j.job)
+        if rec is None or rec.finish_requested or finish is None:
+            return
+        try:
+            finish_on_exit = spec_from_json(rec.spec).finish_on_exit
+        except WorkloadSpecError:
+            return
+        if not finish_on_exit:
+            return
+        try:
+            finish(j)
+        except JobSourceError as e:
+            log.warning("job %s: its workload exited (finish_on_exit) but finishing the job "
+                        "failed (%s); retrying next poll", j.job_b58, e)
+            return
+        self.store.mark_finish_requested(j.job)
+        log.info("job %s: its workload exited (code %s); job finished (finish_on_exit)",
+                 j.job_b58, rec.exit_code)
+
+    def _note(self, j: AssignedJob, why: str, level: int = logging.INFO) -> None:
+        with self._lock:
+            if self._noted.get(j.job) == why:
+                return
+            self._noted[j.job] = why
+        log.log(level, "job %s %s", j.job_b58, why)
+
+    # --------------------------------------------------------------- windows
+
+    def _observe(self, job: bytes, t: float, code: int, exit_code: int | None = None) -> None:
+        with self._lock:
+            obs = self._obs.setdefault(job, [])
+            if obs and obs[-1].t >= t:  # a later word on the same instant replaces it
+                if obs[-1].t > t:
+                    return
+                obs.pop()
+            obs.append(_Obs(t, code, exit_code))
+            old = [i for i, o in enumerate(obs) if o.t < t - OBSERVATION_KEEP_S]
+            if old:
+                del obs[: old[-1]]
+
+    def observe_processes(self, job: AssignedJob, pids: Iterable[int]) -> None:
+        """Attribute PIDs now seen on the job's GPUs while their processes still exist.
+        A PID is looked up once here (a foreign one again only at the window's end)."""
+        if not job.has_workload:
+            return
+        with self._lock:
+            seen = self._job_pids.get(job.job, set()) | self._foreign_seen.get(job.job, set())
+        new = set(pids) - seen
+        if new:
+            self._classify(job, new)
+
+    def _classify(self, job: AssignedJob, pids: set[int]) -> tuple[int, int]:
+        """(job processes, foreign processes) among ``pids``; asks the runtime only when
+        one is not known to be the container's."""
+        if not pids:
+            return 0, 0
+        with self._lock:
+            known = set(self._job_pids.get(job.job, ()))
+        unknown = pids - known
+        if unknown and self.runtime is not None:
+            try:
+                current = self.runtime.pids(container_name(job.job))
+            except ContainerRuntimeError as e:
+                log.warning("job %s: cannot list its container's processes (%s); counting "
+                            "unattributed GPU processes as foreign", job.job_b58, e)
+                current = frozenset()
+            known |= set(current)
+            with self._lock:
+                self._job_pids.setdefault(job.job, set()).update(current)
+        mine = pids & known
+        foreign = {p for p in pids - known if self._alive(p)}
+        if foreign:
+            with self._lock:
+                self._foreign_seen.setdefault(job.job, set()).update(foreign)
+        return len(mine), len(foreign)
+
+    def window_state(self, job: AssignedJob, start: int, end: int,
+                     gpu_process_pids: Iterable[int]) -> WorkloadWindow:
+        """The workload part of the proof of window ``[start, end)`` of ``job``:
+        the worst state observed in it (the state at its start included), and the GPU
+        compute processes ``gpu_process_pids`` seen on its GPUs in it, attributed."""
+        if not job.has_workload:
+            return WorkloadWindow(WORKLOAD_NONE)
+        with self._lock:
+            obs = self._obs.get(job.job, [])
+            before = [o for o in obs if o.t < start]
+            inside = [o for o in obs if start <= o.t < end]
+            # The state carried in from before counts unless observed anew at ``start``.
+            carried = [before[-1]] if before and not (inside and inside[0].t == start) else []
+            cands = carried + inside
+            if len(before) > 1:  # windows close in order: older ones are never needed again
+                del obs[: len(before) - 1]
+        if not cands:
+            cands = [self._current(job)]
+        worst = max(cands, key=lambda o: _RANK[o.code])
+        exit_code = None
+        if worst.code == WORKLOAD_EXITED:
+            exit_code = next((o.exit_code for o in reversed(cands)
+                              if o.code == WORKLOAD_EXITED), None)
+        mine, foreign = self._classify(job, set(gpu_process_pids))
+        return WorkloadWindow(worst.code, exit_code, min(mine, 0xFFFF), min(foreign, 0xFFFF))
+
+    def _current(self, job: AssignedJob) -> _Obs:
+        """The state from the store when nothing was observed (e.g. just restarted)."""
+        if self.runtime is None:
+            return _Obs(0, WORKLOAD_FAILED)
+        try:
+            rec = self.store.get(job.job)
+        except WorkloadUnavailable:
+            rec = None
+        if rec is None or rec.workload_hash != job.workload_hash:
+            return _Obs(0, WORKLOAD_PENDING)
+        return _Obs(0, _CODE_OF_STATE[rec.state], rec.exit_code)
+
+
+def _job_of_label(label: str) -> bytes | None:
+    try:
+        raw = b58decode(label)
+    except ValueError:
+        return None
+    return raw if len(raw) == 32 else None
+
+
+def _tail_lines(data: bytes, tail: int | None) -> bytes:
+    if tail is None:
+        return data
+    if tail <= 0:
+        return b""
+    lines = data.splitlines(keepends=True)
+    return b"".join(lines[-tail:])
