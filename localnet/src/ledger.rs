@@ -101,6 +101,19 @@ pub struct TxRecord {
     pub memo: Option<String>,
 }
 
+/// What PubSub subscribers learn about a landed transaction (`Ledger::subscribe_landed`).
+#[derive(Clone, Debug)]
+pub struct LandedEvent {
+    pub signature: Signature,
+    pub slot: u64,
+    pub err: Option<TransactionError>,
+    pub logs: Vec<String>,
+    /// Every account key of the transaction (static and loaded).
+    pub accounts: Vec<Pubkey>,
+    /// The writable ones: the only accounts the transaction can have changed.
+    pub writable: Vec<Pubkey>,
+}
+
 /// The outcome of executing a transaction (sent or simulated).
 #[derive(Clone, Debug, Default)]
 pub struct Execution {
@@ -168,6 +181,9 @@ pub struct Ledger {
     faucet: Keypair,
     /// Print one line per landed transaction to stderr.
     pub log_transactions: bool,
+    /// Receivers of every landed transaction, in landing order (PubSub); a dropped receiver
+    /// is forgotten at the next transaction.
+    landed_listeners: Vec<std::sync::mpsc::Sender<LandedEvent>>,
 }
 
 impl Ledger {
@@ -206,6 +222,7 @@ impl Ledger {
             feature_set: LiteSVM::mainnet_feature_set(),
             faucet,
             log_transactions: false,
+            landed_listeners: Vec::new(),
         };
         ledger.refresh();
         ledger
@@ -440,7 +457,7 @@ impl Ledger {
             .enumerate()
             .filter_map(|(i, k)| {
                 let acc = self.svm.accounts_db().get_account_ref(k)?;
-                let t = crate::rpc::token::parse_token_account(acc)?;
+                let t = crate::token::parse_token_account(acc)?;
                 let decimals = self.mint_decimals(&t.mint)?;
                 Some(TokenBalance {
                     account_index: i as u8,
@@ -460,7 +477,7 @@ impl Ledger {
             return Some(9);
         }
         let acc = self.svm.accounts_db().get_account_ref(mint)?;
-        crate::rpc::token::parse_mint(acc).map(|m| m.decimals)
+        crate::token::parse_mint(acc).map(|m| m.decimals)
     }
 
     fn loaded_size(&self, keys: &[Pubkey]) -> u32 {
@@ -615,7 +632,31 @@ impl Ledger {
         }
     }
 
+    /// A receiver of every transaction that lands from now on (never blocks the ledger).
+    pub fn subscribe_landed(&mut self) -> std::sync::mpsc::Receiver<LandedEvent> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        self.landed_listeners.push(tx);
+        rx
+    }
+
     fn record(&mut self, record: TxRecord) {
+        if !self.landed_listeners.is_empty() {
+            let event = LandedEvent {
+                signature: record.signature,
+                slot: record.slot,
+                err: record.err.clone(),
+                logs: record.logs.clone(),
+                accounts: record.account_keys.clone(),
+                writable: record
+                    .account_keys
+                    .iter()
+                    .zip(&record.writable)
+                    .filter(|(_, w)| **w)
+                    .map(|(k, _)| *k)
+                    .collect(),
+            };
+            self.landed_listeners.retain(|l| l.send(event.clone()).is_ok());
+        }
         let mut seen = HashSet::new();
         for key in &record.account_keys {
             if seen.insert(*key) {

@@ -1,8 +1,10 @@
 //! gpum-localnet: the gpu_market program hosted natively in the real Solana runtime.
 //! [`runtime`] is the harness shared by the Rust tests and the JSON-RPC local chain.
 pub mod ledger;
+pub mod pubsub;
 pub mod rpc;
 pub mod runtime;
+pub mod token;
 
 pub use runtime::{new_svm, PROGRAM_ID};
 // Re-exported so tests and tools build transactions against the exact same crates.

@@ -9,7 +9,7 @@ use std::{
 };
 
 use clap::Parser;
-use gpum_localnet::{ledger::Ledger, new_svm, rpc::RpcServer, PROGRAM_ID};
+use gpum_localnet::{ledger::Ledger, new_svm, pubsub::PubSubServer, rpc::RpcServer, PROGRAM_ID};
 
 #[derive(Parser)]
 #[command(name = "gpum-localnet", version, about = "Local Solana JSON-RPC chain hosting gpu_market natively (LiteSVM)")]
@@ -72,12 +72,25 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // PubSub on the RPC port + 1, where Solana clients look for it (web3.js, wallets).
+    let ws_addr = SocketAddr::new(bound.ip(), bound.port().wrapping_add(1));
+    let pubsub = match TcpListener::bind(ws_addr).and_then(|l| PubSubServer::start(l, server.ledger.clone())) {
+        Ok(p) => Some(p),
+        Err(e) => {
+            eprintln!(
+                "gpum-localnet: PubSub is off: cannot listen on {ws_addr} ({e}); clients fall back to polling. \
+                 Pick a --port whose next port is free to get subscriptions"
+            );
+            None
+        }
+    };
+    let ws_url = pubsub.as_ref().map(|p| format!(" pubsub=ws://{}", p.local_addr())).unwrap_or_default();
     // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
     unsafe {
         libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
         libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
     }
-    println!("gpum-localnet ready on http://{bound} program={PROGRAM_ID}");
+    println!("gpum-localnet ready on http://{bound} program={PROGRAM_ID}{ws_url}");
     use std::io::Write;
     let _ = std::io::stdout().flush();
     while !STOP.load(Ordering::SeqCst) {
@@ -85,6 +98,9 @@ fn main() -> ExitCode {
     }
     if !cli.quiet {
         eprintln!("gpum-localnet: shutting down");
+    }
+    if let Some(p) = pubsub {
+        p.shutdown();
     }
     server.shutdown();
     ExitCode::SUCCESS

@@ -29,6 +29,7 @@ use solana_transaction::versioned::VersionedTransaction;
 use solana_transaction_error::TransactionError;
 
 use crate::ledger::{Execution, Ledger, SendOutcome, TokenBalance, TxRecord, TOKEN_2022_PROGRAM, TOKEN_PROGRAM};
+use crate::token;
 
 /// The `solana-core` version reported by `getVersion` and in `apiVersion`.
 pub const SOLANA_CORE_VERSION: &str = "3.1.12";
@@ -52,7 +53,7 @@ pub struct RpcError {
 }
 
 impl RpcError {
-    fn new(code: i64, message: impl Into<String>) -> Self {
+    pub(crate) fn new(code: i64, message: impl Into<String>) -> Self {
         Self { code, message: message.into(), data: None }
     }
     pub fn invalid_params(message: impl Into<String>) -> Self {
@@ -76,166 +77,47 @@ type RpcResult = Result<Value, RpcError>;
 // SPL Token layouts (the base layout shared by Token and Token-2022).
 
 /// Byte-level parsing of SPL Token accounts and mints.
-pub mod token {
-    use super::*;
-
-    pub const ACCOUNT_LEN: usize = 165;
-    pub const MINT_LEN: usize = 82;
-    /// Token-2022 `AccountType` byte position for extended accounts.
-    const ACCOUNT_TYPE_INDEX: usize = 165;
-
-    pub struct TokenAccount {
-        pub mint: Pubkey,
-        pub owner: Pubkey,
-        pub amount: u64,
-        pub delegate: Option<Pubkey>,
-        /// 0 uninitialized, 1 initialized, 2 frozen.
-        pub state: u8,
-        pub is_native: Option<u64>,
-        pub delegated_amount: u64,
-        pub close_authority: Option<Pubkey>,
-        /// Token-2022 account with extensions (not parsed here).
-        pub extended: bool,
-    }
-
-    pub struct Mint {
-        pub mint_authority: Option<Pubkey>,
-        pub supply: u64,
-        pub decimals: u8,
-        pub is_initialized: bool,
-        pub freeze_authority: Option<Pubkey>,
-        pub extended: bool,
-    }
-
-    fn is_token_program(p: &Pubkey) -> bool {
-        *p == TOKEN_PROGRAM || *p == TOKEN_2022_PROGRAM
-    }
-
-    fn pk(d: &[u8], at: usize) -> Pubkey {
-        Pubkey::new_from_array(d[at..at + 32].try_into().expect("32 bytes"))
-    }
-    fn u64_at(d: &[u8], at: usize) -> u64 {
-        u64::from_le_bytes(d[at..at + 8].try_into().expect("8 bytes"))
-    }
-    fn copt_pk(d: &[u8], at: usize) -> Option<Pubkey> {
-        (d[at..at + 4] == [1, 0, 0, 0]).then(|| pk(d, at + 4))
-    }
-
-    /// An initialized (or frozen) token account of either token program.
-    pub fn parse_token_account(acc: &AccountSharedData) -> Option<TokenAccount> {
-        let d = acc.data();
-        if !is_token_program(acc.owner()) {
+/// jsonParsed form of a token account or mint, or None when Agave would fall back to binary.
+fn token_json_parsed(l: &Ledger, acc: &AccountSharedData) -> Option<Value> {
+    let program = if *acc.owner() == TOKEN_PROGRAM { "spl-token" } else { "spl-token-2022" };
+    let parsed = if let Some(t) = token::parse_token_account(acc) {
+        if t.extended {
             return None;
         }
-        let extended = d.len() > ACCOUNT_LEN;
-        if d.len() < ACCOUNT_LEN
-            || (extended && (*acc.owner() != TOKEN_2022_PROGRAM || d[ACCOUNT_TYPE_INDEX] != 2))
-            || d[108] == 0
-            || d[108] > 2
-        {
+        let decimals = l.mint_decimals(&t.mint)?;
+        let mut info = json!({
+            "isNative": t.is_native.is_some(),
+            "mint": t.mint.to_string(),
+            "owner": t.owner.to_string(),
+            "state": if t.state == 2 { "frozen" } else { "initialized" },
+            "tokenAmount": token::ui_amount(t.amount, decimals),
+        });
+        if let Some(d) = t.delegate {
+            info["delegate"] = json!(d.to_string());
+            info["delegatedAmount"] = token::ui_amount(t.delegated_amount, decimals);
+        }
+        if let Some(r) = t.is_native {
+            info["rentExemptReserve"] = token::ui_amount(r, decimals);
+        }
+        if let Some(c) = t.close_authority {
+            info["closeAuthority"] = json!(c.to_string());
+        }
+        json!({"type": "account", "info": info})
+    } else if let Some(m) = token::parse_mint(acc) {
+        if m.extended {
             return None;
         }
-        Some(TokenAccount {
-            mint: pk(d, 0),
-            owner: pk(d, 32),
-            amount: u64_at(d, 64),
-            delegate: copt_pk(d, 72),
-            state: d[108],
-            is_native: (d[109..113] == [1, 0, 0, 0]).then(|| u64_at(d, 113)),
-            delegated_amount: u64_at(d, 121),
-            close_authority: copt_pk(d, 129),
-            extended,
-        })
-    }
-
-    /// An initialized mint of either token program.
-    pub fn parse_mint(acc: &AccountSharedData) -> Option<Mint> {
-        let d = acc.data();
-        if !is_token_program(acc.owner()) || d.len() < MINT_LEN || d.len() == ACCOUNT_LEN {
-            return None;
-        }
-        let extended = d.len() > MINT_LEN;
-        if extended && (*acc.owner() != TOKEN_2022_PROGRAM || d.get(ACCOUNT_TYPE_INDEX) != Some(&1)) {
-            return None;
-        }
-        if d[45] != 1 {
-            return None;
-        }
-        Some(Mint {
-            mint_authority: copt_pk(d, 0),
-            supply: u64_at(d, 36),
-            decimals: d[44],
-            is_initialized: true,
-            freeze_authority: copt_pk(d, 46),
-            extended,
-        })
-    }
-
-    /// Agave's `UiTokenAmount`.
-    pub fn ui_amount(amount: u64, decimals: u8) -> Value {
-        let ui = 10u64
-            .checked_pow(decimals as u32)
-            .map(|d| amount as f64 / d as f64);
-        json!({
-            "amount": amount.to_string(),
-            "decimals": decimals,
-            "uiAmount": ui,
-            "uiAmountString": real_number_string_trimmed(amount, decimals),
-        })
-    }
-
-    fn real_number_string_trimmed(amount: u64, decimals: u8) -> String {
-        let decimals = decimals as usize;
-        if decimals == 0 {
-            return amount.to_string();
-        }
-        let mut s = format!("{:01$}", amount, decimals + 1);
-        s.insert(s.len() - decimals, '.');
-        s.trim_end_matches('0').trim_end_matches('.').to_string()
-    }
-
-    /// jsonParsed form of a token account or mint, or None when Agave would fall back to binary.
-    pub fn json_parsed(l: &Ledger, acc: &AccountSharedData) -> Option<Value> {
-        let program = if *acc.owner() == TOKEN_PROGRAM { "spl-token" } else { "spl-token-2022" };
-        let parsed = if let Some(t) = parse_token_account(acc) {
-            if t.extended {
-                return None;
-            }
-            let decimals = l.mint_decimals(&t.mint)?;
-            let mut info = json!({
-                "isNative": t.is_native.is_some(),
-                "mint": t.mint.to_string(),
-                "owner": t.owner.to_string(),
-                "state": if t.state == 2 { "frozen" } else { "initialized" },
-                "tokenAmount": ui_amount(t.amount, decimals),
-            });
-            if let Some(d) = t.delegate {
-                info["delegate"] = json!(d.to_string());
-                info["delegatedAmount"] = ui_amount(t.delegated_amount, decimals);
-            }
-            if let Some(r) = t.is_native {
-                info["rentExemptReserve"] = ui_amount(r, decimals);
-            }
-            if let Some(c) = t.close_authority {
-                info["closeAuthority"] = json!(c.to_string());
-            }
-            json!({"type": "account", "info": info})
-        } else if let Some(m) = parse_mint(acc) {
-            if m.extended {
-                return None;
-            }
-            json!({"type": "mint", "info": {
-                "mintAuthority": m.mint_authority.map(|p| p.to_string()),
-                "supply": m.supply.to_string(),
-                "decimals": m.decimals,
-                "isInitialized": m.is_initialized,
-                "freezeAuthority": m.freeze_authority.map(|p| p.to_string()),
-            }})
-        } else {
-            return None;
-        };
-        Some(json!({"program": program, "parsed": parsed, "space": acc.data().len()}))
-    }
+        json!({"type": "mint", "info": {
+            "mintAuthority": m.mint_authority.map(|p| p.to_string()),
+            "supply": m.supply.to_string(),
+            "decimals": m.decimals,
+            "isInitialized": m.is_initialized,
+            "freezeAuthority": m.freeze_authority.map(|p| p.to_string()),
+        }})
+    } else {
+        return None;
+    };
+    Some(json!({"program": program, "parsed": parsed, "space": acc.data().len()}))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -275,7 +157,7 @@ impl<'a> Params<'a> {
     }
 }
 
-fn parse_pubkey(s: &str) -> Result<Pubkey, RpcError> {
+pub(crate) fn parse_pubkey(s: &str) -> Result<Pubkey, RpcError> {
     s.parse().map_err(|e| {
         RpcError::invalid_params(format!(
             "Invalid param: {e:?}: {s:?} is not a base58-encoded 32-byte address"
@@ -283,7 +165,7 @@ fn parse_pubkey(s: &str) -> Result<Pubkey, RpcError> {
     })
 }
 
-fn parse_signature(s: &str) -> Result<Signature, RpcError> {
+pub(crate) fn parse_signature(s: &str) -> Result<Signature, RpcError> {
     s.parse().map_err(|e| {
         RpcError::invalid_params(format!(
             "Invalid param: {e:?}: {s:?} is not a base58-encoded 64-byte signature"
@@ -300,32 +182,32 @@ struct CommonCfg {
 }
 
 #[derive(Deserialize, Clone, Copy)]
-struct DataSlice {
+pub(crate) struct DataSlice {
     offset: usize,
     length: usize,
 }
 
 #[derive(Deserialize, Default)]
 #[serde(rename_all = "camelCase")]
-struct AccountCfg {
-    encoding: Option<String>,
-    data_slice: Option<DataSlice>,
+pub(crate) struct AccountCfg {
+    pub(crate) encoding: Option<String>,
+    pub(crate) data_slice: Option<DataSlice>,
     #[allow(dead_code)]
-    commitment: Option<String>,
-    min_context_slot: Option<u64>,
+    pub(crate) commitment: Option<String>,
+    pub(crate) min_context_slot: Option<u64>,
 }
 
 #[derive(Deserialize, Default)]
 #[serde(rename_all = "camelCase")]
-struct ProgramAccountsCfg {
+pub(crate) struct ProgramAccountsCfg {
     #[serde(flatten)]
-    account: AccountCfg,
-    filters: Option<Vec<Value>>,
-    with_context: Option<bool>,
+    pub(crate) account: AccountCfg,
+    pub(crate) filters: Option<Vec<Value>>,
+    pub(crate) with_context: Option<bool>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum AccountEncoding {
+pub(crate) enum AccountEncoding {
     Binary,
     Base58,
     Base64,
@@ -333,7 +215,7 @@ enum AccountEncoding {
     JsonParsed,
 }
 
-fn account_encoding(s: Option<&str>, default: AccountEncoding) -> Result<AccountEncoding, RpcError> {
+pub(crate) fn account_encoding(s: Option<&str>, default: AccountEncoding) -> Result<AccountEncoding, RpcError> {
     Ok(match s {
         None => default,
         Some("binary") => AccountEncoding::Binary,
@@ -360,7 +242,7 @@ fn check_min_context_slot(min: Option<u64>, slot: u64) -> Result<(), RpcError> {
     }
 }
 
-fn context(slot: u64) -> Value {
+pub(crate) fn context(slot: u64) -> Value {
     json!({"slot": slot, "apiVersion": SOLANA_CORE_VERSION})
 }
 
@@ -396,7 +278,7 @@ fn slice(data: &[u8], s: Option<DataSlice>) -> &[u8] {
     }
 }
 
-fn encode_account(
+pub(crate) fn encode_account(
     l: &Ledger,
     acc: &AccountSharedData,
     enc: AccountEncoding,
@@ -423,7 +305,7 @@ fn encode_account(
                 .map_err(|e| RpcError::internal(format!("zstd compression failed: {e}")))?;
             json!([BASE64_STANDARD.encode(compressed), "base64+zstd"])
         }
-        AccountEncoding::JsonParsed => token::json_parsed(l, acc)
+        AccountEncoding::JsonParsed => token_json_parsed(l, acc)
             .unwrap_or_else(|| json!([BASE64_STANDARD.encode(data), "base64"])),
     };
     Ok(json!({
@@ -1068,14 +950,14 @@ fn sigs_json(tx: &VersionedTransaction) -> Vec<String> {
     tx.signatures.iter().map(|s| s.to_string()).collect()
 }
 
-enum Filter {
+pub(crate) enum Filter {
     DataSize(usize),
     Memcmp { offset: usize, bytes: Vec<u8> },
     TokenAccountState,
 }
 
 impl Filter {
-    fn matches(&self, acc: &AccountSharedData) -> bool {
+    pub(crate) fn matches(&self, acc: &AccountSharedData) -> bool {
         let d = acc.data();
         match self {
             Filter::DataSize(n) => d.len() == *n,
@@ -1085,7 +967,7 @@ impl Filter {
     }
 }
 
-fn parse_filters(raw: &[Value]) -> Result<Vec<Filter>, RpcError> {
+pub(crate) fn parse_filters(raw: &[Value]) -> Result<Vec<Filter>, RpcError> {
     if raw.len() > 4 {
         return Err(RpcError::invalid_params("Too many filters provided; max 4"));
     }
@@ -1141,11 +1023,11 @@ fn parse_filters(raw: &[Value]) -> Result<Vec<Filter>, RpcError> {
 // ---------------------------------------------------------------------------------------------
 // JSON-RPC envelope and HTTP.
 
-fn lock(ledger: &Mutex<Ledger>) -> MutexGuard<'_, Ledger> {
+pub(crate) fn lock(ledger: &Mutex<Ledger>) -> MutexGuard<'_, Ledger> {
     ledger.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-fn error_response(id: Value, err: &RpcError) -> Value {
+pub(crate) fn error_response(id: Value, err: &RpcError) -> Value {
     json!({"jsonrpc": "2.0", "error": err.to_json(), "id": id})
 }
 

@@ -137,6 +137,12 @@ class ProviderKeys:
         with self._lock:
             return len(self._cache)
 
+    def forget(self, provider: bytes) -> None:
+        """Drop ``provider``'s entry (a subscription saw its account change): the next proof
+        reads it afresh instead of waiting out the TTL."""
+        with self._lock:
+            self._cache.pop(bytes(provider), None)
+
     def get(self, provider: bytes, refresh: bool = False) -> Any | None:
         now = self.clock()
         with self._lock:

@@ -177,6 +177,25 @@ def test_provider_cache_is_a_bounded_lru(chain):
     assert len(keys) == 2
 
 
+def test_provider_cache_forget_rereads_at_once(chain):
+    # A subscription saw the provider's account change: the next read goes to the chain
+    # instead of waiting out the TTL.
+    from gpum_validator.chain import ProviderKeys
+
+    reads = []
+    real = chain.fetch_provider
+    chain.fetch_provider = lambda p: reads.append(p) or real(p)
+    keys = ProviderKeys(chain, ttl=3600)
+    k = bytes([1] * 32)
+    keys.get(k)
+    keys.get(k)
+    assert len(reads) == 1
+    keys.forget(k)
+    keys.forget(bytes([9] * 32))  # unknown: nothing happens
+    keys.get(k)
+    assert len(reads) == 2
+
+
 def test_equivocation_stores_one_pair_per_seq(node, chain):
     node.post(chain_of(1)[0])
     for b in range(1, 6):

@@ -202,6 +202,11 @@ class Agent:
         self._main_done = threading.Event()
         self._poke = threading.Event()  # poll early (a workload spec was delivered)
 
+    def poke(self) -> None:
+        """Poll the jobs at the next turn of the main loop (about a second at most), e.g.
+        because a subscription saw one of this provider's jobs change."""
+        self._poke.set()
+
     # ------------------------------------------------------------------ GPUs
 
     def start(self) -> None:

@@ -277,6 +277,7 @@ def _run(config_path: Path | None, job_specs: tuple[str, ...], job_started_at: i
     if simulate and runtime is not None:
         log.warning("simulated GPUs: workload containers get no GPU devices")
     api: WorkerApi | None = None
+    watcher: Any = None
     head_client = httpx.Client(timeout=cfg.retry.timeout_s)
     try:
         agent = Agent(backend=backend, job_source=source, outbox=outbox, key=key,
@@ -309,11 +310,14 @@ def _run(config_path: Path | None, job_specs: tuple[str, ...], job_started_at: i
 
         signal.signal(signal.SIGTERM, _on_signal)
         signal.signal(signal.SIGINT, _on_signal)
+        watcher = _watch_jobs(cfg, agent) if isinstance(source, ChainJobSource) else None
         agent.run(validators_client=lambda: httpx.Client(timeout=cfg.retry.timeout_s),
                   policy=cfg.retry,
                   outbox_factory=lambda: Outbox(cfg.db, key.pubkey, cfg.validators),
                   stop=stop, run_seconds=run_seconds)
     finally:
+        if watcher is not None:
+            watcher.stop()
         if api is not None:
             api.close()
         store.close()
@@ -321,6 +325,31 @@ def _run(config_path: Path | None, job_specs: tuple[str, ...], job_started_at: i
         counts = outbox.counts()
         outbox.close()
         log.info("stopped; outbox: %s", counts)
+
+
+JOB_PROVIDER_OFFSET = 8 + 32 + 32
+"""Byte offset of ``provider`` in a Job account (discriminator, market, user)."""
+
+
+def _watch_jobs(cfg: Any, agent: Any) -> Any:
+    """A PubSub subscription to this provider's Job accounts: any change (a new job, an
+    acceptance, a finish) makes the agent poll at once. Polling every ``poll_seconds`` stays
+    the fallback when the node has no PubSub or the connection drops."""
+    from gpu_market.pubsub import ProgramWatcher, pubsub_url
+    from solders.pubkey import Pubkey
+
+    try:
+        url = pubsub_url(cfg.rpc_url)
+    except ValueError as e:
+        log.warning("no job subscriptions (%s); polling every %ss", e, cfg.poll_seconds)
+        return None
+    from .keys import b58encode
+
+    flt = [{"memcmp": {"offset": JOB_PROVIDER_OFFSET, "bytes": b58encode(cfg.provider)}}]
+    log.info("job subscriptions at %s (polling every %ss stays the fallback)", url,
+             cfg.poll_seconds)
+    return ProgramWatcher(url, Pubkey.from_bytes(cfg.program_id), flt,
+                          lambda _address, _data: agent.poke(), name="job-watch").start()
 
 
 def _detect_runtime(cfg: Any) -> Any:
