@@ -11,7 +11,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 LOCALNET := $(CARGO_TARGET_DIR)/debug/gpum-localnet
 
-.PHONY: all setup venv localnet containers js-deps test test-rust test-py idl idl-check demo lint clean
+.PHONY: all setup venv localnet containers browser js-deps test test-rust test-py idl idl-check demo lint clean
 
 all: test
 
@@ -51,13 +51,20 @@ idl-check:
 test-rust:
 	cargo test --workspace
 
+# The dashboard tests load every page in a real headless Chromium (Debian's package).
+browser:
+	@if ! command -v chromium >/dev/null; then \
+	  echo "installing chromium (Debian package)"; \
+	  apt-get update -q && apt-get install -y -q chromium; \
+	fi
+
 # The official Solana JS stack (web3.js, Anchor TS) for the JS-client test, pinned by the lock.
 js-deps: tests/js/node_modules/.installed
 tests/js/node_modules/.installed: tests/js/package.json tests/js/package-lock.json
 	cd tests/js && npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
-test-py: venv localnet containers js-deps
+test-py: venv localnet containers browser js-deps
 	GPUM_LOCALNET_BIN=$(LOCALNET) $(PY) -m pytest
 
 test: idl-check test-rust test-py

@@ -155,6 +155,7 @@ def _run(url: str, keypair_path: Path, market_s: str, program_id_s: str | None, 
          own_health: HealthThresholds | None) -> None:
     from gpu_market import PROGRAM_ID
 
+    from .dashboard import Dashboard
     from .downtime import DowntimeReporter
     from .members import Member
     from .metrics import Metrics
@@ -200,7 +201,9 @@ def _run(url: str, keypair_path: Path, market_s: str, program_id_s: str | None, 
              RewardsProbe(client, cfg.market, cfg.authority, store).refresh)
     try:
         server = ValidatorHTTPServer((host, port), intake, store,
-                                     HealthProbe(client, cfg.market), member=member)
+                                     HealthProbe(client, cfg.market), member=member,
+                                     dashboard=Dashboard(client, store, cfg.market,
+                                                         cfg.authority))
     except OSError as e:
         raise ConfigError(f"--listen {listen}: cannot bind ({e})") from None
     _warn_if_not_validator(client, market, authority.pubkey())
@@ -210,15 +213,42 @@ def _run(url: str, keypair_path: Path, market_s: str, program_id_s: str | None, 
         signal.signal(sig, lambda *_: stop.set())
     serve_in_thread(server)
     loop.start()
+    watcher = _watch_providers(url, cfg.program_id, intake)
     log.info("listening on http://%s:%d market=%s authority=%s settle_every=%d db=%s",
              host, server.server_port, market, authority.pubkey(),
              policy.settle_every_windows, db_path)
+    log.info("dashboard on http://%s:%d/dashboard/", host, server.server_port)
     stop.wait()
     log.info("shutting down")
+    if watcher is not None:
+        watcher.stop()
     server.shutdown()
     loop.stop()
     peers.close()
     store.close()
+
+
+def _watch_providers(url: str, program_id: bytes, intake: Any) -> Any:
+    """A PubSub subscription to the market's Provider accounts: a change (a key rotation,
+    a slash) drops that provider from the intake's cache, so the next proof sees it at once
+    instead of after the cache TTL, which stays the fallback without PubSub."""
+    import base64
+    import hashlib
+
+    from gpu_market.pubsub import ProgramWatcher, pubsub_url
+    from solders.pubkey import Pubkey as _Pk
+
+    try:
+        ws = pubsub_url(url)
+    except ValueError as e:
+        log.warning("no provider subscriptions (%s)", e)
+        return None
+    disc = hashlib.sha256(b"account:Provider").digest()[:8]
+    flt = [{"memcmp": {"offset": 0, "bytes": base64.b64encode(disc).decode(),
+                       "encoding": "base64"}}]
+    return ProgramWatcher(ws, _Pk.from_bytes(program_id), flt,
+                          lambda address, _data: intake.providers.forget(bytes(address)),
+                          name="provider-watch").start()
 
 
 def _warn_if_not_validator(client: Any, market: Pubkey, authority: Pubkey) -> None:

@@ -12,6 +12,12 @@ Binding to a non-loopback address needs ``allow_remote=True``.
 accepted or rejected, for a worker that lost its disk (it must never re-sign a seq it
 signed). Only proofs that passed authentication, the job-assignment and the worker-key
 checks are ever stored, so strangers cannot make it lie.
+
+The dashboard (``dashboard.py``, read-only, public): ``GET /v1/jobs/<job>/windows?limit=N``
+(the stored windows, decoded; served from the database alone), ``GET /v1/dashboard/market``,
+``/offers``, ``/jobs/<job>``, ``/providers/<provider>``, ``/validator``, and the pages under
+``/dashboard/`` with their assets (sent with a Content-Security-Policy that allows nothing
+but this node's own files). JSON answers carry ``Cache-Control: no-store``.
 """
 
 from __future__ import annotations
@@ -25,11 +31,22 @@ import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import urlsplit
 
 from solders.pubkey import Pubkey
 
 from .chain import ChainClient
 from .config import MAX_BODY_BYTES
+from .dashboard import (
+    ASSETS,
+    CONTENT_SECURITY_POLICY,
+    PAGES,
+    ApiError,
+    Dashboard,
+    load_asset,
+    parse_address,
+    windows,
+)
 from .errors import (
     UNAVAILABLE_RETRY_AFTER_SECONDS,
     ConfigError,
@@ -93,12 +110,16 @@ class ValidatorHTTPServer(ThreadingHTTPServer):
 
     def __init__(self, addr: tuple[str, int], intake: Intake, store: Store,
                  probe: HealthProbe | Callable[[], bool],
-                 max_body: int = MAX_BODY_BYTES, member: Member | None = None) -> None:
+                 max_body: int = MAX_BODY_BYTES, member: Member | None = None,
+                 dashboard: Dashboard | None = None) -> None:
         self.intake = intake
         self.store = store
         self.probe = probe
         self.max_body = max_body
         self.member = member
+        self.dashboard = dashboard
+        """The ``/v1/dashboard/*`` routes and the pages; None: they answer 404 (the windows
+        route needs only the store and is always served)."""
         super().__init__(addr, _Handler)
 
     def chain_ok(self) -> bool:
@@ -173,39 +194,87 @@ class _Handler(BaseHTTPRequestHandler):
         log.debug("%s %s", self.client_address[0], format % args)
 
     def _send(self, status: int, body: bytes, ctype: str, close: bool = False,
-              retry_after: int | None = None) -> None:
+              retry_after: int | None = None,
+              headers: dict[str, str] | None = None) -> None:
         self.send_response(status)
         self.send_header("Content-Type", ctype)
         self.send_header("Content-Length", str(len(body)))
         if retry_after is not None:
             self.send_header("Retry-After", str(retry_after))
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
         if close:
             self.send_header("Connection", "close")
             self.close_connection = True
         self.end_headers()
         self.wfile.write(body)
 
-    def _json(self, status: int, obj: dict[str, Any], close: bool = False) -> None:
+    def _json(self, status: int, obj: dict[str, Any], close: bool = False,
+              headers: dict[str, str] | None = None) -> None:
         """Send ``obj``; a non-200 answer whose body says ``retry`` also gets Retry-After."""
         ra = obj.get("retry_after") if status != 200 and obj.get("retry") is True else None
         self._send(status, json.dumps(obj, separators=(",", ":")).encode(), "application/json",
-                   close, ra if isinstance(ra, int) else None)
+                   close, ra if isinstance(ra, int) else None, headers)
 
     def _error(self, status: int, code: str, message: str, close: bool = False) -> None:
         self._json(status, error_body(code, message), close)
 
     def do_GET(self) -> None:  # stdlib name
-        parts = self.path.split("/")
+        url = urlsplit(self.path)
+        path = url.path
+        parts = path.split("/")
         if len(parts) == 5 and parts[:3] == ["", "v1", "jobs"] and parts[4] == "head":
             self._json(*self.server.head(parts[3]))
-        elif self.path == "/health":
+        elif len(parts) == 5 and parts[:3] == ["", "v1", "jobs"] and parts[4] == "windows":
+            self._json(*windows(self.server.store, parts[3], url.query), headers=_NO_STORE)
+        elif path == "/health":
             status, body = self.server.health()
             self._json(status, body)
-        elif self.path == "/metrics":
+        elif path == "/metrics":
             self._send(200, self.server.metrics_text().encode(),
                        "text/plain; version=0.0.4; charset=utf-8")
+        elif self.server.dashboard is not None and (
+                path == "/dashboard" or path.startswith(("/dashboard/", "/v1/dashboard/"))):
+            self._dashboard(self.server.dashboard, path, parts)
         else:
-            self._error(404, "not_found", f"no route GET {self.path}")
+            self._error(404, "not_found", f"no route GET {self.path[:200]}")
+
+    def _dashboard(self, d: Dashboard, path: str, parts: list[str]) -> None:
+        """The dashboard's JSON routes, its pages and their assets (GET only)."""
+        api = {"/v1/dashboard/market": d.market_summary, "/v1/dashboard/offers": d.offers,
+               "/v1/dashboard/validator": lambda: d.validator(self.server.chain_ok())}
+        if path in api:
+            self._json(*api[path](), headers=_NO_STORE)
+        elif len(parts) == 5 and parts[:3] == ["", "v1", "dashboard"] and parts[3] == "jobs":
+            self._json(*d.job(parts[4]), headers=_NO_STORE)
+        elif (len(parts) == 5 and parts[:3] == ["", "v1", "dashboard"]
+              and parts[3] == "providers"):
+            self._json(*d.provider(parts[4]), headers=_NO_STORE)
+        elif path == "/dashboard":
+            self._send(308, b"", "text/plain", headers={"Location": "/dashboard/"})
+        elif path == "/dashboard/":
+            self._page("market")
+        elif path in ("/dashboard/offers", "/dashboard/validator"):
+            self._page(parts[2])
+        elif len(parts) == 4 and parts[2] in ("job", "provider"):
+            try:
+                parse_address(parts[3], f"the {parts[2]} address")
+            except ApiError as e:
+                self._error(e.status, e.reason, e.message)
+                return
+            self._page(parts[2])
+        elif len(parts) == 4 and parts[2] == "assets" and parts[3] in ASSETS:
+            self._send(200, load_asset(parts[3]), ASSETS[parts[3]],
+                       headers={"Cache-Control": "no-cache", **_STATIC_HEADERS})
+        else:
+            self._error(404, "not_found", f"no route GET {path[:200]}")
+
+    def _page(self, name: str) -> None:
+        self._send(200, load_asset(PAGES[name]), "text/html; charset=utf-8",
+                   headers={"Cache-Control": "no-cache",
+                            "Content-Security-Policy": CONTENT_SECURITY_POLICY,
+                            "X-Frame-Options": "DENY", "Referrer-Policy": "no-referrer",
+                            **_STATIC_HEADERS})
 
     def do_POST(self) -> None:  # stdlib name
         routes = {"/v1/proofs": self.server.intake.submit,
@@ -255,6 +324,8 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 _NO_BODY = object()
+_NO_STORE = {"Cache-Control": "no-store"}
+_STATIC_HEADERS = {"X-Content-Type-Options": "nosniff"}
 
 
 def serve_in_thread(server: ValidatorHTTPServer, poll_interval: float = 0.1) -> threading.Thread:

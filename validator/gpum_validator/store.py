@@ -208,6 +208,12 @@ _V3_COLUMNS = (
     ("intents", "attestations TEXT NOT NULL DEFAULT '[]'"),
 )
 
+_READ_INDEXES = """
+CREATE INDEX IF NOT EXISTS intents_by_job ON intents (job, id);
+"""
+"""Indexes of the read-only dashboard queries (``recent_intents``); no schema change, so
+they are created on every open without a version bump."""
+
 REPORT_STATUSES = ("sent", "retry", "done", "failed")
 TERMINAL_REPORT_STATUSES = ("done", "failed")
 
@@ -461,6 +467,9 @@ class Store(Protocol):
                              count_attempt: bool = False) -> None: ...
     def set_meta(self, key: str, value: str) -> None: ...
     def get_meta(self, key: str) -> str | None: ...
+    # Read-only queries of the dashboard (bounded by their ``limit``).
+    def recent_windows(self, job: bytes, limit: int) -> list[StoredProof]: ...
+    def recent_intents(self, job: bytes | None, limit: int) -> list[Intent]: ...
     def summary(self) -> dict[str, object]: ...
     def pending_windows(self) -> int: ...
     def ping(self) -> bool: ...
@@ -485,7 +494,7 @@ class SQLiteStore:
         self._lock = threading.RLock()
 
     def _migrate(self) -> None:
-        self._db.executescript(_SCHEMA + _SCHEMA_V3)  # idempotent DDL; commits itself
+        self._db.executescript(_SCHEMA + _SCHEMA_V3 + _READ_INDEXES)  # idempotent; commits
         self._db.execute("BEGIN IMMEDIATE")
         try:
             row = self._db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
@@ -886,6 +895,43 @@ class SQLiteStore:
                 "WHERE id=? AND status IN ('intended','sent')",
                 (status, signature, error, next_attempt_at, 1 if count_attempt else 0, now,
                  intent_id))
+
+    # ------------------------------------------------------------------ dashboard reads
+
+    def recent_windows(self, job: bytes, limit: int) -> list[StoredProof]:
+        """The stored proofs of ``job``'s newest ``limit`` seqs, oldest first, one per seq:
+        at an equivocated seq the accepted one, else the first received (as ``head``).
+        Accepted and rejected proofs alike; ``[]`` when nothing of the job is stored. Reads
+        at most ``MAX_PROOFS_PER_SEQ * limit`` rows along the primary key, whatever the
+        job's length. ValueError unless ``limit >= 1``."""
+        if limit < 1:
+            raise ValueError("limit must be at least 1")
+        rows = self._q(f"SELECT {self._PROOF_COLS} FROM proofs WHERE job=? "
+                       "ORDER BY seq DESC, decision='accepted' DESC, received_at, hash LIMIT ?",
+                       (job, MAX_PROOFS_PER_SEQ * limit))
+        out: list[StoredProof] = []
+        for r in rows:
+            sp = StoredProof(*r)
+            if out and out[-1].seq == sp.seq:
+                continue
+            out.append(sp)
+            if len(out) == limit:
+                break
+        out.reverse()
+        return out
+
+    def recent_intents(self, job: bytes | None, limit: int) -> list[Intent]:
+        """The newest ``limit`` settlement intents (of ``job``, or of every job when None),
+        newest first, whatever their status. ValueError unless ``limit >= 1``."""
+        if limit < 1:
+            raise ValueError("limit must be at least 1")
+        if job is None:
+            rows = self._q(f"SELECT {self._INTENT_COLS} FROM intents ORDER BY id DESC LIMIT ?",
+                           (limit,))
+        else:
+            rows = self._q(f"SELECT {self._INTENT_COLS} FROM intents WHERE job=? "
+                           "ORDER BY id DESC LIMIT ?", (job, limit))
+        return [self._intent(r) for r in rows]
 
     # ------------------------------------------------------------------ attestations
 

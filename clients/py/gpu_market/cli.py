@@ -26,7 +26,7 @@ from typing import Any
 import click
 from solders.pubkey import Pubkey
 
-from . import cli_committee, cli_workload
+from . import cli_committee, cli_offers, cli_run, cli_workload
 from .cli_base import PUBKEY, CliError, Env, load_keypair, resolve_url
 from .cli_base import common as _common
 from .cli_base import job_view as _job_view
@@ -299,6 +299,8 @@ def provider_status(env: Env, market: Pubkey, owner: Pubkey | None) -> None:
 
 
 cli.add_command(cli_committee.validator)
+cli.add_command(cli_offers.offers)
+cli.add_command(cli_run.run)
 
 
 @cli.group()
@@ -310,6 +312,7 @@ def job() -> None:
 job.add_command(cli_committee.job_replace_member)
 job.add_command(cli_workload.job_deliver)
 job.add_command(cli_workload.job_logs)
+job.add_command(cli_run.job_watch)
 
 
 @job.command("create")

@@ -1,0 +1,507 @@
+// gpu-market validator dashboard: renders this node's JSON API (same origin only).
+//
+// Every figure lands in an element with data-field="<path in the JSON>"; its text is the
+// formatted value (data-format says how; data-empty what a null shows) and data-raw the exact
+// value from the API ("" for null), so scripts and tests can read figures back. Values are only ever set with textContent:
+// nothing from the chain (GPU models, regions, endpoints) is parsed as HTML.
+"use strict";
+
+(() => {
+  const REFRESH_MS = 5000;
+  const WINDOWS = 120;
+  const SVG_NS = "http://www.w3.org/2000/svg";
+  const BASE58 = /^[1-9A-HJ-NP-Za-km-z]{32,44}$/;
+  const page = document.body.dataset.page;
+  let decimals = null; // {payment, stake} of the last answer
+
+  // ------------------------------------------------------------------ fetching
+
+  class ApiError extends Error {
+    constructor(status, code, message) {
+      super(message);
+      this.status = status;
+      this.code = code;
+    }
+  }
+
+  async function getJSON(url, allow404) {
+    const r = await fetch(url, { cache: "no-store", headers: { Accept: "application/json" } });
+    let body = null;
+    try {
+      body = await r.json();
+    } catch (e) {
+      body = null;
+    }
+    if (r.ok) return body;
+    if (allow404 && r.status === 404) return null;
+    const message = body && body.message ? body.message : `HTTP ${r.status} from ${url}`;
+    throw new ApiError(r.status, body && body.error, message);
+  }
+
+  // ------------------------------------------------------------------ formatting
+
+  const group = (digits) => digits.replace(/\B(?=(\d{3})+(?!\d))/g, ",");
+
+  function num(v) {
+    if (v === null || v === undefined) return "—";
+    return Number.isInteger(v) ? group(String(v)) : v.toLocaleString("en-US");
+  }
+
+  // A token amount in base units as a decimal number of tokens (exact for integers).
+  function amount(v, dec) {
+    if (v === null || v === undefined) return "—";
+    const n = Math.round(Number(v));
+    if (dec === null || dec === undefined) return `${group(String(n))} units`;
+    const neg = n < 0;
+    const s = String(Math.abs(n)).padStart(dec + 1, "0");
+    const whole = group(s.slice(0, s.length - dec));
+    const frac = s.slice(s.length - dec).replace(/0+$/, "");
+    return (neg ? "-" : "") + whole + (frac ? `.${frac}` : "");
+  }
+
+  const pad2 = (n) => String(n).padStart(2, "0");
+
+  function duration(v) {
+    if (v === null || v === undefined) return "—";
+    let s = Math.max(0, Math.round(v));
+    const d = Math.floor(s / 86400);
+    const h = Math.floor((s % 86400) / 3600);
+    const m = Math.floor((s % 3600) / 60);
+    s %= 60;
+    if (d) return `${d}d ${h}h`;
+    if (h) return `${h}h ${pad2(m)}m`;
+    if (m) return `${m}m ${pad2(s)}s`;
+    return `${s}s`;
+  }
+
+  function timeText(v) {
+    if (!v) return "—";
+    return `${new Date(v * 1000).toISOString().replace("T", " ").slice(0, 19)} UTC`;
+  }
+
+  const short = (s) => (s && s.length > 14 ? `${s.slice(0, 6)}…${s.slice(-6)}` : s || "—");
+
+  function badge(text, status) {
+    const span = document.createElement("span");
+    span.className = `badge s-${status}`;
+    span.textContent = text;
+    return span;
+  }
+
+  function link(href, text, title) {
+    const a = document.createElement("a");
+    a.href = href;
+    a.textContent = text;
+    if (title) a.title = title;
+    return a;
+  }
+
+  const jobHref = (addr) => `/dashboard/job/${encodeURIComponent(addr)}`;
+  const providerHref = (addr) => `/dashboard/provider/${encodeURIComponent(addr)}`;
+
+  // format name -> (value) => string | Node; null values show "—" for every format.
+  const FORMATS = {
+    int: num,
+    text: (v) => String(v),
+    endpoint: (v) => v || "none published",
+    amount: (v) => amount(v, decimals && decimals.payment),
+    stake: (v) => amount(v, decimals && decimals.stake),
+    seconds: (v) => `${num(v)} s`,
+    duration,
+    time: timeText,
+    clock: (v) => {
+      const span = document.createElement("span");
+      span.textContent = v ? `${new Date(v * 1000).toISOString().slice(11, 19)}` : "—";
+      span.title = timeText(v);
+      return span;
+    },
+    bp: (v) => `${(v / 100).toFixed(2).replace(/\.?0+$/, "")} %`,
+    bool: (v) => (v ? "yes" : "no"),
+    address: (v) => String(v),
+    provider: (v) => link(providerHref(v), String(v)),
+    job: (v) => link(jobHref(v), short(String(v)), String(v)),
+    list: (v) => v.join(", ") || "—",
+    status: (v) => badge(String(v), String(v)),
+    paused: (v) => (v ? badge("paused", "paused") : badge("open for jobs", "active")),
+    health: (v) => (v ? badge("healthy", "ok") : badge("degraded", "down")),
+    reachable: (v) => (v ? "reachable" : "unreachable"),
+    signature: (v) => {
+      const code = document.createElement("code");
+      code.textContent = short(String(v));
+      code.title = String(v);
+      return code;
+    },
+    score: (v) => (typeof v === "number" ? v.toFixed(3) : String(v)),
+    mib: (v) => `${num(Math.round(v / 1024))} GiB`,
+    truncated: (v) => (v ? "More offers exist; the best 200 are shown." : ""),
+  };
+
+  function rawText(v) {
+    if (v === null || v === undefined) return "";
+    if (Array.isArray(v)) return v.join(",");
+    return String(v);
+  }
+
+  // Show value v in element el (format from data-format, default "text").
+  function put(el, v, format) {
+    el.dataset.raw = rawText(v);
+    el.replaceChildren();
+    const f = FORMATS[format || el.dataset.format || "text"] || FORMATS.text;
+    const shown = v === null || v === undefined ? el.dataset.empty || "—" : f(v);
+    if (shown instanceof Node) el.appendChild(shown);
+    else el.textContent = shown;
+    if (el.dataset.format === "status" || el.dataset.format === "paused" ||
+        el.dataset.format === "health") {
+      el.classList.remove("badge");
+    }
+  }
+
+  // The value at a dotted path; undefined when the path does not exist, null when a step is null.
+  function at(obj, path) {
+    let cur = obj;
+    for (const key of path.split(".")) {
+      if (cur === null) return null;
+      if (typeof cur !== "object" || !(key in cur)) return undefined;
+      cur = cur[key];
+    }
+    return cur;
+  }
+
+  // Fill every static [data-field] of the page from one API answer.
+  function fill(data, root) {
+    for (const el of (root || document).querySelectorAll("[data-field]")) {
+      if (el.closest("tbody")) continue;
+      const v = at(data, el.dataset.field);
+      if (v !== undefined) put(el, v);
+    }
+  }
+
+  function setField(name, v, format) {
+    for (const el of document.querySelectorAll(`[data-field="${name}"]`)) put(el, v, format);
+  }
+
+  function cell(value, format, field, cls) {
+    const td = document.createElement("td");
+    if (cls) td.className = cls;
+    if (field) td.dataset.field = field;
+    put(td, value, format);
+    return td;
+  }
+
+  function fillTable(role, rows, emptyText, columns) {
+    const body = document.querySelector(`[data-role="${role}"] tbody`);
+    if (!body) return;
+    const trs = rows.map((row) => {
+      const tr = document.createElement("tr");
+      for (const c of columns(row)) tr.appendChild(c);
+      return tr;
+    });
+    if (!trs.length) {
+      const tr = document.createElement("tr");
+      tr.className = "empty";
+      const td = document.createElement("td");
+      td.colSpan = body.closest("table").querySelectorAll("thead th").length;
+      td.textContent = emptyText;
+      tr.appendChild(td);
+      trs.push(tr);
+    }
+    body.replaceChildren(...trs);
+  }
+
+  function show(role, visible) {
+    const el = document.querySelector(`[data-role="${role}"]`);
+    if (el) el.hidden = !visible;
+  }
+
+  // ------------------------------------------------------------------ charts
+
+  const CHARTS = {
+    util: { value: (g) => (g.util_gpu_avg_bp == null ? null : g.util_gpu_avg_bp / 100),
+            unit: "%", fixed: [0, 100] },
+    temp: { value: (g) => g.temp_max_c, unit: "°C" },
+    power: { value: (g) => (g.power_avg_mw == null ? null : g.power_avg_mw / 1000), unit: "W",
+             fromZero: true },
+  };
+  const W = 420;
+  const H = 190;
+  const PAD = { left: 34, right: 10, top: 10, bottom: 22 };
+
+  function niceStep(x) {
+    if (!(x > 0)) return 1;
+    const p = 10 ** Math.floor(Math.log10(x));
+    const n = x / p;
+    return (n <= 1 ? 1 : n <= 2 ? 2 : n <= 5 ? 5 : 10) * p;
+  }
+
+  function range(values, spec) {
+    if (spec.fixed) return { lo: spec.fixed[0], hi: spec.fixed[1], step: (spec.fixed[1] - spec.fixed[0]) / 4 };
+    if (!values.length) return { lo: 0, hi: 1, step: 0.25 };
+    let min = Math.min(...values);
+    const max = Math.max(...values);
+    if (spec.fromZero) min = 0;
+    const step = niceStep((max - min) / 4 || Math.abs(max) / 4 || 1);
+    const lo = Math.floor(min / step) * step;
+    let hi = Math.ceil(max / step) * step;
+    if (hi <= lo) hi = lo + step;
+    return { lo, hi, step };
+  }
+
+  function svg(tag, attrs) {
+    const el = document.createElementNS(SVG_NS, tag);
+    for (const [k, v] of Object.entries(attrs || {})) el.setAttribute(k, String(v));
+    return el;
+  }
+
+  function gpuOrder(windows) {
+    const seen = [];
+    for (const w of windows) for (const g of w.gpus) if (!seen.includes(g.uuid)) seen.push(g.uuid);
+    return seen;
+  }
+
+  function drawChart(figure, kind, windows, uuids) {
+    const spec = CHARTS[kind];
+    const series = uuids.map((uuid) => windows.map((w) => {
+      const g = w.gpus.find((x) => x.uuid === uuid);
+      return g ? spec.value(g) : null;
+    }));
+    const values = series.flat().filter((v) => v !== null);
+    const { lo, hi, step } = range(values, spec);
+    const n = windows.length;
+    const x = (i) => PAD.left + (n <= 1 ? (W - PAD.left - PAD.right) / 2
+      : (i * (W - PAD.left - PAD.right)) / (n - 1));
+    const y = (v) => PAD.top + (1 - (v - lo) / (hi - lo)) * (H - PAD.top - PAD.bottom);
+    const root = svg("svg", { viewBox: `0 0 ${W} ${H}`, class: "chart", role: "img",
+                              "aria-label": `${kind} per window`, "data-field": `chart.${kind}`,
+                              "data-raw": n });
+    for (let v = lo; v <= hi + step / 1000; v += step) {
+      root.appendChild(svg("line", { x1: PAD.left, x2: W - PAD.right, y1: y(v), y2: y(v),
+                                     class: "grid-line" }));
+      const label = svg("text", { x: PAD.left - 6, y: y(v) + 3, "text-anchor": "end",
+                                  class: "axis-label" });
+      label.textContent = `${+v.toFixed(2)}`;
+      root.appendChild(label);
+    }
+    if (n) {
+      const ends = [[0, "start"], [n - 1, "end"]];
+      for (const [i, anchor] of n > 1 ? ends : [[0, "middle"]]) {
+        const label = svg("text", { x: x(i), y: H - 6, "text-anchor": anchor, class: "axis-label" });
+        label.textContent = `#${windows[i].seq}`;
+        root.appendChild(label);
+      }
+      windows.forEach((w, i) => {
+        if (w.decision !== "accepted") {
+          const mark = svg("rect", { x: x(i) - 2, y: H - PAD.bottom + 1, width: 4, height: 4,
+                                     class: "rejected" });
+          const t = svg("title");
+          t.textContent = `window #${w.seq} rejected`;
+          mark.appendChild(t);
+          root.appendChild(mark);
+        }
+      });
+    } else {
+      const t = svg("text", { x: W / 2, y: H / 2, "text-anchor": "middle", class: "empty-label" });
+      t.textContent = "no windows";
+      root.appendChild(t);
+    }
+    series.forEach((vals, s) => {
+      let d = "";
+      let pen = false;
+      let points = 0;
+      vals.forEach((v, i) => {
+        if (v === null) {
+          pen = false;
+          return;
+        }
+        d += `${pen ? "L" : "M"}${x(i).toFixed(1)},${y(v).toFixed(1)}`;
+        pen = true;
+        points += 1;
+      });
+      if (!points) return;
+      if (points === 1) d += "h0.01"; // a lone point still shows with round caps
+      const path = svg("path", { d, class: `series c${s % 8}`, "data-gpu": uuids[s],
+                                 "data-points": points });
+      const t = svg("title");
+      t.textContent = `${uuids[s]} ${spec.unit}`;
+      path.appendChild(t);
+      root.appendChild(path);
+    });
+    figure.querySelector("svg")?.remove();
+    figure.appendChild(root);
+  }
+
+  function drawLegend(windows, uuids) {
+    const legend = document.querySelector('[data-role="legend"]');
+    const last = windows[windows.length - 1];
+    legend.replaceChildren(...uuids.map((uuid, s) => {
+      const item = document.createElement("span");
+      const sw = document.createElement("span");
+      sw.className = `sw c${s % 8}`;
+      item.appendChild(sw);
+      const g = last && last.gpus.find((x) => x.uuid === uuid);
+      const now = g ? [g.util_gpu_avg_bp == null ? null : `${(g.util_gpu_avg_bp / 100).toFixed(0)} %`,
+        g.temp_max_c == null ? null : `${g.temp_max_c} °C`,
+        g.power_avg_mw == null ? null : `${(g.power_avg_mw / 1000).toFixed(0)} W`].filter(Boolean) : [];
+      const text = document.createElement("span");
+      text.textContent = `${uuid}${now.length ? ` — now ${now.join(", ")}` : ""}`;
+      item.appendChild(text);
+      return item;
+    }));
+  }
+
+  // ------------------------------------------------------------------ pages
+
+  function addressFromPath() {
+    const parts = location.pathname.split("/").filter(Boolean);
+    return decodeURIComponent(parts[parts.length - 1] || "");
+  }
+
+  async function market() {
+    const m = await getJSON("/v1/dashboard/market");
+    decimals = m.decimals;
+    fill(m);
+  }
+
+  async function offers() {
+    const o = await getJSON("/v1/dashboard/offers");
+    decimals = o.decimals;
+    fill(o);
+    fillTable("offers", o.offers, "No provider offers GPUs in this market yet.", (r) => {
+      const f = (name) => `offers.${r.provider}.${name}`;
+      const who = cell(r.provider, "text", f("provider"), "mono");
+      who.replaceChildren(link(providerHref(r.provider), short(r.provider), r.provider));
+      const free = cell(r.gpus_free, "int", f("gpus_free"), "num");
+      free.append(` / ${num(r.gpus_total)}`);
+      const jobs = cell(r.jobs_completed, "int", f("jobs_completed"), "num");
+      jobs.append(` / ${num(r.jobs_failed)}`);
+      return [
+        cell(r.rank, "int", f("rank"), "num"), who, cell(r.gpu_model, "text", f("gpu_model")),
+        free, cell(r.vram_mib, "mib", f("vram_mib"), "num"), cell(r.region, "text", f("region")),
+        cell(r.price_per_gpu_hour, "amount", f("price_per_gpu_hour"), "num"),
+        cell(r.stake, "stake", f("stake"), "num"),
+        cell(r.verified_hours, "int", f("verified_hours"), "num"), jobs,
+        cell(r.slashes, "int", f("slashes"), "num"), cell(r.score, "score", f("score"), "num"),
+        cell(r.jailed ? "jailed" : "active", "status", f("status")),
+      ];
+    });
+  }
+
+  async function job() {
+    const addr = addressFromPath();
+    const [j, w] = await Promise.all([
+      getJSON(`/v1/dashboard/jobs/${encodeURIComponent(addr)}`),
+      getJSON(`/v1/jobs/${encodeURIComponent(addr)}/windows?limit=${WINDOWS}`, true),
+    ]);
+    decimals = j.decimals;
+    fill(j);
+    if (!j.on_chain) setField("chain.status", "closed", "status");
+    show("closed", !j.on_chain);
+    fillTable("settlements", j.settlements, "This node has not settled this job.", (s) => {
+      const f = (name) => `settlements.${s.seq}.${name}`;
+      return [
+        cell(s.seq, "int", f("seq"), "num"),
+        cell(s.approved_seconds, "int", f("approved_seconds"), "num"),
+        cell(s.status, "status", f("status")),
+        cell(s.signature, "signature", f("signature")),
+        cell(Math.round(s.updated_at), "clock", f("updated_at")),
+      ];
+    });
+    const windows = w ? w.windows : [];
+    show("no-windows", !windows.length);
+    setField("windows.count", windows.length, "int");
+    const uuids = gpuOrder(windows);
+    for (const fig of document.querySelectorAll("figure[data-chart]")) {
+      drawChart(fig, fig.dataset.chart, windows, uuids);
+    }
+    drawLegend(windows, uuids);
+    fillTable("windows", windows.slice(-15).reverse(), "No window stored.", (x) => {
+      const f = (name) => `windows.${x.seq}.${name}`;
+      return [
+        cell(x.seq, "int", f("seq"), "num"), cell(x.window_end, "clock", f("window_end")),
+        cell(x.billable_seconds, "int", f("billable_seconds"), "num"),
+        cell(x.approved_seconds, "int", f("approved_seconds"), "num"),
+        cell(x.decision, "status", f("decision")),
+        cell(x.workload_state, "text", f("workload_state")),
+      ];
+    });
+  }
+
+  async function provider() {
+    const addr = addressFromPath();
+    const p = await getJSON(`/v1/dashboard/providers/${encodeURIComponent(addr)}`);
+    decimals = p.decimals;
+    fill(p);
+    fillTable("jobs", p.jobs, "No job of this provider is on chain.", (j) => {
+      const f = (name) => `jobs.${j.job}.${name}`;
+      return [
+        cell(j.job, "job", f("job"), "mono"), cell(j.status, "status", f("status")),
+        cell(j.gpu_count, "int", f("gpu_count"), "num"),
+        cell(j.paid_seconds, "int", f("paid_seconds"), "num"),
+        cell(j.paid_provider, "amount", f("paid_provider"), "num"),
+        cell(j.deposited, "amount", f("deposited"), "num"),
+        cell(j.created_at, "time", f("created_at")),
+      ];
+    });
+  }
+
+  async function validator() {
+    const v = await getJSON("/v1/dashboard/validator");
+    decimals = v.decimals;
+    fill(v);
+    fillTable("recent", v.recent_settlements, "No settlement yet.", (s) => {
+      const f = (name) => `recent.${s.job}.${s.seq}.${name}`;
+      return [
+        cell(s.job, "job", f("job"), "mono"), cell(s.seq, "int", f("seq"), "num"),
+        cell(s.approved_seconds, "int", f("approved_seconds"), "num"),
+        cell(s.status, "status", f("status")), cell(s.signature, "signature", f("signature")),
+        cell(Math.round(s.updated_at), "time", f("updated_at")),
+      ];
+    });
+  }
+
+  const LOADERS = { market, offers, job, provider, validator };
+
+  // ------------------------------------------------------------------ wiring
+
+  function setupLookup() {
+    const form = document.querySelector('[data-role="lookup"]');
+    if (!form) return;
+    form.addEventListener("submit", (ev) => {
+      ev.preventDefault();
+      const addr = form.elements.addr.value.trim();
+      const kind = ev.submitter ? ev.submitter.value : "job";
+      const hint = document.querySelector('[data-role="lookup-error"]');
+      if (!BASE58.test(addr)) {
+        hint.textContent = "That is not a base58 account address.";
+        return;
+      }
+      location.href = kind === "provider" ? providerHref(addr) : jobHref(addr);
+    });
+  }
+
+  function showError(err) {
+    const banner = document.querySelector('[data-role="error"]');
+    banner.textContent = err && err.message ? err.message : String(err);
+    banner.dataset.code = (err && err.code) || "";
+    banner.hidden = false;
+  }
+
+  async function tick() {
+    try {
+      await LOADERS[page]();
+      document.querySelector('[data-role="error"]').hidden = true;
+      const now = new Date();
+      setField("updated", Math.floor(now.getTime() / 1000), "text");
+      for (const el of document.querySelectorAll('[data-field="updated"]')) {
+        el.textContent = `${pad2(now.getHours())}:${pad2(now.getMinutes())}:${pad2(now.getSeconds())}`;
+      }
+    } catch (err) {
+      showError(err);
+    } finally {
+      setTimeout(tick, REFRESH_MS);
+    }
+  }
+
+  for (const a of document.querySelectorAll(`[data-nav="${page}"]`)) a.classList.add("active");
+  setupLookup();
+  tick();
+})();
