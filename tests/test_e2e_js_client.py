@@ -15,14 +15,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 from pathlib import Path
 
 import pytest
 from gpu_market import pda, tokens
 from gpu_market.client import GpuMarketClient
-from gpu_market.demo import Processes, localnet_binary, wait_for_line
+from gpu_market.demo import Processes, free_port_pair, localnet_binary, wait_for_line
 from solders.keypair import Keypair
 
 pytestmark = pytest.mark.e2e
@@ -32,20 +31,6 @@ JS = ROOT / "tests" / "js"
 PRICE = 1_000
 SECONDS = 4
 
-
-def _port_pair() -> int:
-    """A port P with P + 1 free too (the chain serves PubSub on P + 1)."""
-    for _ in range(50):
-        with socket.socket() as a:
-            a.bind(("127.0.0.1", 0))
-            p = a.getsockname()[1]
-            try:
-                with socket.socket() as b:
-                    b.bind(("127.0.0.1", p + 1))
-            except OSError:
-                continue
-        return p
-    raise AssertionError("no two consecutive free ports on 127.0.0.1")
 
 
 def test_the_official_js_stack_creates_settles_and_decodes_with_our_idl(tmp_path: Path) -> None:
@@ -57,7 +42,7 @@ def test_the_official_js_stack_creates_settles_and_decodes_with_our_idl(tmp_path
     procs = Processes(tmp_path)
     client = None
     try:
-        port = _port_pair()
+        port = free_port_pair()
         chain = procs.start("localnet", [localnet_binary(), "--port", str(port)])
         ready = wait_for_line(chain, tmp_path / "localnet.log", "ready on", timeout=60)
         assert f"pubsub=ws://127.0.0.1:{port + 1}" in ready, ready

@@ -6,7 +6,6 @@ from __future__ import annotations
 import base64
 import json
 import os
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,7 +13,7 @@ from typing import Any
 import pytest
 from gpu_market import tokens
 from gpu_market.client import GpuMarketClient
-from gpu_market.demo import Processes, localnet_binary, wait_for_line
+from gpu_market.demo import Processes, free_port_pair, localnet_binary, wait_for_line
 from solders.keypair import Keypair
 from websockets.sync.client import ClientConnection, connect
 
@@ -22,19 +21,6 @@ pytestmark = pytest.mark.e2e
 
 TOKEN_PROGRAM = "TokenkegQfeZyiNwAJbNbGKPFXCWuBvf9Ss623VQ5DA"
 
-
-def _port_pair() -> int:
-    for _ in range(50):
-        with socket.socket() as a:
-            a.bind(("127.0.0.1", 0))
-            p = a.getsockname()[1]
-            try:
-                with socket.socket() as b:
-                    b.bind(("127.0.0.1", p + 1))
-            except OSError:
-                continue
-        return p
-    raise AssertionError("no two consecutive free ports")
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +30,7 @@ def chain(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[GpuMarketC
     procs = Processes(workdir)
     client = None
     try:
-        port = _port_pair()
+        port = free_port_pair()
         proc = procs.start("localnet", [localnet_binary(), "--port", str(port)])
         wait_for_line(proc, workdir / "localnet.log", "ready on", timeout=60)
         client = GpuMarketClient(f"http://127.0.0.1:{port}", payer=Keypair())

@@ -25,6 +25,7 @@ import pytest
 from gpu_market import pda, tokens
 from gpu_market.client import GpuMarketClient
 from gpu_market.demo import (
+    CONTAINERS_CONF,
     Processes,
     free_port,
     localnet_binary,
@@ -41,7 +42,6 @@ pytestmark = pytest.mark.e2e
 WINDOW = 2
 RATE = 1_000  # 0.001 per GPU-second, 6 decimals, one GPU
 IMAGE = "localhost/gpum-busybox:1"
-CONF = "[containers]\ndefault_ulimits = []\n[engine]\nruntime = \"runc\"\n"
 
 
 def _tool(name: str) -> str:
@@ -107,7 +107,7 @@ class Net:
 def net(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Net]:
     assert os.environ.get("GPUM_LOCALNET_BIN"), "run through `make test` (builds gpum-localnet)"
     workdir: Path = tmp_path_factory.mktemp("run-watch")
-    (workdir / "containers.conf").write_text(CONF)
+    (workdir / "containers.conf").write_text(CONTAINERS_CONF)
     podman_env = {"CONTAINERS_CONF": str(workdir / "containers.conf")}
     build_busybox_image(IMAGE, extra_env=podman_env)
     procs = Processes(workdir)

@@ -29,6 +29,7 @@ import pytest
 from gpu_market import pda, tokens
 from gpu_market.client import GpuMarketClient
 from gpu_market.demo import (
+    CONTAINERS_CONF,
     Processes,
     free_port,
     localnet_binary,
@@ -48,7 +49,6 @@ pytestmark = pytest.mark.e2e
 WINDOW = 2
 IMAGE = "localhost/gpum-busybox:1"
 SECRET = "s3cr3t-token-never-in-clear"
-CONF = "[containers]\ndefault_ulimits = []\n[engine]\nruntime = \"runc\"\n"
 
 
 def _tool(name: str) -> str:
@@ -147,7 +147,7 @@ class World:
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     assert os.environ.get("GPUM_LOCALNET_BIN"), "run through `make test` (builds gpum-localnet)"
     workdir: Path = tmp_path_factory.mktemp("workload")
-    (workdir / "containers.conf").write_text(CONF)
+    (workdir / "containers.conf").write_text(CONTAINERS_CONF)
     podman_env = {"CONTAINERS_CONF": str(workdir / "containers.conf")}
     build_busybox_image(IMAGE, extra_env=podman_env)
     procs = Processes(workdir)

@@ -52,6 +52,20 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def free_port_pair() -> int:
+    """A port P of 127.0.0.1 with P + 1 free too: ``gpum-localnet --port P`` serves PubSub on
+    P + 1, where Solana clients look for it."""
+    for _ in range(50):
+        p = free_port()
+        try:
+            with socket.socket() as b:
+                b.bind(("127.0.0.1", p + 1))
+        except OSError:
+            continue
+        return p
+    raise DemoError("no two consecutive free ports on 127.0.0.1")
+
+
 def localnet_binary() -> str:
     """The ``gpum-localnet`` binary: ``$GPUM_LOCALNET_BIN``, else the one on PATH."""
     path = os.environ.get("GPUM_LOCALNET_BIN") or shutil.which("gpum-localnet")
@@ -175,7 +189,7 @@ def run_demo(
     client = None
     try:
         # -- local chain --------------------------------------------------------------
-        port = free_port()
+        port = free_port_pair()
         url = f"http://127.0.0.1:{port}"
         chain = procs.start("localnet", [localnet_binary(), "--port", str(port)])
         wait_for_line(chain, workdir / "localnet.log", "ready on", timeout=60)
