@@ -8,6 +8,13 @@ UTF-8 JSON get 400. Every error body is ``{"error", "message", "retry"}``; a ret
 single-proof answer (425, 503) also carries ``"retry_after"`` and a ``Retry-After`` header.
 Binding to a non-loopback address needs ``allow_remote=True``.
 
+Hostile traffic (issue 9, first part): the listen backlog is ``LISTEN_BACKLOG`` (a burst of
+connections waits instead of being reset); at most ``MAX_CONCURRENT`` requests are handled at
+once (more wait in the backlog; threads never grow without bound); a connection that sends
+nothing for ``READ_TIMEOUT_S`` is closed (slowloris); responses go out with ``TCP_NODELAY``
+(no Nagle delay); a JSON number the parser refuses (thousands of digits) is a 400 like any
+other bad body, never a traceback.
+
 ``GET /v1/jobs/<job base58>/head`` serves the stored proof with the highest seq of a job,
 accepted or rejected, for a worker that lost its disk (it must never re-sign a seq it
 signed). Only proofs that passed authentication, the job-assignment and the worker-key
@@ -26,6 +33,7 @@ import base64
 import ipaddress
 import json
 import logging
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -105,8 +113,14 @@ class HealthProbe:
             return self._ok
 
 
+LISTEN_BACKLOG = 1024
+MAX_CONCURRENT = 256
+READ_TIMEOUT_S = 10.0
+
+
 class ValidatorHTTPServer(ThreadingHTTPServer):
     daemon_threads = True
+    request_queue_size = LISTEN_BACKLOG
 
     def __init__(self, addr: tuple[str, int], intake: Intake, store: Store,
                  probe: HealthProbe | Callable[[], bool],
@@ -120,7 +134,25 @@ class ValidatorHTTPServer(ThreadingHTTPServer):
         self.dashboard = dashboard
         """The ``/v1/dashboard/*`` routes and the pages; None: they answer 404 (the windows
         route needs only the store and is always served)."""
+        self.read_timeout_s = READ_TIMEOUT_S
+        self._slots = threading.BoundedSemaphore(MAX_CONCURRENT)
         super().__init__(addr, _Handler)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        """One handler thread per connection, at most ``MAX_CONCURRENT`` at once: the accept
+        loop waits for a free slot, and further connections wait in the listen backlog."""
+        self._slots.acquire()
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
 
     def chain_ok(self) -> bool:
         p = self.probe
@@ -189,6 +221,14 @@ class _Handler(BaseHTTPRequestHandler):
     server: ValidatorHTTPServer
     protocol_version = "HTTP/1.1"
     server_version = "gpum-validator"
+
+    def setup(self) -> None:
+        self.timeout = self.server.read_timeout_s  # slowloris: an idle connection is closed
+        super().setup()
+        try:
+            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        except OSError:
+            pass  # not a TCP socket (tests over a socketpair)
 
     def log_message(self, format: str, *args: Any) -> None:  # stdlib signature
         log.debug("%s %s", self.client_address[0], format % args)
@@ -317,7 +357,7 @@ class _Handler(BaseHTTPRequestHandler):
             return _NO_BODY
         try:
             return json.loads(raw.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
+        except (UnicodeDecodeError, ValueError, RecursionError) as e:  # JSONDecodeError too
             self.server.intake.metrics.proof("rejected", "bad_json")
             self._error(400, "bad_json", f"the body is not UTF-8 JSON: {e}")
             return _NO_BODY
