@@ -167,7 +167,11 @@ class TTLCache:
 PAGES: Mapping[str, str] = MappingProxyType({
     "market": "index.html", "offers": "offers.html", "job": "job.html",
     "provider": "provider.html", "validator": "validator.html"})
-"""Page -> its HTML file in ``dashboard_assets/``."""
+"""Page -> its HTML file in ``dashboard_assets/`` (the page's own content; the frame every page
+shares, head, navigation and footer, is ``layout.html``)."""
+PAGE_TITLES: Mapping[str, str] = MappingProxyType({
+    "market": "Market", "offers": "Offers", "job": "Job", "provider": "Provider",
+    "validator": "Validator"})
 ASSETS: Mapping[str, str] = MappingProxyType({
     "dashboard.js": "text/javascript; charset=utf-8",
     "dashboard.css": "text/css; charset=utf-8",
@@ -181,11 +185,18 @@ CONTENT_SECURITY_POLICY = ("default-src 'none'; script-src 'self'; style-src 'se
 
 @functools.lru_cache(maxsize=len(PAGES) + len(ASSETS))
 def load_asset(name: str) -> bytes:
-    """The bytes of a file of ``dashboard_assets/`` (read once); KeyError for a name that is
-    neither a page's file nor in ``ASSETS``."""
+    """The bytes of a file of ``dashboard_assets/`` (read once), a page's file framed by
+    ``layout.html``; KeyError for a name that is neither a page's file nor in ``ASSETS``."""
     if name not in ASSETS and name not in PAGES.values():
         raise KeyError(name)
-    return (resources.files(__package__) / "dashboard_assets" / name).read_bytes()
+    raw = (resources.files(__package__) / "dashboard_assets" / name).read_bytes()
+    page = next((p for p, f in PAGES.items() if f == name), None)
+    if page is None:
+        return raw
+    frame = (resources.files(__package__) / "dashboard_assets" / "layout.html").read_bytes()
+    frame = frame[frame.index(b"<!doctype html>"):]  # without its own comment
+    return (frame.replace(b"__TITLE__", PAGE_TITLES[page].encode())
+            .replace(b"__PAGE__", page.encode()).replace(b"__CONTENT__", raw))
 
 
 # ----------------------------------------------------------------------------- pure parts

@@ -575,7 +575,10 @@ def test_assets_are_served_with_their_types(world) -> None:
     css = load_asset("dashboard.css").decode()
     assert "url(" not in css and "@import" not in css
     for page, name in PAGES.items():
-        assert f'data-page="{page}"' in load_asset(name).decode()
+        html = load_asset(name).decode()
+        assert f'data-page="{page}"' in html and html.startswith("<!doctype html>")
+        assert "__" not in html and html.count("<main>") == html.count("</main>") == 1
+    _error(http.get("/dashboard/assets/layout.html"), 404, "not_found")  # the frame alone
     _error(http.get("/dashboard/assets/../dashboard.py"), 404, "not_found")
     _error(http.get("/dashboard/assets/missing.js"), 404, "not_found")
 
