@@ -11,18 +11,22 @@ VENV := .venv
 PY := $(VENV)/bin/python
 LOCALNET := $(CARGO_TARGET_DIR)/debug/gpum-localnet
 
-.PHONY: all setup venv localnet containers browser js-deps test test-rust test-py idl idl-check demo lint clean
+.PHONY: all setup venv localnet containers browser postgres js-deps test test-rust test-py idl idl-check demo lint clean
 
 all: test
 
 setup: venv localnet
 
-# Python: one venv with the SDK/CLI, worker and validator installed editable.
+# Python: one venv with the SDK/CLI, worker and validator installed editable, and the
+# validator's Rust fast path (validator/fastpath) built by pip + maturin (needs cargo).
 venv: $(VENV)/.installed
-$(VENV)/.installed: clients/py/pyproject.toml worker/pyproject.toml validator/pyproject.toml requirements-dev.txt
+$(VENV)/.installed: clients/py/pyproject.toml worker/pyproject.toml validator/pyproject.toml requirements-dev.txt \
+		validator/fastpath/pyproject.toml validator/fastpath/Cargo.toml validator/fastpath/Cargo.lock \
+		$(wildcard validator/fastpath/src/*.rs)
 	python3 -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
 	$(VENV)/bin/pip install -q -r requirements-dev.txt -e clients/py -e worker -e validator
+	$(VENV)/bin/pip install -q ./validator/fastpath
 	touch $@
 
 localnet:
@@ -58,13 +62,20 @@ browser:
 	  apt-get update -q && apt-get install -y -q chromium; \
 	fi
 
+# The validator's PostgreSQL store tests start a throwaway server with Debian's binaries.
+postgres:
+	@if ! compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null; then \
+	  echo "installing postgresql (Debian package)"; \
+	  apt-get update -q && apt-get install -y -q postgresql; \
+	fi
+
 # The official Solana JS stack (web3.js, Anchor TS) for the JS-client test, pinned by the lock.
 js-deps: tests/js/node_modules/.installed
 tests/js/node_modules/.installed: tests/js/package.json tests/js/package-lock.json
 	cd tests/js && npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
-test-py: venv localnet containers browser js-deps
+test-py: venv localnet containers browser postgres js-deps
 	GPUM_LOCALNET_BIN=$(LOCALNET) $(PY) -m pytest
 
 test: idl-check test-rust test-py

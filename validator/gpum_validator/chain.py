@@ -117,44 +117,102 @@ def baseline_state(job: Any) -> JobState:
 DEFAULT_PROVIDER_CACHE = 4096
 
 
-class ProviderKeys:
-    """Provider accounts (or their absence) cached for ``ttl`` seconds in an LRU of at most
-    ``max_entries``; ``get(..., refresh=True)`` re-reads. Thread-safe."""
+REFRESH_INTERVAL = 5.0
+"""Seconds within which a forced re-read of one account is served from the read before."""
 
-    def __init__(self, client: ChainClient, ttl: float = 30.0,
+
+class AccountCache:
+    """Accounts (or their absence) read by ``fetch(Pubkey)`` and cached for ``ttl`` seconds in
+    an LRU of at most ``max_entries``; ``get(..., refresh=True)`` re-reads, ``forget`` drops
+    one entry (a subscription saw the account change). Thread-safe. Memory is bounded
+    whatever addresses are asked for; a read failure is ``ChainUnavailable`` (nothing is
+    cached)."""
+
+    def __init__(self, fetch: Callable[[Pubkey], Any | None], what: str, ttl: float,
                  clock: Callable[[], float] = time.monotonic,
                  max_entries: int = DEFAULT_PROVIDER_CACHE) -> None:
         if max_entries < 1:
             raise ValueError("max_entries must be at least 1")
-        self.client = client
+        self.fetch = fetch
+        self.what = what
         self.ttl = ttl
         self.clock = clock
         self.max_entries = max_entries
+        self.reads = 0
+        """Chain reads made (cache misses and refreshes)."""
         self._cache: OrderedDict[bytes, tuple[float, Any | None]] = OrderedDict()
+        self._forced: OrderedDict[bytes, float] = OrderedDict()
+        """When each address was last read because ``refresh`` forced it (bounded too)."""
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
         with self._lock:
             return len(self._cache)
 
-    def forget(self, provider: bytes) -> None:
-        """Drop ``provider``'s entry (a subscription saw its account change): the next proof
-        reads it afresh instead of waiting out the TTL."""
+    def forget(self, address: bytes) -> None:
+        """Drop ``address``'s entry: the next use reads it afresh instead of waiting out the
+        TTL."""
         with self._lock:
-            self._cache.pop(bytes(provider), None)
+            self._cache.pop(bytes(address), None)
 
-    def get(self, provider: bytes, refresh: bool = False) -> Any | None:
+    def get(self, address: bytes, refresh: bool = False) -> Any | None:
+        """The cached account, or a fresh read. ``refresh`` forces a read, but at most once per
+        ``REFRESH_INTERVAL`` seconds per address: a stream of proofs signed by unknown keys
+        for a real provider costs one read per interval, not one each (they are retryable,
+        so a genuine rotation is still seen within the interval)."""
         now = self.clock()
         with self._lock:
-            hit = self._cache.get(provider)
+            hit = self._cache.get(address)
+            if refresh:
+                forced = self._forced.get(address)
+                if hit is not None and forced is not None and now - forced < REFRESH_INTERVAL:
+                    refresh = False  # forced a read less than an interval ago: keep it
+                else:
+                    self._forced[address] = now
+                    self._forced.move_to_end(address)
+                    while len(self._forced) > self.max_entries:
+                        self._forced.popitem(last=False)
             if hit is not None and not refresh and now - hit[0] < self.ttl:
-                self._cache.move_to_end(provider)
+                self._cache.move_to_end(address)
                 return hit[1]
-        view = read("the provider account",
-                    lambda: self.client.fetch_provider(Pubkey.from_bytes(provider)))
+            self.reads += 1
+        view = read(self.what, lambda: self.fetch(Pubkey.from_bytes(address)))
         with self._lock:
-            self._cache[provider] = (now, view)
-            self._cache.move_to_end(provider)
+            self._cache[address] = (now, view)
+            self._cache.move_to_end(address)
             while len(self._cache) > self.max_entries:
                 self._cache.popitem(last=False)
         return view
+
+
+class ProviderKeys(AccountCache):
+    """Provider accounts cached for ``ttl`` seconds (30 by default); the intake re-reads once
+    on a worker-key mismatch, so a rotation or registration is seen at the next proof."""
+
+    def __init__(self, client: ChainClient, ttl: float = 30.0,
+                 clock: Callable[[], float] = time.monotonic,
+                 max_entries: int = DEFAULT_PROVIDER_CACHE) -> None:
+        super().__init__(client.fetch_provider, "the provider account", ttl, clock, max_entries)
+        self.client = client
+
+
+DEFAULT_JOB_TTL = 2.0
+"""How long a Job account read by the intake is reused (``JobAccounts``)."""
+DEFAULT_JOB_CACHE = 32_768
+"""Job accounts the intake keeps (a few KiB each): more than the running jobs of any one
+validator's committees, so a busy node does not thrash."""
+
+
+class JobAccounts(AccountCache):
+    """Job accounts as the intake judges proofs against them, cached for ``ttl`` seconds
+    (``DEFAULT_JOB_TTL``) and dropped at once when a subscription sees the job change. A
+    proof is therefore judged against the job as it was at most ``ttl`` seconds ago, as if
+    its single read had been that much slower; every proof of a job no longer reads the chain.
+    (A worker that keeps sending windows after its own job ended gets them approved here for
+    at most ``ttl`` seconds; the chain refuses to settle a receipt after the job's end, so
+    the only party this can hurt is that provider.)"""
+
+    def __init__(self, client: ChainClient, ttl: float = DEFAULT_JOB_TTL,
+                 clock: Callable[[], float] = time.monotonic,
+                 max_entries: int = DEFAULT_JOB_CACHE) -> None:
+        super().__init__(client.fetch_job, "the job account", ttl, clock, max_entries)

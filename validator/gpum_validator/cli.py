@@ -28,6 +28,7 @@ from .config import (
     VerifyConfig,
 )
 from .errors import ConfigError, StoreError, ValidatorError
+from .retention import DEFAULT_RETENTION_DAYS
 from .verify import field_of
 
 log = logging.getLogger("gpum_validator")
@@ -36,6 +37,29 @@ log = logging.getLogger("gpum_validator")
 def default_db() -> Path:
     base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
     return Path(base) / "gpum-validator" / "validator.sqlite"
+
+
+def open_db(db: str) -> Any:
+    """The store ``--db`` names: a ``postgresql://`` URL (``store_pg.PostgresStore``) or an
+    SQLite file (``store.SQLiteStore``; its directory is created)."""
+    from .store import SQLiteStore
+    from .store_pg import PostgresStore, is_postgres_url
+
+    if is_postgres_url(db):
+        return PostgresStore(db)
+    path = Path(db)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(f"--db {path}: cannot create its directory ({e})") from None
+    return SQLiteStore(path)
+
+
+def describe_db(db: str) -> str:
+    """``--db`` for a log line: a URL without its password."""
+    from .store_pg import describe
+
+    return describe(db)
 
 
 def setup_logging(level: str) -> None:
@@ -95,8 +119,12 @@ def main() -> None:
 @click.option("--program-id", default=None, help="gpu_market program id (default: the SDK's)")
 @click.option("--listen", default=DEFAULT_LISTEN, show_default=True, help="HOST:PORT for HTTP")
 @click.option("--allow-remote", is_flag=True, help="allow a non-loopback --listen address")
-@click.option("--db", "db_path", type=click.Path(path_type=Path), default=None,
-              help="SQLite file [default: $XDG_STATE_HOME/gpum-validator/validator.sqlite]")
+@click.option("--db", "db_path", default=None,
+              help="SQLite file or postgresql://user@host/db URL "
+                   "[default: $XDG_STATE_HOME/gpum-validator/validator.sqlite]")
+@click.option("--retention-days", default=DEFAULT_RETENTION_DAYS, show_default=True, type=float,
+              help="days after a job ended on chain before its proofs are pruned "
+                   "(equivocation evidence is kept); 0 keeps everything")
 @click.option("--settle-every", default=DEFAULT_SETTLE_EVERY, show_default=True, type=int,
               help="settle a job every N accepted windows")
 @click.option("--settle-interval", default=5.0, show_default=True, type=float,
@@ -110,10 +138,25 @@ def main() -> None:
               help="own stricter allowance of uncorrected ECC errors per window")
 @click.option("--log-level", default="info", show_default=True,
               type=click.Choice(["debug", "info", "warning", "error"]))
+@click.option("--max-connections", default=4096, show_default=True, type=int,
+              help="open HTTP connections at most (lowered to fit the file-descriptor limit); "
+                   "at the cap the longest idle one is closed")
+@click.option("--max-connections-per-source", default=256, show_default=True, type=int,
+              help="open connections per client IP (IPv6: per /64); more are closed at once")
+@click.option("--max-in-flight-per-source", default=32, show_default=True, type=int,
+              help="requests per client IP handled or queued for a handler at once; the "
+                   "next ones wait their turn")
+@click.option("--trusted-proxy", "trusted_proxies", multiple=True,
+              default=("127.0.0.1", "::1"), show_default=True,
+              help="the TLS proxy's IP: no connection cap, its requests count per client of "
+                   "its X-Forwarded-For (which it must append); repeatable, 'none' for none")
 def run(url: str, keypair_path: Path, market: str, program_id: str | None, listen: str,
-        allow_remote: bool, db_path: Path | None, settle_every: int,
+        allow_remote: bool, db_path: str | None, settle_every: int,
         settle_interval: float, leader_timeout: float, temp_critical_c: int | None,
-        ecc_uncorrected_max: int | None, log_level: str) -> None:
+        ecc_uncorrected_max: int | None, log_level: str,
+        retention_days: float = DEFAULT_RETENTION_DAYS, max_connections: int = 4096,
+        max_connections_per_source: int = 256, max_in_flight_per_source: int = 32,
+        trusted_proxies: tuple[str, ...] = ("127.0.0.1", "::1")) -> None:
     """Serve the proof intake and the committee endpoints, lead settle rounds and report
     equivocation and downtime, until SIGINT/SIGTERM."""
     setup_logging(log_level)
@@ -129,8 +172,18 @@ def run(url: str, keypair_path: Path, market: str, program_id: str | None, liste
         policy = SettlePolicy(settle_every_windows=settle_every,
                               leader_timeout_windows=leader_timeout)
         policy.validate()
+        if retention_days < 0:
+            raise ConfigError("--retention-days must be 0 (keep everything) or more")
+        from .server import HttpLimits
+
+        limits = HttpLimits(max_connections=max_connections,
+                            max_connections_per_source=max_connections_per_source,
+                            max_in_flight_per_source=max_in_flight_per_source,
+                            trusted_proxies=tuple(p for p in trusted_proxies if p != "none"))
+        limits.validate()
         _run(url, keypair_path, market, program_id, listen, allow_remote,
-             db_path or default_db(), policy, settle_interval, own)
+             db_path or str(default_db()), policy, settle_interval, own,
+             retention_days=retention_days, http_limits=limits)
     except ValidatorError as e:
         _fail(e)
 
@@ -151,8 +204,9 @@ def _connect(url: str, payer: Keypair, program_id: Pubkey | None) -> Any:
 
 
 def _run(url: str, keypair_path: Path, market_s: str, program_id_s: str | None, listen: str,
-         allow_remote: bool, db_path: Path, policy: SettlePolicy, settle_interval: float,
-         own_health: HealthThresholds | None) -> None:
+         allow_remote: bool, db_path: str, policy: SettlePolicy, settle_interval: float,
+         own_health: HealthThresholds | None, *,
+         retention_days: float = DEFAULT_RETENTION_DAYS, http_limits: Any = None) -> None:
     from gpu_market import PROGRAM_ID
 
     from .dashboard import Dashboard
@@ -160,12 +214,18 @@ def _run(url: str, keypair_path: Path, market_s: str, program_id_s: str | None, 
     from .members import Member
     from .metrics import Metrics
     from .peers import Peers
+    from .retention import Pruner
     from .rewards import RewardsProbe
-    from .server import HealthProbe, ValidatorHTTPServer, parse_listen, serve_in_thread
+    from .server import (
+        HealthProbe,
+        ValidatorHTTPServer,
+        parse_listen,
+        raise_fd_limit,
+        serve_in_thread,
+    )
     from .service import Intake
     from .settlement import SettlementLoop, Settler
     from .slashing import EquivocationReporter, ValidatorEquivocationReporter
-    from .store import SQLiteStore
 
     authority = load_keypair(keypair_path)
     market = parse_address(market_s, "--market")
@@ -184,11 +244,7 @@ def _run(url: str, keypair_path: Path, market_s: str, program_id_s: str | None, 
         program_id=bytes(getattr(client, "program_id", None) or program_id or PROGRAM_ID),
         market=bytes(market), authority=bytes(authority.pubkey()), own_health=own_health)
     cfg.validate()
-    try:
-        db_path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise ConfigError(f"--db {db_path}: cannot create its directory ({e})") from None
-    store = SQLiteStore(db_path)
+    store = open_db(db_path)
     metrics = Metrics()
     peers = Peers(client, cfg.market, policy.peer_timeout_seconds, policy.endpoint_ttl_seconds)
     reporter = EquivocationReporter(client, authority, store, cfg.program_id, policy, metrics)
@@ -199,11 +255,14 @@ def _run(url: str, keypair_path: Path, market_s: str, program_id_s: str | None, 
                                            metrics).report_pending,
              DowntimeReporter(client, authority, store, peers, policy, metrics).report_pending,
              RewardsProbe(client, cfg.market, cfg.authority, store).refresh)
+    if retention_days > 0:
+        tasks += (Pruner(store, retention_days, client).run_once,)
+    raise_fd_limit()  # idle connections cost a descriptor each, not a thread
     try:
         server = ValidatorHTTPServer((host, port), intake, store,
                                      HealthProbe(client, cfg.market), member=member,
                                      dashboard=Dashboard(client, store, cfg.market,
-                                                         cfg.authority))
+                                                         cfg.authority), limits=http_limits)
     except OSError as e:
         raise ConfigError(f"--listen {listen}: cannot bind ({e})") from None
     _warn_if_not_validator(client, market, authority.pubkey())
@@ -213,14 +272,14 @@ def _run(url: str, keypair_path: Path, market_s: str, program_id_s: str | None, 
         signal.signal(sig, lambda *_: stop.set())
     serve_in_thread(server)
     loop.start()
-    watcher = _watch_providers(url, cfg.program_id, intake)
+    watchers = _watch_accounts(url, cfg.program_id, intake)
     log.info("listening on http://%s:%d market=%s authority=%s settle_every=%d db=%s",
              host, server.server_port, market, authority.pubkey(),
-             policy.settle_every_windows, db_path)
+             policy.settle_every_windows, describe_db(db_path))
     log.info("dashboard on http://%s:%d/dashboard/", host, server.server_port)
     stop.wait()
     log.info("shutting down")
-    if watcher is not None:
+    for watcher in watchers:
         watcher.stop()
     server.shutdown()
     loop.stop()
@@ -228,9 +287,10 @@ def _run(url: str, keypair_path: Path, market_s: str, program_id_s: str | None, 
     store.close()
 
 
-def _watch_providers(url: str, program_id: bytes, intake: Any) -> Any:
-    """A PubSub subscription to the market's Provider accounts: a change (a key rotation,
-    a slash) drops that provider from the intake's cache, so the next proof sees it at once
+def _watch_accounts(url: str, program_id: bytes, intake: Any) -> list[Any]:
+    """PubSub subscriptions to the program's Provider and Job accounts: a change (a key
+    rotation, a slash; a job finishing, settled, topped up) drops that account from the
+    intake's cache (``ProviderKeys``, ``JobAccounts``), so the next proof sees it at once
     instead of after the cache TTL, which stays the fallback without PubSub."""
     import base64
     import hashlib
@@ -241,14 +301,18 @@ def _watch_providers(url: str, program_id: bytes, intake: Any) -> Any:
     try:
         ws = pubsub_url(url)
     except ValueError as e:
-        log.warning("no provider subscriptions (%s)", e)
-        return None
-    disc = hashlib.sha256(b"account:Provider").digest()[:8]
-    flt = [{"memcmp": {"offset": 0, "bytes": base64.b64encode(disc).decode(),
-                       "encoding": "base64"}}]
-    return ProgramWatcher(ws, _Pk.from_bytes(program_id), flt,
-                          lambda address, _data: intake.providers.forget(bytes(address)),
-                          name="provider-watch").start()
+        log.warning("no account subscriptions (%s)", e)
+        return []
+    watchers = []
+    for kind, cache in (("Provider", intake.providers), ("Job", intake.jobs)):
+        disc = hashlib.sha256(b"account:" + kind.encode()).digest()[:8]
+        flt = [{"memcmp": {"offset": 0, "bytes": base64.b64encode(disc).decode(),
+                           "encoding": "base64"}}]
+        watchers.append(ProgramWatcher(
+            ws, _Pk.from_bytes(program_id), flt,
+            lambda address, _data, cache=cache: cache.forget(bytes(address)),
+            name=f"{kind.lower()}-watch").start())
+    return watchers
 
 
 def _warn_if_not_validator(client: Any, market: Pubkey, authority: Pubkey) -> None:
@@ -272,18 +336,19 @@ def _warn_if_not_validator(client: Any, market: Pubkey, authority: Pubkey) -> No
 
 
 @main.command()
-@click.option("--db", "db_path", type=click.Path(path_type=Path), default=None,
-              help="SQLite file [default: $XDG_STATE_HOME/gpum-validator/validator.sqlite]")
+@click.option("--db", "db_path", default=None,
+              help="SQLite file or postgresql://user@host/db URL "
+                   "[default: $XDG_STATE_HOME/gpum-validator/validator.sqlite]")
 @click.option("--json", "as_json", is_flag=True, help="print JSON")
-def status(db_path: Path | None, as_json: bool) -> None:
+def status(db_path: str | None, as_json: bool) -> None:
     """Summarise the database: proofs, jobs, settlement intents, evidence."""
-    from .store import SQLiteStore
+    from .store_pg import is_postgres_url
 
-    path = db_path or default_db()
-    if not path.exists():
+    path = db_path or str(default_db())
+    if not is_postgres_url(path) and not Path(path).exists():
         _fail(ConfigError(f"--db {path}: no such database; has `gpum-validator run` used it?"))
     try:
-        store = SQLiteStore(path)
+        store = open_db(path)
         summary = store.summary()
         open_intents = store.open_intents()
         failed = [i for i in store.intents() if i.status == "failed"][-10:]

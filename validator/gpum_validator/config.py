@@ -96,6 +96,24 @@ class SettlePolicy:
     """Timeout of one HTTP request to another committee member."""
     endpoint_ttl_seconds: float = 60.0
     """How long a member's endpoint (from its Validator account) is cached."""
+    lookup_table: bool = True
+    """Settle several jobs per transaction: v0 transactions loading accounts from this
+    validator's address lookup table (``settlement.Settler``). False: one legacy transaction
+    per settlement, as before issue 9. Used only with a client that has ``lookup_tables``."""
+    lookup_table_job_accounts: bool = False
+    """Also put each job's own accounts (job, escrow) in the table, not only the shared ones
+    (market, fee vault, mint, providers, attesters). Off: with today's settle layout it fits
+    no more settlements per transaction (validator/README.md, "Settlement cost") and costs
+    two table entries (about 445,000 lamports of rent) per job."""
+    batch_hold_windows: float = 0.25
+    """A quorum-1 settlement that would go alone in its transaction waits up to this many of
+    its job's windows (from its intent's creation) for another to share it with; 0: never.
+    Quorum-2 and -3 settlements fill a transaction alone (validator/README.md, "Settlement
+    cost") and never wait, nor do intents already sent once or ``settle_now(force=True)``.
+    It adds at most that much to the payout lag (5 windows' budget at the default cadence)."""
+    lookup_table_wait_seconds: float = 2.0
+    """How long a pass waits for entries it just added to the table to become usable (one
+    slot); past it the pass packs with the entries usable then (larger transactions)."""
 
     def validate(self) -> None:
         if self.settle_every_windows < 1:
@@ -106,3 +124,5 @@ class SettlePolicy:
             raise ConfigError("--leader-timeout must be more than 0 windows")
         if not self.peer_timeout_seconds > 0:
             raise ConfigError("peer_timeout_seconds must be more than 0")
+        if self.lookup_table_wait_seconds < 0 or self.batch_hold_windows < 0:
+            raise ConfigError("lookup_table_wait_seconds and batch_hold_windows must be >= 0")

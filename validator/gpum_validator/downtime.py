@@ -125,6 +125,13 @@ class DowntimeReporter:
     def _job(self, row: JobRow) -> str | None:
         if row.chain is not None and row.chain.status not in ("running", "open"):
             return None  # ended on chain for good: never read again
+        known = row.chain
+        if (known is not None and known.status == "running" and known.window_seconds > 0
+                and self.clock() < idle_since(row, known)
+                + known.max_missed_windows * known.window_seconds):
+            # Not idle by the stored facts: a fresh read only moves last_window_end later
+            # (terms never change), so it cannot make the job idle sooner. No chain read.
+            return None
         chain = self._chain(row)
         if chain is None or chain.status != "running" or self.me not in chain.committee:
             return None

@@ -198,14 +198,18 @@ class Member:
         leader = b58_pubkey(o["leader"], "leader")
         leader_sig = _b64(o, "leader_signature", 64)
         leader_att = _b64(o, "leader_attestation", 64)
-        view = self._job(job)
-        if leader == self.me or leader not in committee_of(view):
-            raise Rejection("requester_not_member", "only another member of the job's "
-                            "committee may ask for an attestation", 403)
+        not_member = Rejection("requester_not_member", "only another member of the job's "
+                               "committee may ask for an attestation", 403)
+        if leader == self.me:
+            raise not_member
+        # Checked before the job is read: a forged request costs no chain read.
         if not verify_signature(leader, leader_sig, sign_request_message(job, seq, approved,
                                                                          leader)):
             raise Rejection("bad_request_signature", "leader_signature is not the leader's "
                             "signature over this request", 403)
+        view = self._job(job)
+        if leader not in committee_of(view):
+            raise not_member
         stored = self._accepted(job, seq)
         if len(leader_att) != 64 or not verify_signature(
                 leader, leader_att, attestation_message(receipt_message_of(stored), approved)):

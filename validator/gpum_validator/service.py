@@ -29,8 +29,9 @@ reads. Guarantees:
 * retryable rejections (a state that can heal) answer 425 with ``"retry": true``; a
   transport failure reading the chain or a database failure answers 503, retryable, and
   decides nothing; a stored rejection is re-evaluated when the same bytes come again;
-* proofs of one job are verified one at a time (a fixed set of striped locks, so memory
-  does not grow with the number of jobs); different jobs mostly run in parallel.
+* a request's proofs are judged against the store one request at a time, inside one store
+  transaction (``Store.batch``), so two windows of one job never race; authentication and
+  chain reads happen before, in parallel across requests.
 """
 
 from __future__ import annotations
@@ -38,19 +39,20 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from gpu_market.proof import ZERO_HASH, ProofDecodeError, decode_proof
+from gpu_market.proof import ZERO_HASH
 from solders.pubkey import Pubkey
 
 from .chain import (
+    DEFAULT_JOB_TTL,
     DEFAULT_PROVIDER_CACHE,
     ChainClient,
+    JobAccounts,
     ProviderKeys,
     baseline_state,
     job_info,
-    read,
 )
 from .config import VerifyConfig
 from .errors import (
@@ -62,12 +64,13 @@ from .errors import (
     error_body,
 )
 from .metrics import Metrics
-from .schema import parse_batch, parse_signed_proof
+from .schema import SignedProof, parse_batch, parse_signed_proof
 from .store import DEFAULT_LIMITS, Store, StoredProof, StoreLimits
 from .verify import (
     Authenticated,
     JobState,
     PrevProof,
+    Verdict,
     authenticate,
     check_assignment,
     check_committee,
@@ -75,11 +78,32 @@ from .verify import (
     check_worker_key,
 )
 
+try:  # the compiled fast path (validator/fastpath), built by `make venv`
+    from .fastauth import authenticate_many as _fast_authenticate_many
+except ImportError:  # pragma: no cover - exercised only where the extension is not built
+    _fast_authenticate_many = None
+
 log = logging.getLogger("gpum_validator.intake")
 
 EquivocationHook = Callable[[Authenticated, StoredProof], None]
 _KEY_REASONS = ("provider_not_found", "unknown_worker_key", "worker_key_expired")
-_LOCK_STRIPES = 64
+
+
+def authenticate_all(signed: Sequence[SignedProof], cfg: VerifyConfig
+                     ) -> list[Authenticated | Rejection]:
+    """``verify.authenticate`` of each proof, in order: by the compiled fast path (one call
+    without the GIL: decoding, sha256, ``verify_strict`` per receipt signature) when it is
+    installed, else in Python.
+    Both give the same answer for every input (validator/tests/test_fastpath.py)."""
+    if _fast_authenticate_many is not None:
+        return _fast_authenticate_many(list(signed), cfg)
+    out: list[Authenticated | Rejection] = []
+    for sp in signed:
+        try:
+            out.append(authenticate(sp, cfg))
+        except Rejection as r:
+            out.append(r)
+    return out
 
 
 def _b58(b: bytes) -> str:
@@ -90,15 +114,87 @@ def _unavailable(reason: str, message: str) -> tuple[int, dict[str, Any]]:
     return 503, error_body(reason, f"{message}; retry later", UNAVAILABLE_RETRY_AFTER_SECONDS)
 
 
+class GroupCommit:
+    """Group commit across requests (leader/follower, no extra thread): a request's work is
+    queued; if no commit is running, the caller becomes the leader, takes everything queued
+    (its own and other requests') and runs ``commit(requests)`` once for all of it; callers
+    whose work a leader took wait until that commit is over. At most one commit runs at a
+    time, so requests arriving during a commit share the next one: one fsync per round, not
+    per request, whatever the number of concurrent workers. Work is taken in arrival order.
+    """
+
+    def __init__(self, commit: Callable[[list[list[_Item]]], None]) -> None:
+        self.commit = commit
+        self._cv = threading.Condition()
+        self._queue: list[list[_Item]] = []
+        self._done: set[int] = set()
+        self._busy = False
+        self.rounds = 0
+        """Commits run so far (for tests and metrics)."""
+
+    def run(self, work: list[_Item]) -> None:
+        with self._cv:
+            self._queue.append(work)
+            while id(work) not in self._done and self._busy:
+                self._cv.wait()
+            if id(work) in self._done:
+                self._done.discard(id(work))
+                return
+            self._busy = True
+            taken, self._queue = self._queue, []
+        try:
+            self.commit(taken)
+        finally:
+            for req in taken:
+                for it in req:
+                    if it.answer is None:  # the commit raised: never leave a caller unanswered
+                        it.answer = 500, error_body("internal_error", "the validator failed "
+                                                    "while storing this proof; retry later",
+                                                    UNAVAILABLE_RETRY_AFTER_SECONDS)
+            with self._cv:
+                self.rounds += 1
+                self._done.update(id(req) for req in taken if req is not work)
+                self._busy = False
+                self._cv.notify_all()
+
+
+class _Item:
+    """One proof of a request on its way through the pipeline."""
+
+    __slots__ = ("answer", "auth", "job", "raw", "verdict", "view")
+
+    def __init__(self, raw: object) -> None:
+        self.raw = raw
+        self.auth: Authenticated | None = None
+        self.job: bytes | None = None
+        self.answer: tuple[int, dict[str, Any]] | None = None
+        """Set once decided: (HTTP status, body)."""
+        self.view: Any = None
+        """The job account it was judged against."""
+        self.verdict: Verdict | None = None
+        """What it changed, once accepted."""
+
+
 class Intake:
-    """Verifies and stores proofs; safe to call from many HTTP threads."""
+    """Verifies and stores proofs; safe to call from many HTTP threads.
+
+    A request's proofs (one, or a batch) go through three phases: (1) schema and
+    authentication of every proof at once (``authenticate_all``: no lock, no I/O); (2) the
+    chain facts for each authenticated proof (``JobAccounts``, ``ProviderKeys``: cached reads,
+    no store lock held); (3) under ``Store.batch()`` every remaining proof in request order:
+    duplicate/equivocation, job state, window checks, then one commit for all of them (group
+    commit: one fsync per request, not two per proof). Answers are built only after the
+    commit, so an accepted proof is on disk before its 200; a database failure in phase 3
+    answers 503 to every proof of that phase (nothing of it was kept).
+    """
 
     def __init__(self, cfg: VerifyConfig, store: Store, client: ChainClient,
                  metrics: Metrics | None = None, clock: Callable[[], float] = time.time,
                  provider_ttl: float = 30.0,
                  on_equivocation: EquivocationHook | None = None,
                  limits: StoreLimits = DEFAULT_LIMITS,
-                 provider_cache_size: int = DEFAULT_PROVIDER_CACHE) -> None:
+                 provider_cache_size: int = DEFAULT_PROVIDER_CACHE,
+                 job_ttl: float = DEFAULT_JOB_TTL) -> None:
         cfg.validate()
         self.cfg = cfg
         self.store = store
@@ -107,25 +203,21 @@ class Intake:
         self.clock = clock
         self.limits = limits
         self.providers = ProviderKeys(client, provider_ttl, max_entries=provider_cache_size)
+        self.jobs = JobAccounts(client, job_ttl)
         self.on_equivocation = on_equivocation
-        self._locks = tuple(threading.Lock() for _ in range(_LOCK_STRIPES))
+        self._group = GroupCommit(self._commit_group)
+        self._chain_written: dict[bytes, Any] = {}
+        """Per job, the job account whose chain facts were last stored (``_judge``, under the
+        group commit: one thread at a time)."""
 
     # ------------------------------------------------------------------ HTTP-shaped API
 
     def submit(self, obj: object) -> tuple[int, dict[str, Any]]:
         """Handle one SignedProof JSON object."""
-        try:
-            return 200, self._submit(obj)
-        except Rejection as r:
-            return r.http_status, r.body()
-        except ChainUnavailable as e:
-            self.metrics.proof("unavailable", "chain_unavailable")
-            log.warning("chain unavailable: %s", e)
-            return _unavailable("chain_unavailable", str(e))
-        except StoreError as e:
-            self.metrics.proof("unavailable", "store_error")
-            log.error("store error: %s", e)
-            return _unavailable("store_unavailable", str(e))
+        item = _Item(obj)
+        self._handle([item], batch=False)
+        assert item.answer is not None
+        return item.answer
 
     def submit_batch(self, obj: object) -> tuple[int, dict[str, Any]]:
         """Handle ``{"proofs": [...]}``: each proof is handled in order, independently,
@@ -133,105 +225,208 @@ class Intake:
         answer for a job, that job's remaining items get the same answer, and after a 503
         (chain or database unavailable) every remaining item does."""
         try:
-            items = parse_batch(obj)
+            raw = parse_batch(obj)
         except Rejection as r:
             self.metrics.proof("rejected", r.reason)
             return r.http_status, r.body()
-        results: list[dict[str, Any]] = []
-        held: dict[bytes, dict[str, Any]] = {}
-        everything: dict[str, Any] | None = None
-        for item in items:
-            job = _job_of(item)
-            if everything is not None:
-                results.append(everything)
-                continue
-            if job is not None and job in held:
-                results.append(held[job])
-                continue
-            status, body = self.submit(item)
-            if status == 503:
-                everything = body
-            elif body.get("retry") is True and job is not None:
-                held[job] = body
-            results.append(body)
-        return 200, {"results": results}
+        items = [_Item(x) for x in raw]
+        self._handle(items, batch=True)
+        return 200, {"results": [it.answer[1] for it in items if it.answer is not None]}
 
     # ------------------------------------------------------------------ core
 
-    def _job_lock(self, job: bytes) -> threading.Lock:
-        return self._locks[int.from_bytes(job[:8], "little") % _LOCK_STRIPES]
+    def _handle(self, items: list[_Item], batch: bool) -> None:
+        """Decide every item (``item.answer``); see the class docstring for the phases."""
+        signed: list[SignedProof] = []
+        pending: list[_Item] = []
+        for it in items:
+            try:
+                signed.append(parse_signed_proof(it.raw))
+                pending.append(it)
+            except Rejection as r:
+                it.answer = self._answer(r)
+        for it, res in zip(pending, authenticate_all(signed, self.cfg)):
+            if isinstance(res, Rejection):
+                it.answer = self._answer(res)
+            else:
+                it.auth, it.job = res, res.proof.job
+        self._chain_phase([it for it in pending if it.answer is None])
+        self._store_phase(items)
+        for it in items:
+            assert it.answer is not None
 
-    def _reject(self, r: Rejection, auth: Authenticated | None = None) -> Rejection:
+    def _chain_phase(self, items: list[_Item]) -> None:
+        """Job assignment, committee membership and key validity, before anything is stored
+        or compared. A proof already accepted here (same job, seq, hash) is a duplicate and
+        needs no chain read."""
+        for it in items:
+            auth = it.auth
+            assert auth is not None
+            p = auth.proof
+            try:
+                it.view = self.jobs.get(p.job)
+                check_assignment(auth, it.view, self.cfg)
+                check_committee(it.view, self.cfg)
+                self._check_key(auth)
+            except Rejection as r:
+                # These exact bytes passed every check when they were stored: a retry of a
+                # proof accepted here stays a duplicate even once the job is gone from chain.
+                if self._accepted_before(auth):
+                    it.answer = self._duplicate(auth)
+                else:
+                    it.answer = self._answer(r, auth)
+            except ChainUnavailable as e:
+                it.answer = self._unavailable_chain(e)
+            except StoreError as e:
+                it.answer = self._unavailable_store(e)
+
+    def _accepted_before(self, auth: Authenticated) -> bool:
+        p = auth.proof
+        return self.store.decision_of(p.job, p.seq, auth.hash) == "accepted"
+
+    def _duplicate(self, auth: Authenticated) -> tuple[int, dict[str, Any]]:
+        self.metrics.proof("duplicate")
+        return 200, {"status": "duplicate", "job": _b58(auth.proof.job), "seq": auth.proof.seq}
+
+    def _store_phase(self, items: list[_Item]) -> None:
+        """Phase 3 for this request's items, committed together with whatever other requests
+        are waiting at the same moment (``GroupCommit``); returns once they are decided and,
+        for accepted ones, durable."""
+        self._group.run(items)
+
+    def _commit_group(self, requests: list[list[_Item]]) -> None:
+        """Phase 3 of several requests (one thread at a time), in arrival order, under one
+        store transaction: per request the hold-back rules, then each proof's stored checks
+        and write. If the transaction fails, every item decided here is answered 503 (nothing
+        of it was kept); answers of accepted proofs are only read after the commit."""
+        decided_before = [[it.answer is not None for it in req] for req in requests]
+        equivocations: list[tuple[Authenticated, StoredProof]] = []
+        try:
+            with self.store.batch():
+                for req in requests:
+                    self._judge_request(req, equivocations)
+        except StoreError as e:
+            self._chain_written.clear()  # rolled back with the rest
+            failed = self._unavailable_store(e)
+            for req, before in zip(requests, decided_before):
+                for it, was in zip(req, before):
+                    if not was or it.answer is None:
+                        it.answer = failed
+            return
+        for req in requests:
+            for it in req:
+                if it.verdict is not None:
+                    self._log_accepted(it)
+        if self.on_equivocation is not None:
+            for auth, other in equivocations:
+                self.on_equivocation(auth, other)
+
+    def _judge_request(self, items: list[_Item],
+                       equivocations: list[tuple[Authenticated, StoredProof]]) -> None:
+        """A job's later windows never overtake an earlier one: after a retryable answer for a
+        job, the request's remaining items of that job get the same answer; after a 503
+        every remaining item does."""
+        held: dict[bytes, tuple[int, dict[str, Any]]] = {}
+        everything: tuple[int, dict[str, Any]] | None = None
+        for it in items:
+            if everything is not None:
+                it.answer = everything
+                continue
+            if it.job is not None and it.job in held:
+                it.answer = held[it.job]
+                continue
+            if it.answer is None:
+                it.answer = self._judge(it, equivocations)
+            status, body = it.answer
+            if status == 503:
+                everything = it.answer
+            elif body.get("retry") is True and it.job is not None:
+                held[it.job] = it.answer
+                # A state that can heal (the job not started or not found yet on this node's
+                # RPC): the retry reads the job afresh.
+                self.jobs.forget(it.job)
+
+    def _judge(self, it: _Item,
+               equivocations: list[tuple[Authenticated, StoredProof]]) -> tuple[int, dict]:
+        """One authenticated, assigned proof, inside the store batch. StoreError propagates
+        (the batch is rolled back)."""
+        auth, job = it.auth, it.view
+        assert auth is not None
+        p = auth.proof
+        ok = {"job": _b58(p.job), "seq": p.seq}
+        view = self.store.intake_view(p.job, p.seq)
+        stored = view.at_seq
+        if any(s.hash == auth.hash and s.decision == "accepted" for s in stored):
+            return self._duplicate(auth)
+        other = next((s for s in stored if s.hash != auth.hash), None)
+        if other is not None:
+            return self._answer(self._equivocation(auth, other, ok["job"], equivocations))
+        local = view.state
+        state = start_state(local, baseline_state(job), p.seq)
+        prev = _prev(view.before, p.seq, state)
+        try:
+            verdict = check_window(auth, job, state, self.cfg, int(self.clock()), prev)
+        except Rejection as r:
+            self._store_rejection(auth, r, state)
+            return self._answer(r, auth)
+        now = self.clock()
+        self.store.record_accepted(auth, verdict, None if local is None else local.last_seq, now)
+        if self._chain_written.get(p.job) is not job:
+            # The chain facts change only when the job account is read again (JobAccounts):
+            # written once per read, not once per proof.
+            self.store.update_chain_info(p.job, job_info(job), now)
+            self._chain_written[p.job] = job
+            while len(self._chain_written) > self.jobs.max_entries:
+                self._chain_written.pop(next(iter(self._chain_written)))
+        self.metrics.proof("accepted")
+        it.verdict = verdict
+        return 200, {"status": "accepted", **ok, "approved_seconds": verdict.approved_seconds,
+                     "approved_total": verdict.approved_total}
+
+    def _log_accepted(self, it: _Item) -> None:
+        auth, verdict = it.auth, it.verdict
+        assert auth is not None and verdict is not None
+        p = auth.proof
+        if verdict.missed_seqs:
+            log.warning("job=%s missed windows seq %d..%d", _b58(p.job), verdict.missed_seqs[0],
+                        verdict.missed_seqs[-1])
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("accepted job=%s seq=%d billable=%d approved=%d cumulative=%d "
+                      "approved_total=%d", _b58(p.job), p.seq, p.billable_seconds,
+                      verdict.approved_seconds, p.cumulative_seconds, verdict.approved_total)
+
+    def _answer(self, r: Rejection, auth: Authenticated | None = None
+                ) -> tuple[int, dict[str, Any]]:
         self.metrics.proof("retry" if r.retryable else "rejected", r.reason)
         where = ""
         if auth is not None:
             where = f" job={_b58(auth.proof.job)} seq={auth.proof.seq}"
         log.info("rejected%s reason=%s retry=%s: %s", where, r.reason, r.retryable, r.message)
-        return r
+        return r.http_status, r.body()
 
-    def _submit(self, obj: object) -> dict[str, Any]:
-        try:
-            signed = parse_signed_proof(obj)
-            auth = authenticate(signed, self.cfg)
-        except Rejection as r:
-            raise self._reject(r) from None
-        p = auth.proof
-        ok = {"job": _b58(p.job), "seq": p.seq}
-        if self.store.decision_of(p.job, p.seq, auth.hash) == "accepted":
-            self.metrics.proof("duplicate")
-            return {"status": "duplicate", **ok}
-        # Job assignment, membership and key validity come before anything is stored or
-        # compared.
-        job = read("the job account", lambda: self.client.fetch_job(Pubkey.from_bytes(p.job)))
-        try:
-            check_assignment(auth, job, self.cfg)
-            check_committee(job, self.cfg)
-            self._check_key(auth)
-        except Rejection as r:
-            raise self._reject(r, auth) from None
-        with self._job_lock(p.job):
-            stored = self.store.proofs_at(p.job, p.seq)
-            if any(s.hash == auth.hash and s.decision == "accepted" for s in stored):
-                self.metrics.proof("duplicate")
-                return {"status": "duplicate", **ok}
-            other = next((s for s in stored if s.hash != auth.hash), None)
-            if other is not None:
-                self._equivocation(auth, other, ok["job"])
-            local = self.store.job_state(p.job)
-            state = start_state(local, baseline_state(job), p.seq)
-            prev = self._prev(p.job, p.seq, state)
-            try:
-                verdict = check_window(auth, job, state, self.cfg, int(self.clock()), prev)
-            except Rejection as r:
-                self._store_rejection(auth, r, state)
-                raise self._reject(r, auth) from None
-            now = self.clock()
-            self.store.record_accepted(auth, verdict, None if local is None else local.last_seq,
-                                       now)
-            self.store.update_chain_info(p.job, job_info(job), now)
-        self.metrics.proof("accepted")
-        if verdict.missed_seqs:
-            log.warning("job=%s missed windows seq %d..%d", ok["job"], verdict.missed_seqs[0],
-                        verdict.missed_seqs[-1])
-        log.info("accepted job=%s seq=%d billable=%d approved=%d cumulative=%d approved_total=%d",
-                 ok["job"], p.seq, p.billable_seconds, verdict.approved_seconds,
-                 p.cumulative_seconds, verdict.approved_total)
-        return {"status": "accepted", **ok, "approved_seconds": verdict.approved_seconds,
-                "approved_total": verdict.approved_total}
+    def _unavailable_chain(self, e: ChainUnavailable) -> tuple[int, dict[str, Any]]:
+        self.metrics.proof("unavailable", "chain_unavailable")
+        log.warning("chain unavailable: %s", e)
+        return _unavailable("chain_unavailable", str(e))
 
-    def _equivocation(self, auth: Authenticated, other: StoredProof, job_b58: str) -> None:
+    def _unavailable_store(self, e: StoreError) -> tuple[int, dict[str, Any]]:
+        self.metrics.proof("unavailable", "store_error")
+        log.error("store error: %s", e)
+        return _unavailable("store_unavailable", str(e))
+
+    def _equivocation(self, auth: Authenticated, other: StoredProof, job_b58: str,
+                      found: list[tuple[Authenticated, StoredProof]]) -> Equivocation:
         """Both proofs are signed by keys of the job's own provider (nothing else is ever
-        stored): keep the first pair as evidence, wake the reporter, answer 409."""
+        stored): keep the first pair as evidence, have the reporter woken after the commit,
+        answer 409."""
         p = auth.proof
         new = self.store.record_equivocation(auth, other.hash, self.clock())
-        self.metrics.proof("rejected", "equivocation")
         if new:
             log.critical("EQUIVOCATION job=%s seq=%d: two signed proofs %s and %s; evidence "
                          "stored", job_b58, p.seq, auth.hash.hex()[:16], other.hash.hex()[:16])
-        if self.on_equivocation is not None:
-            self.on_equivocation(auth, other)
-        raise Equivocation(f"a different proof for job {job_b58} seq {p.seq} was already "
-                           "received; the first pair is kept as slashing evidence")
+        found.append((auth, other))
+        return Equivocation(f"a different proof for job {job_b58} seq {p.seq} was already "
+                            "received; the first pair is kept as slashing evidence")
 
     def _store_rejection(self, auth: Authenticated, r: Rejection, state: JobState) -> None:
         """Keep a rejected proof (the worker signed it: its head must show it, and a
@@ -257,21 +452,21 @@ class Intake:
             provider = self.providers.get(auth.proof.provider, refresh=True)
             check_worker_key(auth, provider, self.cfg)
 
-    def _prev(self, job: bytes, seq: int, state: JobState) -> PrevProof | None:
-        """The worker's proof of ``seq - 1`` as stored here (the accepted one, else the only
-        one), else the state's last receipt when that is ``seq - 1`` and its hash is known
-        (the chain's last settled receipt for a job this validator starts on, or the job's
-        start for seq 1), else None."""
-        stored = self.store.proofs_at(job, seq - 1) if seq > 1 else []
-        accepted = [s for s in stored if s.decision == "accepted"]
-        pick = accepted[0] if accepted else (stored[0] if len(stored) == 1 else None)
-        if pick is not None:
-            return PrevProof(pick.hash, pick.cumulative_seconds, pick.window_end)
-        if state.last_seq == seq - 1 and (state.last_hash is not None or state.last_seq == 0):
-            # The chain's last settled receipt, or the job's start (nothing claimed yet).
-            return PrevProof(state.last_hash or ZERO_HASH, state.cumulative_seconds,
-                             state.last_window_end)
-        return None
+
+def _prev(before: list[StoredProof], seq: int, state: JobState) -> PrevProof | None:
+    """The worker's proof of ``seq - 1`` as stored here (``before``: the accepted one, else
+    the only one), else the state's last receipt when that is ``seq - 1`` and its hash is
+    known (the chain's last settled receipt for a job this validator starts on, or the job's
+    start for seq 1), else None."""
+    accepted = [s for s in before if s.decision == "accepted"]
+    pick = accepted[0] if accepted else (before[0] if len(before) == 1 else None)
+    if pick is not None:
+        return PrevProof(pick.hash, pick.cumulative_seconds, pick.window_end)
+    if state.last_seq == seq - 1 and (state.last_hash is not None or state.last_seq == 0):
+        # The chain's last settled receipt, or the job's start (nothing claimed yet).
+        return PrevProof(state.last_hash or ZERO_HASH, state.cumulative_seconds,
+                         state.last_window_end)
+    return None
 
 
 def start_state(local: JobState | None, chain: JobState, seq: int) -> JobState:
@@ -285,12 +480,3 @@ def start_state(local: JobState | None, chain: JobState, seq: int) -> JobState:
         return JobState(chain.last_seq, chain.cumulative_seconds, chain.last_window_end,
                         local.gpu_uuids, chain.approved_total, chain.last_hash)
     return local
-
-
-def _job_of(item: object) -> bytes | None:
-    """The job a batch item names, for holding back its later windows (None if the item
-    does not even parse; such an item is answered on its own)."""
-    try:
-        return decode_proof(parse_signed_proof(item).proof).job
-    except (Rejection, ProofDecodeError):
-        return None

@@ -38,18 +38,48 @@ member) already settled it and it is marked confirmed without resending; otherwi
 resent with the same attestations. Program errors that mean "already settled"
 (StaleSequence, WindowNotAfterLast, CumulativeDecreased) end the intent, never a loop;
 transport errors retry with capped exponential backoff.
+
+Batching (issue 9). With a client that has ``lookup_tables`` (the SDK's
+``gpu_market.lookup_tables.LookupTables``) and ``SettlePolicy.lookup_table`` on, the intents
+that are ready in one pass are packed into as few v0 transactions as fit
+(``LookupTables.pack``: measured sizes, each job at most once per transaction, a job's older
+intent never in a later transaction than its newer one). Accounts come from this validator's
+lookup tables, created on first need and extended with the accounts of new providers and
+attesters (``lookup_table_job_accounts`` adds each job's own); their addresses are kept in the
+store's meta (``LOOKUP_TABLES_META``). A table is recorded as *pending* before the
+transaction that creates it is sent, so a crash never leaks one: after a restart a pending
+table that exists is adopted, one that does not is forgotten once its create can no longer
+land (``PENDING_TABLE_SECONDS``). Extending is its own transaction; the extension is read
+back first (never appended twice) and the pass waits up to ``lookup_table_wait_seconds``
+for the new entries to become usable (one slot later), packing with the entries usable then.
+A table that cannot be read, created or extended never stops settlement: the pass packs
+with what is usable (without a table a v0 transaction carries what a legacy one does).
+A fresh quorum-1 intent that would go alone waits up to ``batch_hold_windows`` of its job's
+windows for a later pass to pair it (never under ``force``, never once sent).
+
+Per batch: every intent of the transaction is marked ``sent`` before it is sent and
+``confirmed`` with its signature after it landed, each in one store commit
+(``Store.batch``); each job keeps its own intent, so a crash before the second commit leaves
+open intents that the next pass checks against the chain first, as above. A program error in one item fails the whole transaction:
+its intents are then sent one per transaction (legacy), each classified on its own, so one
+bad item never blocks the others and nothing loops (an intent is tried at most once more in
+that pass). A transport error or confirmation timeout keeps every intent of the batch open
+with backoff. Any other rejection of the v0 transaction (e.g. a lookup that fails to load)
+also falls back to one legacy transaction per intent, and the tables are read afresh.
 """
 
 from __future__ import annotations
 
 import base64
+import json
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
+from gpu_market.errors import ConfirmationTimeout, RpcUnavailable
 from gpu_market.receipt import verify as verify_signature
 from solders.pubkey import Pubkey
 
@@ -76,6 +106,46 @@ ALREADY_SETTLED_ERRORS = frozenset({"StaleSequence", "WindowNotAfterLast", "Cumu
 RETRYABLE_CHAIN_ERRORS = frozenset({"WindowEndInFuture"})
 """Program errors that may pass later (clock skew); retried ``max_chain_error_attempts``."""
 SETTLEABLE_STATUSES = ("running", "finishing")
+LOOKUP_TABLES_META = "settle_lookup_tables"
+"""Store meta key: JSON ``{"tables": [base58, ...], "pending": {"address", "slot", "at"} | null}``."""
+PENDING_TABLE_SECONDS = 180.0
+"""After this long a pending table create that has not landed never will (its blockhash,
+valid for 150 slots, has expired); it is forgotten and another table may be created."""
+
+
+class LookupTableApi(Protocol):
+    """The slice of ``gpu_market.lookup_tables.LookupTables`` (``client.lookup_tables``) the
+    settler uses; see that class for each method's guarantees."""
+
+    def slot(self) -> int: ...
+    def fetch(self, table: Pubkey) -> Any | None: ...
+    def free_recent_slot(self, authority: Pubkey) -> tuple[int, Pubkey]: ...
+    def create(self, authority: Any, recent_slot: int) -> Any: ...
+    def extend(self, authority: Any, table: Pubkey, addresses: Iterable[Pubkey]) -> list[Any]: ...
+    def wait_usable(self, table: Pubkey, timeout: float = 5.0) -> Any: ...
+    def prepare(self, validator_authority: Pubkey, items: Sequence[Any]) -> list[Any]: ...
+    def pack(self, payer: Pubkey, prepared: Sequence[Any], tables: Sequence[Any],
+             slot: int) -> list[list[int]]: ...
+    def send_settle(self, validator_authority: Any, prepared: Sequence[Any],
+                    tables: Sequence[Any], slot: int | None = None) -> Any: ...
+
+
+def classify_send_error(exc: BaseException) -> tuple[str, str | None]:
+    """``(kind, name)`` of a failed batched (v0) settle: ``program`` (a program error, or a
+    ValueError such as TransactionTooLarge raised before anything was sent; ``name`` is its
+    name), ``transport`` (unreachable RPC, or sent but not confirmed in time: it may still
+    land) or ``rejected`` (anything else: the cluster refused the transaction, e.g. a lookup
+    table entry not usable yet, or the v0 path itself failed). The settler resends
+    ``rejected`` items one legacy transaction each, after reading the chain, so even a batch
+    that did land is never paid twice (the program refuses a replayed receipt)."""
+    name = chain_error_name(exc)
+    if name is not None:
+        return "program", name
+    if isinstance(exc, ValueError):
+        return "program", type(exc).__name__
+    if isinstance(exc, (RpcUnavailable, ConfirmationTimeout, ChainUnavailable, OSError)):
+        return "transport", None
+    return "rejected", type(exc).__name__
 
 
 def due_reason(c: SettleCandidate, policy: SettlePolicy, now: float) -> str | None:
@@ -151,6 +221,11 @@ class SettleReport:
     failed: int = 0
     retry_later: int = 0
     signatures: list[str] = field(default_factory=list)
+    """Settle transactions that landed (one per transaction, however many receipts)."""
+    table_transactions: int = 0
+    """Lookup table transactions sent (create, extend)."""
+    held: int = 0
+    """Intents kept for a later pass to share a transaction (``batch_hold_windows``)."""
 
 
 class Settler:
@@ -177,6 +252,8 @@ class Settler:
         self._attestation_factory = attestation_factory
         self._lock = threading.Lock()
         self._due_since: dict[tuple[bytes, int], float] = {}
+        self._tables: list[Any] | None = None
+        """This validator's lookup tables as last read (None: read them from the store)."""
         self.last_settlement_at: float | None = None
 
     @property
@@ -210,8 +287,30 @@ class Settler:
 
     # ------------------------------------------------------------------ planning
 
-    def _refresh(self, job: bytes) -> ChainJobInfo | None:
-        view = read("the job account", lambda: self.client.fetch_job(Pubkey.from_bytes(job)))
+    _UNREAD = object()
+
+    def _read_jobs(self, jobs: Sequence[bytes]) -> dict[bytes, Any]:
+        """The Job views of ``jobs`` (None: no such job), in one RPC call per 100 with a
+        client that has ``fetch_jobs``, else one by one. ChainUnavailable on transport
+        trouble; an account that is not a Job makes the batch fall back to single reads (where
+        it reads as None)."""
+        keys = list(dict.fromkeys(jobs))
+        if not keys:
+            return {}
+        fetch_jobs = getattr(self.client, "fetch_jobs", None)
+        if fetch_jobs is not None:
+            views = read("the job accounts",
+                         lambda: fetch_jobs([Pubkey.from_bytes(j) for j in keys]))
+            if views is not None:
+                return dict(zip(keys, views))
+        return {j: read("the job account", lambda j=j: self.client.fetch_job(Pubkey.from_bytes(j)))
+                for j in keys}
+
+    def _refresh(self, job: bytes, view: Any = _UNREAD) -> ChainJobInfo | None:
+        """The job's chain facts (stored); ``view`` read beforehand (``_read_jobs``) or read
+        now."""
+        if view is Settler._UNREAD:
+            view = self._read_jobs([job])[job]
         if view is None:
             return None
         info = job_info(view)
@@ -221,10 +320,16 @@ class Settler:
     def _plan(self, report: SettleReport, force: bool) -> None:
         now = self.clock()
         seen: set[tuple[bytes, int]] = set()
-        for c in self.store.settle_candidates():
-            if (c.chain is None or c.chain.window_seconds <= 0
-                    or now - c.chain_checked_at >= self.policy.chain_refresh_seconds):
-                info = self._refresh(c.job)
+        candidates = self.store.settle_candidates()
+        stale = [c.job for c in candidates
+                 if c.chain is None or c.chain.window_seconds <= 0
+                 or now - c.chain_checked_at >= self.policy.chain_refresh_seconds]
+        views = self._read_jobs(stale)
+        with self.store.batch():  # one commit for every refreshed job
+            infos = {job: self._refresh(job, view) for job, view in views.items()}
+        for c in candidates:
+            if c.job in infos:
+                info = infos[c.job]
                 if info is None:
                     continue
                 c = SettleCandidate(c.job, c.latest, max(c.covered_seq, info.last_seq),
@@ -409,19 +514,38 @@ class Settler:
 
     def _send_open(self, report: SettleReport, force: bool) -> None:
         now = self.clock()
-        ready: list[Intent] = []
+        due: list[Intent] = []
         for it in self.store.open_intents():
             if not force and it.next_attempt_at > now:
                 report.retry_later += 1
                 continue
-            try:
-                if self._resolved_on_chain(it, report):
-                    continue
-            except ChainUnavailable as e:
-                self._transport_retry([it], str(e), report)
-                continue
-            ready.append(it)
-        # Items of one transaction share a quorum (their size depends on it).
+            due.append(it)
+        try:
+            views = self._read_jobs([it.job for it in due])
+        except ChainUnavailable as e:
+            self._transport_retry(due, str(e), report)
+            return
+        ready: list[Intent] = []
+        with self.store.batch():  # one commit for the chain facts and the intents it closes
+            for it in due:
+                if not self._resolved_on_chain(it, report, views[it.job]):
+                    ready.append(it)
+        if not ready:
+            return
+        api = self._lookup_api()
+        if api is not None:
+            self._send_batched(api, ready, report, force)
+        else:
+            self._send_legacy(ready, report)
+
+    def _lookup_api(self) -> LookupTableApi | None:
+        if not self.policy.lookup_table:
+            return None
+        return getattr(self.client, "lookup_tables", None)
+
+    def _send_legacy(self, ready: list[Intent], report: SettleReport) -> None:
+        """Legacy transactions: items of one transaction share a quorum (their size depends
+        on it), ``client.max_settle_items_per_tx(quorum)`` per transaction."""
         by_quorum: dict[int, list[Intent]] = {}
         for it in ready:
             by_quorum.setdefault(len(it.attestations) + 1, []).append(it)
@@ -434,10 +558,222 @@ class Settler:
             for i in range(0, len(group), per_tx):
                 self._send(group[i:i + per_tx], report)
 
-    def _resolved_on_chain(self, it: Intent, report: SettleReport) -> bool:
-        """Close ``it`` if the chain already decides it; True when closed."""
+    # ------------------------------------------------------------------ batched (v0)
+
+    def _send_batched(self, api: LookupTableApi, ready: list[Intent], report: SettleReport,
+                      force: bool = False) -> None:
+        """``ready`` in as few v0 transactions as fit (see the module docstring); a fresh
+        quorum-1 intent left alone in its transaction waits (``_held``) unless ``force``."""
+        me = self.authority.pubkey()
+        try:
+            prepared = api.prepare(me, [self._item(it) for it in ready])
+        except Exception as e:  # noqa: BLE001 - classified
+            kind, _ = classify_send_error(e)
+            if kind == "transport":
+                self._transport_retry(ready, f"cannot prepare settlements: {e}", report)
+                return
+            # One item the SDK refuses (a closed job, an attester off the committee) must not
+            # block the others: each goes alone and is classified on its own.
+            log.warning("preparing %d settlements failed (%s: %s); one per transaction",
+                        len(ready), type(e).__name__, e)
+            for it in ready:
+                self._send([it], report)
+            return
+        tables = self._tables_for(api, prepared, report)
+        try:
+            slot = api.slot() if tables else 0
+        except Exception as e:  # noqa: BLE001 - the node is unreachable
+            self._transport_retry(ready, f"cannot read the slot: {e}", report)
+            return
+        try:
+            groups = api.pack(me, prepared, tables, slot)
+        except Exception as e:  # noqa: BLE001 - never stop settling over packing
+            log.error("packing %d settlements failed (%s: %s); one per transaction",
+                      len(ready), type(e).__name__, e)
+            groups = [[i] for i in range(len(ready))]
+            tables = []
+        now = self.clock()
+        for group in groups:
+            if not force and len(group) == 1 and self._held(ready[group[0]], now):
+                report.held += 1
+                continue
+            self._send_v0(api, [ready[i] for i in group], [prepared[i] for i in group],
+                          tables, slot, report)
+
+    def _held(self, it: Intent, now: float) -> bool:
+        """Whether ``it``, alone in its transaction, waits for a pass that pairs it: a
+        quorum-1 intent never sent, younger than ``batch_hold_windows`` of its job's windows."""
+        if self.policy.batch_hold_windows <= 0 or it.attempts or it.attestations:
+            return False
+        info, _ = self.store.chain_info(it.job)
+        window = info.window_seconds if info is not None else 0
+        return now - it.created_at < self.policy.batch_hold_windows * window
+
+    def _send_v0(self, api: LookupTableApi, batch: list[Intent], prepared: list[Any],
+                 tables: list[Any], slot: int, report: SettleReport) -> None:
+        self._mark_sent(batch)
+        try:
+            sig = api.send_settle(self.authority, prepared, tables, slot)
+        except Exception as e:  # noqa: BLE001 - classified below
+            kind, name = classify_send_error(e)
+            if kind == "transport":
+                self._transport_retry(batch, f"{type(e).__name__}: {e}", report, "sent")
+            elif kind == "rejected" or len(batch) > 1:
+                if kind == "rejected":
+                    self._tables = None  # read the tables afresh next pass
+                log.warning("v0 settle of %d receipt(s) failed with %s (%s); one legacy "
+                            "transaction each", len(batch), name, e)
+                for it in batch:
+                    self._send_single_after_batch(it, report)
+            else:
+                self._chain_error(batch[0], name or type(e).__name__, e, report)
+            return
+        self._confirmed(batch, sig, report)
+
+    # ------------------------------------------------------------------ lookup tables
+
+    def _table_state(self) -> dict[str, Any]:
+        raw = self.store.get_meta(LOOKUP_TABLES_META)
+        try:
+            state = json.loads(raw) if raw else {}
+        except ValueError:
+            log.error("unreadable %s in the store (%r); starting a new list", LOOKUP_TABLES_META,
+                      raw)
+            state = {}
+        if not isinstance(state, dict):
+            state = {}
+        tables = state.get("tables")
+        return {"tables": list(tables) if isinstance(tables, list) else [],
+                "pending": state.get("pending") if isinstance(state.get("pending"), dict)
+                else None}
+
+    def _save_table_state(self, state: dict[str, Any]) -> None:
+        self.store.set_meta(LOOKUP_TABLES_META, json.dumps(state, sort_keys=True))
+
+    def lookup_tables(self) -> list[str]:
+        """Addresses (base58) of the lookup tables this validator settles with."""
+        return list(self._table_state()["tables"])
+
+    def _load_tables(self, api: LookupTableApi) -> list[Any]:
+        """The tables of the store's list that exist and are active; a pending create that
+        landed is adopted, one that can no longer land is forgotten."""
+        if self._tables is not None:
+            return self._tables
+        state = self._table_state()
+        changed = False
+        tables = []
+        for addr in list(state["tables"]):
+            t = api.fetch(Pubkey.from_string(addr))
+            if t is None or not t.is_active:
+                log.warning("lookup table %s is %s; no longer used", addr,
+                            "gone" if t is None else "deactivated")
+                state["tables"].remove(addr)
+                changed = True
+            else:
+                tables.append(t)
+        pending = state["pending"]
+        if pending is not None:
+            t = api.fetch(Pubkey.from_string(pending["address"]))
+            if t is not None:
+                state["tables"].append(pending["address"])
+                state["pending"] = None
+                tables.append(t)
+                changed = True
+                log.info("lookup table %s created before a restart: adopted", pending["address"])
+            elif self.clock() - float(pending.get("at", 0)) > PENDING_TABLE_SECONDS:
+                state["pending"] = None
+                changed = True
+                log.info("lookup table create %s never landed; forgotten", pending["address"])
+        if changed:
+            self._save_table_state(state)
+        self._tables = tables
+        return tables
+
+    def _create_table(self, api: LookupTableApi, report: SettleReport) -> Any | None:
+        """A new table (pending in the store before its create is sent), or None while an
+        earlier create may still land."""
+        state = self._table_state()
+        if state["pending"] is not None:
+            return None
+        slot, address = api.free_recent_slot(self.authority.pubkey())
+        state["pending"] = {"address": str(address), "slot": slot, "at": self.clock()}
+        self._save_table_state(state)
+        try:
+            api.create(self.authority, slot)
+        except Exception as e:
+            if classify_send_error(e)[0] != "transport":
+                state["pending"] = None  # refused: it will never exist
+                self._save_table_state(state)
+            raise
+        finally:
+            report.table_transactions += 1
+        table = api.fetch(address)
+        if table is None:  # confirmed but not visible yet: adopted on a later pass
+            return None
+        state["tables"].append(str(address))
+        state["pending"] = None
+        self._save_table_state(state)
+        log.info("created lookup table %s (recent slot %d)", address, slot)
+        return table
+
+    def _tables_for(self, api: LookupTableApi, prepared: list[Any],
+                    report: SettleReport) -> list[Any]:
+        """The tables, extended with the accounts of ``prepared`` they lack; never raises
+        (a failure is logged and the pass goes on with the tables as they are)."""
+        try:
+            tables = list(self._load_tables(api))
+        except Exception as e:  # noqa: BLE001 - settlement goes on without tables
+            log.warning("cannot read the lookup tables (%s: %s); settling without them",
+                        type(e).__name__, e)
+            return []
+        wanted: dict[Pubkey, None] = {}
+        for p in prepared:
+            wanted.update(dict.fromkeys(p.shared))
+            if self.policy.lookup_table_job_accounts:
+                wanted.update(dict.fromkeys(p.own))
+        held = {a for t in tables for a in t.addresses}
+        missing = [a for a in wanted if a not in held]
+        touched: list[Pubkey] = []
+        try:
+            while missing:
+                target = next((t for t in reversed(tables) if t.room > 0), None)
+                if target is None:
+                    target = self._create_table(api, report)
+                    if target is None:
+                        break
+                    tables.append(target)
+                chunk, missing = missing[:target.room], missing[target.room:]
+                sigs = api.extend(self.authority, target.address, chunk)
+                report.table_transactions += len(sigs)
+                if target.address not in touched:
+                    touched.append(target.address)
+                log.info("lookup table %s: %d address(es) added in %d transaction(s)",
+                         target.address, len(chunk), len(sigs))
+                # read back before the next round: its room changed
+                fresh = api.fetch(target.address)
+                tables = [fresh if t.address == target.address and fresh is not None else t
+                          for t in tables]
+        except Exception as e:  # noqa: BLE001 - settlement goes on with what is usable
+            log.warning("cannot extend the lookup tables (%s: %s); packing with the entries "
+                        "usable now", type(e).__name__, e)
+        for address in touched:
+            try:
+                fresh = api.wait_usable(address, timeout=self.policy.lookup_table_wait_seconds)
+            except Exception as e:  # noqa: BLE001 - same
+                log.warning("cannot read lookup table %s (%s)", address, e)
+                continue
+            tables = [fresh if t.address == address else t for t in tables]
+        # While a create is pending the list is read afresh each pass (it may land).
+        self._tables = tables if self._table_state()["pending"] is None else None
+        return tables
+
+    # ------------------------------------------------------------------ single / legacy
+
+    def _resolved_on_chain(self, it: Intent, report: SettleReport, view: Any = _UNREAD) -> bool:
+        """Close ``it`` if the chain already decides it; True when closed. ``view``: the
+        job's account read for this check (read now when not given)."""
         job = Pubkey.from_bytes(it.job)
-        info = self._refresh(it.job)
+        info = self._refresh(it.job, view)
         now = self.clock()
         if info is None:
             self.store.mark_intent(it.id, "failed", now, error="job account no longer exists")
@@ -472,10 +808,7 @@ class Settler:
                           for a, sig in it.attestations])
 
     def _send(self, batch: list[Intent], report: SettleReport) -> None:
-        now = self.clock()
-        for it in batch:
-            self.store.mark_intent(it.id, "sent", now, count_attempt=True)
-        self.metrics.settlement("sent", len(batch))
+        self._mark_sent(batch)
         try:
             sig = self.client.settle(self.authority, [self._item(it) for it in batch])
         except Exception as e:  # noqa: BLE001 - classified below
@@ -493,10 +826,24 @@ class Settler:
             else:
                 self._chain_error(batch[0], name, e, report)
             return
+        self._confirmed(batch, sig, report)
+
+    def _mark_sent(self, batch: list[Intent]) -> None:
+        """Every intent of ``batch`` ``sent`` in one store commit, before the send."""
+        now = self.clock()
+        with self.store.batch():
+            for it in batch:
+                self.store.mark_intent(it.id, "sent", now, count_attempt=True)
+        self.metrics.settlement("sent", len(batch))
+
+    def _confirmed(self, batch: list[Intent], sig: Any, report: SettleReport) -> None:
+        """Every intent of ``batch`` landed in transaction ``sig``: ``confirmed`` in one
+        store commit."""
         now = self.clock()
         sig_s = str(sig)
-        for it in batch:
-            self.store.mark_intent(it.id, "confirmed", now, signature=sig_s)
+        with self.store.batch():
+            for it in batch:
+                self.store.mark_intent(it.id, "confirmed", now, signature=sig_s)
         self.metrics.settlement("confirmed", len(batch))
         report.confirmed += len(batch)
         report.signatures.append(sig_s)

@@ -1,13 +1,25 @@
 """Durable storage of proofs, job state, settlement intents and evidence.
 
-``Store`` is the interface the rest of the validator uses (so PostgreSQL can come later);
-``SQLiteStore`` implements it with the stdlib ``sqlite3`` in WAL mode with
-``synchronous=FULL``: a method that returns has its effect on disk. Each public method is
-one transaction. One connection is shared by the HTTP threads and the settlement thread
-under a lock (SQLite serialises writers anyway).
+``Store`` is the interface the rest of the validator uses. ``SQLStore`` holds every query,
+written once in SQLite's spelling (``store_sql.Dialect`` translates it for PostgreSQL), on
+top of two backends: ``SQLiteStore`` (below: the stdlib ``sqlite3`` in WAL mode with
+``synchronous=FULL``, one connection shared by the HTTP threads and the settlement thread
+under a lock) and ``store_pg.PostgresStore`` (psycopg 3, a small pool; several validator
+processes may share one database). A method that returns has its effect on disk; each public
+method is one transaction, or joins the calling thread's ``batch()``.
 
 Schema version ``SCHEMA_VERSION`` is kept in ``meta``; an older database is migrated in
 place, opening one written by a newer version raises ``StoreError`` instead of guessing.
+
+Scale (issue 9): nothing on a hot path reads a whole table. Each ``jobs`` row carries
+``covered_seq`` (the highest seq settled on chain or named by any intent) and ``paid_seq``
+(settled on chain or by a confirmed intent), maintained by ``update_chain_info``,
+``add_intent`` and ``mark_intent``, and the generated flags ``unsettled`` / ``unpaid`` (the
+newest accepted seq is above them); partial indexes on the flags hold only those jobs, so
+``settle_candidates`` and ``pending_windows`` read the active jobs only.
+Row counts for ``summary`` (/health) are kept in ``counters`` by triggers. ``prune`` deletes,
+in small transactions, what jobs closed on chain more than a retention period ago no longer
+need (see ``prune``); equivocation evidence and the attestations this validator gave stay.
 
 Approvals (issue 8): every accepted proof row carries the seconds this validator approved of
 its window and its approved total for the job up to that seq (``approved_at``); the
@@ -30,21 +42,26 @@ import json
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from .errors import StoreError
+from .store_sql import SQLITE, Conn, Dialect, as_int
 from .verify import Authenticated, JobState, Verdict
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 MAX_PROOFS_PER_SEQ = 2
 """Different proofs kept for one (job, seq): the first and one conflicting (the evidence)."""
 
 INTENT_STATUSES = ("intended", "sent", "confirmed", "failed")
 OPEN_INTENT_STATUSES = ("intended", "sent")
+TERMINAL_CHAIN_STATUSES = ("completed", "cancelled", "failed", "declined", "closed")
+"""Chain statuses after which nothing of a job settles any more (``closed``: its account is
+gone, ``mark_job_closed``). Such jobs are never settle candidates and may be pruned."""
+_TERMINAL_SQL = "('completed', 'cancelled', 'failed', 'declined', 'closed')"
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -66,7 +83,6 @@ CREATE TABLE IF NOT EXISTS proofs (
     PRIMARY KEY (job, seq, hash)
 );
 CREATE INDEX IF NOT EXISTS proofs_accepted ON proofs (job, decision, seq);
-CREATE INDEX IF NOT EXISTS proofs_by_decision ON proofs (decision, job);
 CREATE TABLE IF NOT EXISTS jobs (
     job BLOB PRIMARY KEY,
     last_seq INTEGER NOT NULL,
@@ -90,7 +106,13 @@ CREATE TABLE IF NOT EXISTS jobs (
     committee TEXT NOT NULL DEFAULT '[]',
     quorum INTEGER NOT NULL DEFAULT 1,
     max_skew_seconds INTEGER NOT NULL DEFAULT 0,
-    max_missed_windows INTEGER NOT NULL DEFAULT 0
+    max_missed_windows INTEGER NOT NULL DEFAULT 0,
+    covered_seq INTEGER NOT NULL DEFAULT 0,  -- chain_last_seq or the seq_to of any intent
+    paid_seq INTEGER NOT NULL DEFAULT 0,  -- chain_last_seq or the seq_to of a confirmed intent
+    unsettled INTEGER GENERATED ALWAYS AS (CASE WHEN last_seq > covered_seq THEN 1 ELSE 0 END)
+        VIRTUAL,
+    unpaid INTEGER GENERATED ALWAYS AS (CASE WHEN last_seq > paid_seq THEN 1 ELSE 0 END)
+        VIRTUAL
 );
 CREATE TABLE IF NOT EXISTS intents (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -214,6 +236,66 @@ CREATE INDEX IF NOT EXISTS intents_by_job ON intents (job, id);
 """Indexes of the read-only dashboard queries (``recent_intents``); no schema change, so
 they are created on every open without a version bump."""
 
+_V4_COLUMNS = (
+    ("jobs", "covered_seq INTEGER NOT NULL DEFAULT 0"),
+    ("jobs", "paid_seq INTEGER NOT NULL DEFAULT 0"),
+    ("jobs", ("unsettled INTEGER GENERATED ALWAYS AS "
+              "(CASE WHEN last_seq > covered_seq THEN 1 ELSE 0 END) VIRTUAL")),
+    ("jobs", ("unpaid INTEGER GENERATED ALWAYS AS "
+              "(CASE WHEN last_seq > paid_seq THEN 1 ELSE 0 END) VIRTUAL")),
+)
+"""v4 columns of ``jobs``: the seqs covered and paid, and whether the newest accepted seq is
+above them (generated by the database, so no write can forget them; PostgreSQL stores them
+and has statistics of them, so its planner knows how few jobs are active)."""
+
+_SCHEMA_V4 = f"""
+CREATE TABLE IF NOT EXISTS counters (
+    name TEXT NOT NULL,
+    shard INTEGER NOT NULL,
+    value INTEGER NOT NULL,
+    PRIMARY KEY (name, shard)
+);
+CREATE INDEX IF NOT EXISTS jobs_unsettled ON jobs (job) WHERE unsettled = 1;
+CREATE INDEX IF NOT EXISTS jobs_unpaid ON jobs (job) WHERE unpaid = 1;
+CREATE INDEX IF NOT EXISTS jobs_closed ON jobs (ended_at) WHERE chain_status IN {_TERMINAL_SQL};
+CREATE INDEX IF NOT EXISTS jobs_open ON jobs (updated_at)
+    WHERE chain_status IS NULL OR chain_status NOT IN {_TERMINAL_SQL};
+CREATE INDEX IF NOT EXISTS intents_by_status_time ON intents (status, updated_at);
+DROP INDEX IF EXISTS proofs_by_decision;
+"""
+"""Schema v4 (issue 9): the counters of ``summary`` and the indexes of the settle pass,
+/health and pruning (the ``jobs`` columns they use are in ``_V4_COLUMNS``). The v1-v3 index
+``proofs_by_decision`` (decision, job) served whole-table counts that ``counters`` replaced;
+``proofs_accepted`` (job, decision, seq) serves every per-job lookup, so it is dropped."""
+
+COUNTED = (("proofs", "decision"), ("intents", "status"), ("jobs", None),
+           ("missed_windows", None), ("attestations_given", None),
+           ("attestations_received", None))
+"""Tables whose rows ``counters`` counts (per value of the column, when one is named), kept
+by triggers: counter ``proofs.accepted`` is the number of accepted proofs, ``jobs`` of jobs."""
+
+
+def _sqlite_count_triggers() -> str:
+    """The SQLite triggers that keep ``counters`` (one shard, 0)."""
+
+    def bump(key: str, delta: int) -> str:
+        return (f"INSERT INTO counters (name, shard, value) VALUES ({key}, 0, {delta}) "
+                f"ON CONFLICT (name, shard) DO UPDATE SET value = value + ({delta});")
+
+    out = []
+    for table, col in COUNTED:
+        new = f"'{table}.' || NEW.{col}" if col else f"'{table}'"
+        old = f"'{table}.' || OLD.{col}" if col else f"'{table}'"
+        out.append(f"CREATE TRIGGER IF NOT EXISTS count_{table}_ins AFTER INSERT ON {table} "
+                   f"BEGIN {bump(new, 1)} END;")
+        out.append(f"CREATE TRIGGER IF NOT EXISTS count_{table}_del AFTER DELETE ON {table} "
+                   f"BEGIN {bump(old, -1)} END;")
+        if col:
+            out.append(f"CREATE TRIGGER IF NOT EXISTS count_{table}_upd AFTER UPDATE OF {col} "
+                       f"ON {table} WHEN OLD.{col} IS NOT NEW.{col} "
+                       f"BEGIN {bump(old, -1)} {bump(new, 1)} END;")
+    return "\n".join(out)
+
 REPORT_STATUSES = ("sent", "retry", "done", "failed")
 TERMINAL_REPORT_STATUSES = ("done", "failed")
 
@@ -236,6 +318,16 @@ class StoredProof:
     """Seconds of this window this validator approved (accepted proofs only)."""
     approved_total: int | None = None
     """This validator's approved total for the job up to this seq (accepted proofs only)."""
+
+
+@dataclass(frozen=True)
+class IntakeView:
+    """What the intake reads to judge a proof of (job, seq): the job's state (``job_state``)
+    and the stored proofs of ``seq`` and of ``seq - 1`` (``proofs_at``)."""
+
+    state: JobState | None
+    at_seq: list[StoredProof]
+    before: list[StoredProof]
 
 
 @dataclass(frozen=True)
@@ -416,8 +508,10 @@ class Store(Protocol):
     """What the intake, the settler, the member endpoints and the reporters need from
     durable storage."""
 
+    def batch(self) -> AbstractContextManager[None]: ...
     def job_state(self, job: bytes) -> JobState | None: ...
     def proofs_at(self, job: bytes, seq: int) -> list[StoredProof]: ...
+    def intake_view(self, job: bytes, seq: int) -> IntakeView: ...
     def accepted_at(self, job: bytes, seq: int) -> StoredProof | None: ...
     def newest_accepted(self, job: bytes) -> StoredProof | None: ...
     def decision_of(self, job: bytes, seq: int, hash: bytes) -> str | None: ...
@@ -430,7 +524,7 @@ class Store(Protocol):
     def record_equivocation(self, auth: Authenticated, other_hash: bytes, now: float) -> bool: ...
     def update_chain_info(self, job: bytes, info: ChainJobInfo, now: float) -> None: ...
     def chain_info(self, job: bytes) -> tuple[ChainJobInfo | None, float]: ...
-    def jobs(self) -> list[JobRow]: ...
+    def jobs(self, *, open_only: bool = False) -> list[JobRow]: ...
     def equivocation_cases(self, *, open_only: bool = False) -> list[EquivocationCase]: ...
     def mark_equivocation_report(self, job: bytes, seq: int, status: str, now: float, *,
                                  signature: str | None = None, outcome: str | None = None,
@@ -472,94 +566,68 @@ class Store(Protocol):
     def recent_intents(self, job: bytes | None, limit: int) -> list[Intent]: ...
     def summary(self) -> dict[str, object]: ...
     def pending_windows(self) -> int: ...
+    # Retention (issue 9): what jobs closed on chain long ago no longer need.
+    def mark_job_closed(self, job: bytes, now: float) -> None: ...
+    def stale_open_jobs(self, before: float, limit: int) -> list[bytes]: ...
+    def prune(self, before: float, *, batch_rows: int = 200,
+              max_seconds: float | None = None,
+              on_batch: Callable[[float], None] | None = None,
+              pause: float = 0.002) -> dict[str, int]: ...
     def ping(self) -> bool: ...
     def close(self) -> None: ...
 
 
-class SQLiteStore:
-    """``Store`` on one SQLite file (WAL, synchronous=FULL)."""
+class SQLStore:
+    """Every query of ``Store``, written once in SQLite's spelling (``store_sql``), for
+    ``SQLiteStore`` and ``store_pg.PostgresStore``. A subclass provides the connections:
+    ``_tx()`` (one write transaction, or the calling thread's ``batch()``), ``_read()``
+    (several reads that see one state), ``_q()`` (one read statement), ``batch()`` and
+    ``close()``; every database error leaves them as ``StoreError``.
 
-    def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
-        try:
-            self._db = sqlite3.connect(str(self.path), isolation_level=None,
-                                       check_same_thread=False, timeout=30)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=FULL")
-            self._db.execute("PRAGMA foreign_keys=ON")
-            self._migrate()
-        except sqlite3.Error as e:
-            raise StoreError(f"cannot open database {self.path}: {e}; check the path exists "
-                             "and is writable (--db)") from None
-        self._lock = threading.RLock()
+    Atomic across processes (PostgreSQL): the "job state changed" check of
+    ``record_accepted`` is a compare-and-set on the job row; ``record_given_attestation``
+    relies on the (job, seq) primary key; writes that read before they decide
+    (``record_equivocation``, ``record_received_attestation``, ``add_intent``, the caps of
+    ``record_rejected``) first take ``Conn.serialize`` on their key (a transaction-scoped
+    advisory lock; nothing on SQLite, whose writers are serial anyway)."""
 
-    def _migrate(self) -> None:
-        self._db.executescript(_SCHEMA + _SCHEMA_V3 + _READ_INDEXES)  # idempotent; commits
-        self._db.execute("BEGIN IMMEDIATE")
-        try:
-            row = self._db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
-            if row is None:
-                self._db.execute("INSERT INTO meta VALUES ('schema_version', ?)",
-                                 (str(SCHEMA_VERSION),))
-            elif int(row[0]) > SCHEMA_VERSION:
-                raise StoreError(f"database {self.path} has schema version {row[0]}, newer "
-                                 f"than this validator ({SCHEMA_VERSION}); upgrade gpum-validator")
-            elif int(row[0]) < SCHEMA_VERSION:
-                self._upgrade(int(row[0]))
-                self._db.execute("UPDATE meta SET value=? WHERE key='schema_version'",
-                                 (str(SCHEMA_VERSION),))
-            self._db.execute("COMMIT")
-        except BaseException:
-            if self._db.in_transaction:
-                self._db.execute("ROLLBACK")
-            raise
+    dialect: Dialect = SQLITE
+    SETTLE_PAGE = 128
+    """Jobs ``settle_candidates`` reads per statement."""
 
-    def _add_column(self, table: str, column: str) -> None:
-        name = column.split()[0]
-        have = {r[1] for r in self._db.execute(f"PRAGMA table_info({table})")}
-        if name not in have:
-            self._db.execute(f"ALTER TABLE {table} ADD COLUMN {column}")
+    def _tx(self) -> AbstractContextManager[Conn]:
+        raise NotImplementedError
 
-    def _upgrade(self, version: int) -> None:
-        """Migrate a database of schema ``version`` in place (inside the open transaction)."""
-        if version < 2:
-            # v1 -> v2: the job's window length (from its terms) is kept for the policy.
-            self._add_column("jobs", "window_seconds INTEGER NOT NULL DEFAULT 0")
-        if version < 3:
-            # v2 -> v3 (approvals): before issue 8 a validator accepted only an unbroken
-            # cumulative chain, so its approved total at a seq was the cumulative claim.
-            for table, column in _V3_COLUMNS:
-                self._add_column(table, column)
-            self._db.execute("UPDATE proofs SET approved_total=cumulative_seconds "
-                             "WHERE decision='accepted' AND approved_total IS NULL")
-            self._db.execute("UPDATE jobs SET approved_total=cumulative_seconds")
-            self._db.execute("UPDATE intents SET approved_seconds=cumulative_seconds "
-                             "WHERE approved_seconds IS NULL")
-        # The next settlement pass re-reads every job's chain facts (terms, committee).
-        self._db.execute("UPDATE jobs SET chain_checked_at=0")
+    def _read(self) -> AbstractContextManager[Conn]:
+        raise NotImplementedError
 
-    @contextmanager
-    def _tx(self) -> Iterator[sqlite3.Connection]:
-        with self._lock:
-            try:
-                self._db.execute("BEGIN IMMEDIATE")
-                yield self._db
-                self._db.execute("COMMIT")
-            except sqlite3.Error as e:
-                if self._db.in_transaction:
-                    self._db.execute("ROLLBACK")
-                raise StoreError(f"database {self.path}: {e}") from None
-            except BaseException:
-                if self._db.in_transaction:
-                    self._db.execute("ROLLBACK")
-                raise
+    def _q(self, sql: str, args: Sequence[Any] = ()) -> list[tuple]:
+        raise NotImplementedError
 
-    def _q(self, sql: str, args: tuple = ()) -> list[tuple]:
-        with self._lock:
-            try:
-                return self._db.execute(sql, args).fetchall()
-            except sqlite3.Error as e:
-                raise StoreError(f"database {self.path}: {e}") from None
+    def batch(self) -> AbstractContextManager[None]:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def rebuild_derived(self) -> None:
+        """Recompute what the store derives from its rows (the jobs' ``covered_seq`` and
+        ``paid_seq``); the counters are recounted too. For rows written around the store's
+        methods (a bulk load); migrations do the same."""
+        with self._tx() as db:
+            self._rebuild_derived(db)
+
+    def _rebuild_derived(self, db: Conn) -> None:
+        db.execute(
+            "UPDATE jobs SET covered_seq=MAX(chain_last_seq, COALESCE((SELECT MAX(seq_to) "
+            "FROM intents i WHERE i.job=jobs.job), 0)), paid_seq=MAX(chain_last_seq, "
+            "COALESCE((SELECT MAX(seq_to) FROM intents i WHERE i.job=jobs.job "
+            "AND i.status='confirmed'), 0))")
+        db.execute("DELETE FROM counters")
+        for table, col in COUNTED:
+            key = f"'{table}.' || {col}" if col else f"'{table}'"
+            db.execute(f"INSERT INTO counters (name, shard, value) SELECT {key}, 0, COUNT(*) "
+                       f"FROM {table}" + (f" GROUP BY {col}" if col else ""))
 
     # ------------------------------------------------------------------ proofs, job state
 
@@ -583,6 +651,23 @@ class SQLiteStore:
                        "ORDER BY received_at", (job, seq))
         return [StoredProof(*r) for r in rows]
 
+    def intake_view(self, job: bytes, seq: int) -> IntakeView:
+        """``job_state(job)``, ``proofs_at(job, seq)`` and ``proofs_at(job, seq - 1)`` in two
+        queries (the intake's hot path)."""
+        rows = self._q(f"SELECT {self._PROOF_COLS} FROM proofs WHERE job=? AND seq IN (?, ?) "
+                       "ORDER BY received_at", (job, seq, seq - 1))
+        proofs = [StoredProof(*r) for r in rows]
+        jrows = self._q("SELECT last_seq, cumulative_seconds, last_window_end, gpu_uuids, "
+                        "approved_total, (SELECT hash FROM proofs p WHERE p.job=j.job "
+                        "AND p.seq=j.last_seq AND p.decision='accepted') FROM jobs j "
+                        "WHERE j.job=?", (job,))
+        state = None
+        if jrows:
+            s, c, w, u, a, h = jrows[0]
+            state = JobState(s, c, w, tuple(json.loads(u)) if u else None, int(a), h)
+        return IntakeView(state, [x for x in proofs if x.seq == seq],
+                          [x for x in proofs if x.seq == seq - 1])
+
     def accepted_at(self, job: bytes, seq: int) -> StoredProof | None:
         """The accepted proof of (job, seq) (at most one), with its approved total."""
         rows = self._q(f"SELECT {self._PROOF_COLS} FROM proofs WHERE job=? AND seq=? "
@@ -595,7 +680,7 @@ class SQLiteStore:
                        "AND decision='accepted' ORDER BY seq DESC LIMIT 1", (job,))
         return StoredProof(*rows[0]) if rows else None
 
-    def _upsert_proof(self, db: sqlite3.Connection, auth: Authenticated, decision: str,
+    def _upsert_proof(self, db: Conn, auth: Authenticated, decision: str,
                       reason: str | None, now: float, approved: int | None = None,
                       total: int | None = None) -> None:
         p, s = auth.proof, auth.signed
@@ -639,12 +724,13 @@ class SQLiteStore:
         """
         p = auth.proof
         with self._tx() as db:
+            db.serialize("proofs", p.job)
             if db.execute("SELECT 1 FROM proofs WHERE job=? AND seq=? AND hash=?",
                           (p.job, p.seq, auth.hash)).fetchone():
                 self._upsert_proof(db, auth, "rejected", reason, now)
                 return None
-            total = db.execute("SELECT COUNT(*) FROM proofs WHERE decision='rejected'"
-                               ).fetchone()[0]
+            total = as_int(db.execute("SELECT SUM(value) FROM counters "
+                                      "WHERE name='proofs.rejected'").fetchone()[0])
             if total >= limits.max_rejected_total:
                 return "total_cap"
             n = db.execute("SELECT COUNT(*) FROM proofs WHERE decision='rejected' AND job=?",
@@ -670,27 +756,31 @@ class SQLiteStore:
 
         ``stored_last_seq`` is the job's stored last accepted seq the proof was verified
         against (None: none stored); if it moved since (a concurrent accept), StoreError is
-        raised and nothing changes.
+        raised and nothing changes. The check is a compare-and-set on the job row (its
+        first insert, or an update conditioned on ``last_seq``), so it holds between
+        processes sharing one PostgreSQL database too.
         """
         p = auth.proof
         uuids = json.dumps(sorted(g.uuid for g in p.gpus))
         with self._tx() as db:
-            row = db.execute("SELECT last_seq FROM jobs WHERE job=?", (p.job,)).fetchone()
-            if (row[0] if row is not None else None) != stored_last_seq:
+            if stored_last_seq is None:
+                cur = db.execute(
+                    "INSERT OR IGNORE INTO jobs (job, last_seq, cumulative_seconds, "
+                    "last_window_end, gpu_uuids, accepted_windows, updated_at, approved_total) "
+                    "VALUES (?,?,?,?,?,1,?,?)",
+                    (p.job, p.seq, p.cumulative_seconds, p.window_end, uuids, now,
+                     verdict.approved_total))
+            else:
+                cur = db.execute(
+                    "UPDATE jobs SET last_seq=?, cumulative_seconds=?, last_window_end=?, "
+                    "gpu_uuids=?, accepted_windows=accepted_windows+1, updated_at=?, "
+                    "approved_total=? WHERE job=? AND last_seq=?",
+                    (p.seq, p.cumulative_seconds, p.window_end, uuids, now,
+                     verdict.approved_total, p.job, stored_last_seq))
+            if cur.rowcount != 1:
                 raise StoreError("job state changed during verification; resubmit")
             self._upsert_proof(db, auth, "accepted", None, now, verdict.approved_seconds,
                                verdict.approved_total)
-            db.execute(
-                "INSERT INTO jobs (job, last_seq, cumulative_seconds, last_window_end, "
-                "gpu_uuids, accepted_windows, updated_at, approved_total) "
-                "VALUES (?,?,?,?,?,1,?,?) "
-                "ON CONFLICT (job) DO UPDATE SET last_seq=excluded.last_seq, "
-                "cumulative_seconds=excluded.cumulative_seconds, "
-                "last_window_end=excluded.last_window_end, gpu_uuids=excluded.gpu_uuids, "
-                "accepted_windows=jobs.accepted_windows+1, updated_at=excluded.updated_at, "
-                "approved_total=excluded.approved_total",
-                (p.job, p.seq, p.cumulative_seconds, p.window_end, uuids, now,
-                 verdict.approved_total))
             db.executemany("INSERT OR IGNORE INTO missed_windows VALUES (?,?,?)",
                            [(p.job, s, now) for s in verdict.missed_seqs])
 
@@ -701,6 +791,7 @@ class SQLiteStore:
         p = auth.proof
         a, b = sorted((auth.hash, other_hash))
         with self._tx() as db:
+            db.serialize("proofs", p.job)
             hashes = {r[0] for r in db.execute("SELECT hash FROM proofs WHERE job=? AND seq=?",
                                                (p.job, p.seq))}
             if auth.hash not in hashes and len(hashes) >= MAX_PROOFS_PER_SEQ:
@@ -764,19 +855,21 @@ class SQLiteStore:
 
     def update_chain_info(self, job: bytes, info: ChainJobInfo, now: float) -> None:
         """Remember the job's chain facts (status, escrow, settled seq, terms, committee)
-        read at ``now``."""
+        read at ``now``; the chain's last seq also covers the job's windows up to it."""
         with self._tx() as db:
             db.execute(
                 "UPDATE jobs SET chain_status=?, chain_last_seq=?, settled_seconds=?, "
                 "rate_per_second=?, escrow_remaining=?, ended_at=?, window_seconds=?, "
                 "chain_claimed_seconds=?, chain_last_window_end=?, started_at=?, committee=?, "
-                "quorum=?, max_skew_seconds=?, max_missed_windows=?, chain_checked_at=? "
+                "quorum=?, max_skew_seconds=?, max_missed_windows=?, chain_checked_at=?, "
+                "covered_seq=MAX(covered_seq, ?), paid_seq=MAX(paid_seq, ?) "
                 "WHERE job=?",
                 (info.status, info.last_seq, info.paid_seconds, info.rate_per_second,
                  info.escrow_remaining, info.ended_at, info.window_seconds,
                  info.claimed_seconds, info.last_window_end, info.started_at,
                  json.dumps([m.hex() for m in info.committee]), info.quorum,
-                 info.max_skew_seconds, info.max_missed_windows, now, job))
+                 info.max_skew_seconds, info.max_missed_windows, now, info.last_seq,
+                 info.last_seq, job))
 
     _CHAIN_COLS = ("chain_status, chain_last_seq, settled_seconds, rate_per_second, "
                    "escrow_remaining, ended_at, window_seconds, chain_claimed_seconds, "
@@ -798,10 +891,14 @@ class SQLiteStore:
         rows = self._q(f"SELECT {self._CHAIN_COLS} FROM jobs WHERE job=?", (job,))
         return self._chain(rows[0]) if rows else (None, 0.0)
 
-    def jobs(self) -> list[JobRow]:
-        """Every job with accepted proofs, with its newest accepted window and chain facts."""
+    def jobs(self, *, open_only: bool = False) -> list[JobRow]:
+        """Every job with accepted proofs, with its newest accepted window and chain facts;
+        ``open_only``: only those not known to have ended on chain (not in
+        ``TERMINAL_CHAIN_STATUSES``)."""
+        where = (f" WHERE chain_status IS NULL OR chain_status NOT IN {_TERMINAL_SQL}"
+                 if open_only else "")
         rows = self._q(f"SELECT job, last_seq, cumulative_seconds, last_window_end, "
-                       f"approved_total, {self._CHAIN_COLS} FROM jobs ORDER BY job")
+                       f"approved_total, {self._CHAIN_COLS} FROM jobs{where} ORDER BY job")
         out = []
         for r in rows:
             chain, checked = self._chain(r[5:])
@@ -811,29 +908,42 @@ class SQLiteStore:
     # ------------------------------------------------------------------ settlement
 
     def settle_candidates(self) -> list[SettleCandidate]:
-        """Jobs whose newest accepted seq is above every intent's seq and the chain's last_seq."""
-        with self._lock:
-            jobs = self._q(f"SELECT job, cumulative_seconds, {self._CHAIN_COLS} FROM jobs")
-            out = []
-            for row in jobs:
-                job, cum = row[0], row[1]
-                chain, checked = self._chain(row[2:])
-                # A failed intent also covers its receipt: a terminal failure is never retried
-                # with the same receipt (only a newer accepted receipt makes a new intent).
-                covered = self._q("SELECT COALESCE(MAX(seq_to), 0) FROM intents WHERE job=?",
-                                  (job,))[0][0]
-                covered = max(covered, row[3])  # chain_last_seq
-                rows = self._q(
-                    f"SELECT {self._PROOF_COLS} FROM proofs WHERE job=? AND decision='accepted' "
-                    "AND seq>? ORDER BY seq", (job, covered))
-                if not rows:
-                    continue
-                proofs = [StoredProof(*r) for r in rows]
-                latest = proofs[-1]
-                out.append(SettleCandidate(job, latest, covered, len(proofs),
-                                           proofs[0].window_end, cum, chain, checked,
+        """Jobs whose newest accepted seq is above every intent's seq and the chain's last_seq
+        (``covered_seq``), unless the chain says they ended (``TERMINAL_CHAIN_STATUSES``:
+        nothing of them can settle any more).
+
+        Read along the ``jobs_unsettled`` index, which holds only such jobs, in pages of
+        ``SETTLE_PAGE`` jobs (one short statement each, so the intake never waits for a whole
+        pass): the cost grows with the active jobs and their unsettled windows, never with
+        finished ones."""
+        # A failed intent also covers its receipt: a terminal failure is never retried with
+        # the same receipt (only a newer accepted receipt makes a new intent).
+        latest_cols = ", ".join(f"l.{c.strip()}" for c in self._PROOF_COLS.split(","))
+        sql = ("SELECT j.cumulative_seconds, j.covered_seq, "
+               "(SELECT COUNT(*) FROM proofs u WHERE u.job=j.job AND u.decision='accepted' "
+               "AND u.seq>j.covered_seq), "
+               "(SELECT u.window_end FROM proofs u WHERE u.job=j.job AND u.decision='accepted' "
+               "AND u.seq>j.covered_seq ORDER BY u.seq LIMIT 1), "
+               f"{self._CHAIN_COLS}, {latest_cols} "
+               # CROSS JOIN: SQLite keeps jobs (its partial index) as the outer loop.
+               "FROM jobs j CROSS JOIN proofs l WHERE l.job=j.job AND l.seq=j.last_seq "
+               "AND l.decision='accepted' AND j.unsettled=1 AND (j.chain_status IS NULL "
+               f"OR j.chain_status NOT IN {_TERMINAL_SQL}) AND j.job>? ORDER BY j.job LIMIT ?")
+        out: list[SettleCandidate] = []
+        n_chain = self._CHAIN_COLS.count(",") + 1
+        after = b""
+        while True:
+            rows = self._q(sql, (after, self.SETTLE_PAGE))
+            for r in rows:
+                cum, covered, unsettled, oldest_end = r[:4]
+                chain, checked = self._chain(r[4:4 + n_chain])
+                latest = StoredProof(*r[4 + n_chain:])
+                out.append(SettleCandidate(latest.job, latest, int(covered), int(unsettled),
+                                           int(oldest_end), cum, chain, checked,
                                            int(latest.approved_total or 0)))
-            return out
+            if len(rows) < self.SETTLE_PAGE:
+                return out
+            after = out[-1].job
 
     _INTENT_COLS = ("id, job, seq_from, seq_to, cumulative_seconds, window_end, proof_hash, "
                     "worker_key, receipt_signature, status, signature, attempts, last_error, "
@@ -856,16 +966,18 @@ class SQLiteStore:
                     else int(approved_seconds))
         atts = json.dumps([[bytes(a).hex(), bytes(sig).hex()] for a, sig in attestations])
         with self._tx() as db:
-            cur = db.execute(
+            db.serialize("intents", proof.job)
+            rows = db.execute(
                 "INSERT INTO intents (job, seq_from, seq_to, cumulative_seconds, window_end, "
                 "proof_hash, worker_key, receipt_signature, status, created_at, updated_at, "
-                "approved_seconds, attestations) VALUES (?,?,?,?,?,?,?,?,'intended',?,?,?,?)",
+                "approved_seconds, attestations) VALUES (?,?,?,?,?,?,?,?,'intended',?,?,?,?) "
+                f"RETURNING {self._INTENT_COLS}",
                 (proof.job, seq_from, proof.seq, proof.cumulative_seconds, proof.window_end,
                  proof.hash, proof.worker_key, proof.receipt_signature, now, now, approved,
-                 atts))
-            row = db.execute(f"SELECT {self._INTENT_COLS} FROM intents WHERE id=?",
-                             (cur.lastrowid,)).fetchone()
-        return self._intent(row)
+                 atts)).fetchall()
+            db.execute("UPDATE jobs SET covered_seq=MAX(covered_seq, ?) WHERE job=?",
+                       (proof.seq, proof.job))
+        return self._intent(rows[0])
 
     def open_intents(self) -> list[Intent]:
         return [self._intent(r) for r in self._q(
@@ -888,13 +1000,17 @@ class SQLiteStore:
         if status not in INTENT_STATUSES:
             raise ValueError(f"unknown intent status {status!r}")
         with self._tx() as db:
-            db.execute(
+            cur = db.execute(
                 "UPDATE intents SET status=?, signature=COALESCE(?, signature), "
                 "last_error=COALESCE(?, last_error), next_attempt_at=COALESCE(?, next_attempt_at),"
                 " attempts=attempts+?, updated_at=? "
                 "WHERE id=? AND status IN ('intended','sent')",
                 (status, signature, error, next_attempt_at, 1 if count_attempt else 0, now,
                  intent_id))
+            if status == "confirmed" and cur.rowcount == 1:
+                db.execute("UPDATE jobs SET paid_seq=MAX(paid_seq, (SELECT seq_to FROM intents "
+                           "WHERE id=?)) WHERE job=(SELECT job FROM intents WHERE id=?)",
+                           (intent_id, intent_id))
 
     # ------------------------------------------------------------------ dashboard reads
 
@@ -965,6 +1081,7 @@ class SQLiteStore:
         validator-equivocation case: the member had signed a different (receipt, approved)
         for the same (job, seq)."""
         with self._tx() as db:
+            db.serialize("attestations_received", att.job, att.seq, att.member)
             db.execute(f"INSERT OR IGNORE INTO attestations_received ({self._RECEIVED_COLS}) "
                        "VALUES (?,?,?,?,?,?,?,?,?)",
                        (att.job, att.seq, att.member, att.approved_seconds,
@@ -1072,41 +1189,188 @@ class SQLiteStore:
     # ------------------------------------------------------------------ status
 
     def summary(self) -> dict[str, object]:
-        """Counts for /health, /metrics and ``gpum-validator status``."""
-        with self._lock:
-            proofs = dict(self._q("SELECT decision, COUNT(*) FROM proofs GROUP BY decision"))
-            intents = dict(self._q("SELECT status, COUNT(*) FROM intents GROUP BY status"))
-            last = self._q("SELECT MAX(updated_at) FROM intents WHERE status='confirmed'")[0][0]
-            return {
+        """Counts for /health, /metrics and ``gpum-validator status``. Cheap whatever the
+        database holds: row counts come from ``counters`` (kept by triggers), the last
+        settlement from an index, ``pending_windows`` from the unpaid jobs only; only the
+        evidence and report tables (rare events) are counted directly."""
+
+        def grouped(db: Conn, sql: str) -> dict[str, int]:
+            return {k: as_int(v) for k, v in db.execute(sql).fetchall()}
+
+        with self._read() as db:
+            counts = grouped(db, "SELECT name, SUM(value) FROM counters GROUP BY name")
+            last = db.execute("SELECT MAX(updated_at) FROM intents "
+                              "WHERE status='confirmed'").fetchone()[0]
+            out: dict[str, object] = {
                 "schema_version": SCHEMA_VERSION,
-                "jobs": self._q("SELECT COUNT(*) FROM jobs")[0][0],
-                "proofs": proofs,
-                "intents": {s: intents.get(s, 0) for s in INTENT_STATUSES},
-                "missed_windows": self._q("SELECT COUNT(*) FROM missed_windows")[0][0],
-                "equivocations": self._q("SELECT COUNT(*) FROM equivocations")[0][0],
-                "equivocation_reports": dict(self._q(
-                    "SELECT status, COUNT(*) FROM equivocation_reports GROUP BY status")),
-                "attestations_signed": self._q("SELECT COUNT(*) FROM attestations_given")[0][0],
-                "attestations_received": self._q(
-                    "SELECT COUNT(*) FROM attestations_received")[0][0],
-                "validator_equivocations": dict(self._q(
-                    "SELECT COALESCE(status, 'new'), COUNT(*) FROM validator_equivocations "
-                    "GROUP BY 1")),
-                "downtime_reports": dict(self._q(
-                    "SELECT status, COUNT(*) FROM downtime_reports GROUP BY status")),
-                "rewards": json.loads(self.get_meta("rewards") or "null"),
+                "jobs": counts.get("jobs", 0),
+                "proofs": {d: counts[f"proofs.{d}"] for d in ("accepted", "rejected")
+                           if counts.get(f"proofs.{d}")},
+                "intents": {s: counts.get(f"intents.{s}", 0) for s in INTENT_STATUSES},
+                "missed_windows": counts.get("missed_windows", 0),
+                "equivocations": as_int(db.execute(
+                    "SELECT COUNT(*) FROM equivocations").fetchone()[0]),
+                "equivocation_reports": grouped(
+                    db, "SELECT status, COUNT(*) FROM equivocation_reports GROUP BY status"),
+                "attestations_signed": counts.get("attestations_given", 0),
+                "attestations_received": counts.get("attestations_received", 0),
+                "validator_equivocations": grouped(
+                    db, "SELECT COALESCE(status, 'new'), COUNT(*) FROM validator_equivocations "
+                    "GROUP BY 1"),
+                "downtime_reports": grouped(
+                    db, "SELECT status, COUNT(*) FROM downtime_reports GROUP BY status"),
                 "last_settlement_at": last,
-                "pending_windows": self.pending_windows(),
+                "pending_windows": self._pending_windows(db),
             }
+            rewards = db.execute("SELECT value FROM meta WHERE key='rewards'").fetchone()
+        out["rewards"] = json.loads(rewards[0] if rewards else "null")
+        # The keys in their historical order.
+        order = ("schema_version", "jobs", "proofs", "intents", "missed_windows",
+                 "equivocations", "equivocation_reports", "attestations_signed",
+                 "attestations_received", "validator_equivocations", "downtime_reports",
+                 "rewards", "last_settlement_at", "pending_windows")
+        return {k: out[k] for k in order}
 
     def pending_windows(self) -> int:
-        """Accepted windows not yet covered by a confirmed settlement or the chain."""
-        rows = self._q(
-            "SELECT COUNT(*) FROM proofs p JOIN jobs j ON p.job=j.job "
-            "WHERE p.decision='accepted' AND p.seq > MAX(j.chain_last_seq, "
-            "(SELECT COALESCE(MAX(seq_to),0) FROM intents i WHERE i.job=p.job "
-            "AND i.status='confirmed'))")
-        return int(rows[0][0])
+        """Accepted windows not yet covered by a confirmed settlement or the chain (above the
+        job's ``paid_seq``); reads the unpaid jobs only (index ``jobs_unpaid``)."""
+        with self._read() as db:
+            return self._pending_windows(db)
+
+    @staticmethod
+    def _pending_windows(db: Conn) -> int:
+        return as_int(db.execute(
+            "SELECT COUNT(*) FROM jobs j CROSS JOIN proofs p WHERE p.job=j.job "
+            "AND p.decision='accepted' AND p.seq>j.paid_seq AND j.unpaid=1"
+            ).fetchone()[0])
+
+    # ------------------------------------------------------------------ retention
+
+    def mark_job_closed(self, job: bytes, now: float) -> None:
+        """Record that the job's account is gone from the chain (status ``closed``): nothing
+        of it settles any more, and ``prune`` may delete it after the retention period."""
+        with self._tx() as db:
+            db.execute("UPDATE jobs SET chain_status='closed', chain_checked_at=? WHERE job=?",
+                       (now, job))
+
+    def stale_open_jobs(self, before: float, limit: int) -> list[bytes]:
+        """Up to ``limit`` jobs not known to have ended on chain, with no proof accepted and
+        no chain read since ``before``, least recently read first: the ones whose end (or
+        closed account) nothing else would notice (``retention.Pruner`` re-reads them)."""
+        return [r[0] for r in self._q(
+            "SELECT job FROM jobs WHERE (chain_status IS NULL "
+            f"OR chain_status NOT IN {_TERMINAL_SQL}) AND updated_at<? AND chain_checked_at<? "
+            "ORDER BY chain_checked_at LIMIT ?", (before, before, limit))]
+
+    _PRUNABLE = (
+        f"j.chain_status IN {_TERMINAL_SQL} AND j.ended_at<? AND j.updated_at<? "
+        "AND NOT EXISTS (SELECT 1 FROM intents i WHERE i.job=j.job "
+        "AND i.status IN ('intended','sent')) "
+        "AND NOT EXISTS (SELECT 1 FROM equivocations e WHERE e.job=j.job AND NOT EXISTS "
+        "(SELECT 1 FROM equivocation_reports r WHERE r.job=e.job AND r.seq=e.seq "
+        "AND r.status IN ('done','failed'))) "
+        "AND NOT EXISTS (SELECT 1 FROM validator_equivocations v WHERE v.job=j.job "
+        "AND (v.status IS NULL OR v.status NOT IN ('done','failed'))) "
+        "AND NOT EXISTS (SELECT 1 FROM downtime_reports d WHERE d.job=j.job "
+        "AND d.status NOT IN ('done','failed'))")
+    """A job ``prune`` may delete (parameters: ``before`` twice): ended on chain, ended and
+    last written before the cutoff, no open intent and no report that is not finished."""
+
+    _PRUNE_STEPS = (
+        ("proofs",
+         ("DELETE FROM proofs WHERE job=? AND (seq, hash) IN (SELECT seq, hash FROM proofs p "
+          "WHERE p.job=? AND NOT EXISTS (SELECT 1 FROM equivocations e WHERE e.job=p.job "
+          "AND e.seq=p.seq) LIMIT ?)")),
+        ("missed_windows",
+         ("DELETE FROM missed_windows WHERE job=? AND seq IN (SELECT seq FROM missed_windows "
+          "WHERE job=? LIMIT ?)")),
+        ("intents",
+         ("DELETE FROM intents WHERE job=? AND id IN (SELECT id FROM intents WHERE job=? "
+          "AND status IN ('confirmed','failed') LIMIT ?)")),
+        ("attestations_received",
+         ("DELETE FROM attestations_received WHERE job=? AND (seq, member, approved_seconds, "
+          "proof_hash) IN (SELECT seq, member, approved_seconds, proof_hash FROM "
+          "attestations_received a WHERE a.job=? AND NOT EXISTS (SELECT 1 FROM "
+          "validator_equivocations v WHERE v.job=a.job AND v.seq=a.seq AND v.member=a.member) "
+          "LIMIT ?)")),
+        ("downtime_reports",
+         ("DELETE FROM downtime_reports WHERE job=? AND last_proof_window_end IN (SELECT "
+          "last_proof_window_end FROM downtime_reports WHERE job=? "
+          "AND status IN ('done','failed') LIMIT ?)")),
+    )
+    """What ``prune`` deletes of a job, in this order (one statement each: parameters job,
+    job, at most how many rows)."""
+
+    def prune(self, before: float, *, batch_rows: int = 200,
+              max_seconds: float | None = None,
+              on_batch: Callable[[float], None] | None = None,
+              pause: float = 0.002) -> dict[str, int]:
+        """Delete what is no longer needed of the jobs that ended on chain
+        (``TERMINAL_CHAIN_STATUSES``) before ``before`` and were last written before it, and
+        that no open intent and no unfinished report (equivocation, validator equivocation,
+        downtime) needs: their proofs, missed windows, intents, received attestations that
+        are not evidence, finished downtime reports, then the job row.
+
+        Kept: the proofs at every seq with equivocation evidence, the evidence rows and their
+        reports, the attestations of validator-equivocation cases, and every attestation this
+        validator gave (``attestations_given``, small: its guard against signing twice).
+
+        Works in transactions of at most ``batch_rows`` deletions each (of one or several
+        jobs, each re-checked as still prunable inside the transaction), so no other store
+        call waits long, with ``pause`` seconds between them so waiting calls go first;
+        ``on_batch`` gets each transaction's duration in ms. Stops after ``max_seconds``
+        (None: when done). Returns the rows deleted per table."""
+        if batch_rows < 1:
+            raise ValueError("batch_rows must be at least 1")
+        deadline = None if max_seconds is None else time.monotonic() + max_seconds
+        deleted = dict.fromkeys(["jobs"] + [t for t, _ in self._PRUNE_STEPS], 0)
+        seen: set[bytes] = set()
+        while True:
+            queue = [r[0] for r in self._q(
+                f"SELECT j.job FROM jobs j WHERE {self._PRUNABLE} ORDER BY j.ended_at LIMIT ?",
+                (before, before, len(seen) + 64)) if r[0] not in seen]
+            if not queue:
+                break
+            while queue:
+                if deadline is not None and time.monotonic() >= deadline:
+                    return deleted
+                t0 = time.perf_counter()
+                room = batch_rows
+                with self._tx() as db:
+                    while queue and room > 0:
+                        done, used = self._prune_some(db, queue[0], before, room, deleted)
+                        room -= used
+                        if done:
+                            seen.add(queue.pop(0))
+                if on_batch is not None:
+                    on_batch((time.perf_counter() - t0) * 1000)
+                time.sleep(pause)
+        self._compact_counters()
+        return deleted
+
+    def _prune_some(self, db: Conn, job: bytes, before: float, room: int,
+                    deleted: dict[str, int]) -> tuple[bool, int]:
+        """Delete at most ``room`` rows of ``job`` in the open transaction: (whether the job
+        is done with, rows deleted). A job no longer prunable is left as it is (done)."""
+        if not db.execute(f"SELECT 1 FROM jobs j WHERE j.job=? AND {self._PRUNABLE}",
+                          (job, before, before)).fetchone():
+            return True, 0
+        used = 0
+        for table, delete in self._PRUNE_STEPS:
+            left = room - used
+            if left <= 0:
+                return False, used
+            n = max(0, db.execute(delete, (job, job, left)).rowcount)
+            deleted[table] += n
+            used += n
+            if n == left:
+                return False, used  # maybe more of this table: the next transaction
+        cur = db.execute("DELETE FROM jobs WHERE job=?", (job,))
+        deleted["jobs"] += max(0, cur.rowcount)
+        return True, used + 1
+
+    def _compact_counters(self) -> None:
+        """Fold the counters' shards (PostgreSQL: one per connection); nothing on SQLite."""
 
     def ping(self) -> bool:
         try:
@@ -1114,6 +1378,168 @@ class SQLiteStore:
             return True
         except StoreError:
             return False
+
+
+
+def _sqlite_statements(script: str) -> list[str]:
+    """The statements of a script (a trigger's ``BEGIN ... END`` stays whole)."""
+    out, buf = [], ""
+    for piece in script.split(";"):
+        buf += piece + ";"
+        if sqlite3.complete_statement(buf):
+            if buf.strip(" \n;"):
+                out.append(buf.strip())
+            buf = ""
+    return out
+
+
+class SQLiteStore(SQLStore):
+    """``Store`` on one SQLite file (WAL, synchronous=FULL). One connection is shared by the
+    HTTP threads and the settlement thread under a lock (SQLite serialises writers anyway)."""
+
+    dialect = SQLITE
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        try:
+            self._db = sqlite3.connect(str(self.path), isolation_level=None,
+                                       check_same_thread=False, timeout=30)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=FULL")
+            self._db.execute("PRAGMA foreign_keys=ON")
+            self._conn = Conn(self._db, SQLITE)
+            self._migrate()
+        except sqlite3.Error as e:
+            raise StoreError(f"cannot open database {self.path}: {e}; check the path exists "
+                             "and is writable (--db)") from None
+        self._lock = threading.RLock()
+        self._batch_depth = 0
+        """> 0 while the thread holding ``_lock`` is inside ``batch()``."""
+
+    def _migrate(self) -> None:
+        self._db.executescript(_SCHEMA + _SCHEMA_V3 + _READ_INDEXES)  # idempotent; commits
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            row = self._db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+            rebuild = False
+            if row is None:
+                self._db.execute("INSERT INTO meta VALUES ('schema_version', ?)",
+                                 (str(SCHEMA_VERSION),))
+            elif int(row[0]) > SCHEMA_VERSION:
+                raise StoreError(f"database {self.path} has schema version {row[0]}, newer "
+                                 f"than this validator ({SCHEMA_VERSION}); upgrade gpum-validator")
+            elif int(row[0]) < SCHEMA_VERSION:
+                self._upgrade(int(row[0]))
+                self._db.execute("UPDATE meta SET value=? WHERE key='schema_version'",
+                                 (str(SCHEMA_VERSION),))
+                rebuild = int(row[0]) < 4
+            for stmt in _sqlite_statements(_SCHEMA_V4 + _sqlite_count_triggers()):
+                self._db.execute(stmt)
+            if rebuild:  # v3 -> v4: the jobs' covered/paid seqs and the counters
+                self._rebuild_derived(self._conn)
+            self._db.execute("COMMIT")
+        except BaseException:
+            if self._db.in_transaction:
+                self._db.execute("ROLLBACK")
+            raise
+
+    def _add_column(self, table: str, column: str) -> None:
+        name = column.split()[0]
+        have = {r[1] for r in self._db.execute(f"PRAGMA table_xinfo({table})")}
+        if name not in have:
+            self._db.execute(f"ALTER TABLE {table} ADD COLUMN {column}")
+
+    def _upgrade(self, version: int) -> None:
+        """Migrate a database of schema ``version`` in place (inside the open transaction)."""
+        if version < 2:
+            # v1 -> v2: the job's window length (from its terms) is kept for the policy.
+            self._add_column("jobs", "window_seconds INTEGER NOT NULL DEFAULT 0")
+        if version < 3:
+            # v2 -> v3 (approvals): before issue 8 a validator accepted only an unbroken
+            # cumulative chain, so its approved total at a seq was the cumulative claim.
+            for table, column in _V3_COLUMNS:
+                self._add_column(table, column)
+            self._db.execute("UPDATE proofs SET approved_total=cumulative_seconds "
+                             "WHERE decision='accepted' AND approved_total IS NULL")
+            self._db.execute("UPDATE jobs SET approved_total=cumulative_seconds")
+            self._db.execute("UPDATE intents SET approved_seconds=cumulative_seconds "
+                             "WHERE approved_seconds IS NULL")
+        if version < 4:
+            # v3 -> v4 (issue 9): markers of the settle pass; filled by _rebuild_derived.
+            for table, column in _V4_COLUMNS:
+                self._add_column(table, column)
+        # The next settlement pass re-reads every job's chain facts (terms, committee).
+        self._db.execute("UPDATE jobs SET chain_checked_at=0")
+
+    @contextmanager
+    def batch(self) -> Iterator[None]:
+        """Group commit: every write this thread makes inside the block joins one transaction,
+        committed (one fsync) when the block exits and rolled back if it raises; nothing
+        written inside is durable before the block ends, so answer no one before then. Other
+        threads' store calls wait until it ends. Nested use joins the outer batch."""
+        with self._lock:
+            if self._batch_depth:
+                self._batch_depth += 1
+                try:
+                    yield
+                finally:
+                    self._batch_depth -= 1
+                return
+            try:
+                self._db.execute("BEGIN IMMEDIATE")
+                self._batch_depth = 1
+                try:
+                    yield
+                finally:
+                    self._batch_depth = 0
+                self._db.execute("COMMIT")
+            except sqlite3.Error as e:
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
+                raise StoreError(f"database {self.path}: {e}") from None
+            except BaseException:
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
+                raise
+
+    @contextmanager
+    def _tx(self) -> Iterator[Conn]:
+        with self._lock:
+            if self._batch_depth:
+                # Inside batch(): the write joins the batch's transaction. A database error
+                # aborts the whole batch (batch() rolls it back).
+                try:
+                    yield self._conn
+                except sqlite3.Error as e:
+                    raise StoreError(f"database {self.path}: {e}") from None
+                return
+            try:
+                self._db.execute("BEGIN IMMEDIATE")
+                yield self._conn
+                self._db.execute("COMMIT")
+            except sqlite3.Error as e:
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
+                raise StoreError(f"database {self.path}: {e}") from None
+            except BaseException:
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
+                raise
+
+    @contextmanager
+    def _read(self) -> Iterator[Conn]:
+        with self._lock:  # no write of this process interleaves
+            try:
+                yield self._conn
+            except sqlite3.Error as e:
+                raise StoreError(f"database {self.path}: {e}") from None
+
+    def _q(self, sql: str, args: Sequence[Any] = ()) -> list[tuple]:
+        with self._lock:
+            try:
+                return self._db.execute(SQLITE.translate(sql), tuple(args)).fetchall()
+            except sqlite3.Error as e:
+                raise StoreError(f"database {self.path}: {e}") from None
 
     def close(self) -> None:
         with self._lock:

@@ -1,10 +1,13 @@
-"""Equivocation evidence -> exactly one slash_equivocation, durable across restarts."""
+"""Equivocation evidence -> exactly one slash_equivocation, durable across restarts; on SQLite
+and on PostgreSQL (``store_db``, storekit)."""
 
 from __future__ import annotations
 
 import base64
 import time
 
+import pytest
+import storekit
 from gpu_market.errors import GpuMarketError, RpcUnavailable, TransactionTooLarge
 from gpu_market.proof import encode_proof, proof_hash
 from gpu_market.receipt import receipt_message, verify
@@ -13,7 +16,6 @@ from gpum_validator.metrics import Metrics
 from gpum_validator.service import Intake
 from gpum_validator.settlement import SettlementLoop
 from gpum_validator.slashing import EquivocationReporter
-from gpum_validator.store import SQLiteStore
 from vtestkit import (
     JOB,
     MARKET,
@@ -27,11 +29,16 @@ from vtestkit import (
 )
 
 
+@pytest.fixture(params=storekit.BACKENDS)
+def store_db(request, tmp_path):
+    yield from storekit.store_db(request, tmp_path)
+
+
 class Node:
     """Store + intake + reporter as `gpum-validator run` wires them (one process life)."""
 
-    def __init__(self, tmp_path, chain, clock, metrics=None):
-        self.store = SQLiteStore(tmp_path / "v.sqlite")
+    def __init__(self, store_db, chain, clock, metrics=None):
+        self.store = store_db.open()
         self.metrics = metrics or Metrics()
         self.reporter = EquivocationReporter(chain, "authority", self.store, PROGRAM,
                                              SettlePolicy(max_chain_error_attempts=3),
@@ -53,8 +60,8 @@ def equivocate(node):
     return {proof_hash(encode_proof(honest)): (honest, a), proof_hash(encode_proof(other)): (other, b)}
 
 
-def test_exactly_one_submission_durable_across_restart(tmp_path, chain, clock):
-    node = Node(tmp_path, chain, clock)
+def test_exactly_one_submission_durable_across_restart(store_db, chain, clock):
+    node = Node(store_db, chain, clock)
     sent = equivocate(node)
     assert node.reporter.wakeup.is_set()  # the hook only wakes the loop
     assert chain.slash_calls == []  # nothing was sent on the request thread
@@ -81,15 +88,15 @@ def test_exactly_one_submission_durable_across_restart(tmp_path, chain, clock):
     node.close()
 
     chain.records.clear()  # even if the chain forgot, a done report is never resubmitted
-    node = Node(tmp_path, chain, clock)
+    node = Node(store_db, chain, clock)
     assert node.reporter.report_pending().slashed == 0
     assert len(chain.slash_calls) == 1
     assert node.store.summary()["equivocation_reports"] == {"done": 1}
     node.close()
 
 
-def test_already_exists_error_means_done(tmp_path, chain, clock):
-    node = Node(tmp_path, chain, clock)
+def test_already_exists_error_means_done(store_db, chain, clock):
+    node = Node(store_db, chain, clock)
     equivocate(node)
     chain.slash_error = GpuMarketError(0, "AccountAlreadyInUse", "already in use", [])
     summary = node.reporter.report_pending()
@@ -100,19 +107,19 @@ def test_already_exists_error_means_done(tmp_path, chain, clock):
     assert (case.status, case.outcome) == ("done", "already_slashed")
 
 
-def test_record_on_chain_after_a_crash_is_not_resent(tmp_path, chain, clock):
-    node = Node(tmp_path, chain, clock)
+def test_record_on_chain_after_a_crash_is_not_resent(store_db, chain, clock):
+    node = Node(store_db, chain, clock)
     equivocate(node)
     node.store.mark_equivocation_report(JOB, 1, "sent", clock[0], count_attempt=True)
     chain.records[(JOB, 1)] = "authority"  # the send before the crash landed
     node.close()
-    node = Node(tmp_path, chain, clock)
+    node = Node(store_db, chain, clock)
     assert node.reporter.report_pending().already_done == 1
     assert chain.slash_calls == []
 
 
-def test_job_gone_means_done(tmp_path, chain, clock):
-    node = Node(tmp_path, chain, clock)
+def test_job_gone_means_done(store_db, chain, clock):
+    node = Node(store_db, chain, clock)
     equivocate(node)
     del chain.jobs[JOB]
     assert node.reporter.report_pending().already_done == 1
@@ -120,8 +127,8 @@ def test_job_gone_means_done(tmp_path, chain, clock):
     assert node.store.equivocation_cases()[0].outcome == "job_gone"
 
 
-def test_transport_failure_retries_with_backoff_then_succeeds(tmp_path, chain, clock):
-    node = Node(tmp_path, chain, clock)
+def test_transport_failure_retries_with_backoff_then_succeeds(store_db, chain, clock):
+    node = Node(store_db, chain, clock)
     equivocate(node)
     chain.slash_error = RpcUnavailable("connection refused (fake)")
     assert node.reporter.report_pending().retry_later == 1
@@ -133,8 +140,8 @@ def test_transport_failure_retries_with_backoff_then_succeeds(tmp_path, chain, c
     assert len(chain.slash_calls) == 2 and len(chain.records) == 1
 
 
-def test_unsendable_transaction_fails_after_bounded_attempts(tmp_path, chain, clock):
-    node = Node(tmp_path, chain, clock)
+def test_unsendable_transaction_fails_after_bounded_attempts(store_db, chain, clock):
+    node = Node(store_db, chain, clock)
     equivocate(node)
     chain.slash_error = TransactionTooLarge("the slash_equivocation transaction is 1329 bytes")
     for _ in range(5):
@@ -145,8 +152,8 @@ def test_unsendable_transaction_fails_after_bounded_attempts(tmp_path, chain, cl
     assert "TransactionTooLarge" in case.last_error
 
 
-def test_settlement_loop_runs_the_reporter_when_woken(tmp_path, chain, clock):
-    node = Node(tmp_path, chain, clock)
+def test_settlement_loop_runs_the_reporter_when_woken(store_db, chain, clock):
+    node = Node(store_db, chain, clock)
     settler = make_settler(chain, node.store, clock)
     loop = SettlementLoop(settler, interval=3600, reporter=node.reporter)
     loop.start()
@@ -160,8 +167,8 @@ def test_settlement_loop_runs_the_reporter_when_woken(tmp_path, chain, clock):
     assert len(chain.slash_calls) == 1
 
 
-def test_three_proofs_one_report(tmp_path, chain, clock):
-    node = Node(tmp_path, chain, clock)
+def test_three_proofs_one_report(store_db, chain, clock):
+    node = Node(store_db, chain, clock)
     equivocate(node)
     third = make_proof(1, billable=10, cumulative=10)
     assert node.intake.submit(signed_json(third))[0] == 409

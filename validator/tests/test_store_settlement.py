@@ -1,8 +1,10 @@
-"""Intake + SQLite store + settler against FakeChain: durability and crash safety."""
+"""Intake + store + settler against FakeChain: durability and crash safety, on SQLite and on
+PostgreSQL (``store_db`` from storekit runs each test on both)."""
 
 from __future__ import annotations
 
 import pytest
+import storekit
 from gpu_market.errors import GpuMarketError, RpcUnavailable
 from gpu_market.proof import encode_proof, proof_hash
 from gpum_validator.config import SettlePolicy
@@ -24,8 +26,13 @@ from vtestkit import (
 )
 
 
-def setup(tmp_path, chain, clock, every=5):
-    store = SQLiteStore(tmp_path / "v.sqlite")
+@pytest.fixture(params=storekit.BACKENDS)
+def store_db(request, tmp_path):
+    yield from storekit.store_db(request, tmp_path)
+
+
+def setup(store_db, chain, clock, every=5):
+    store = store_db.open()
     intake = Intake(cfg(), store, chain, clock=lambda: clock[0])
     settler = make_settler(chain, store, clock, SettlePolicy(settle_every_windows=every))
     return store, intake, settler
@@ -35,8 +42,8 @@ def feed(intake, proofs):
     return [intake.submit(signed_json(p)) for p in proofs]
 
 
-def test_accept_duplicate_equivocation_persist(tmp_path, chain, clock):
-    store, intake, _ = setup(tmp_path, chain, clock)
+def test_accept_duplicate_equivocation_persist(store_db, chain, clock):
+    store, intake, _ = setup(store_db, chain, clock)
     p1 = chain_of(1)[0]
     assert intake.submit(signed_json(p1))[1]["status"] == "accepted"
     assert intake.submit(signed_json(p1))[1]["status"] == "duplicate"
@@ -44,7 +51,7 @@ def test_accept_duplicate_equivocation_persist(tmp_path, chain, clock):
     status, body = intake.submit(signed_json(other))
     assert (status, body["error"]) == (409, "equivocation")
     store.close()
-    store = SQLiteStore(tmp_path / "v.sqlite")  # survives a restart
+    store = store_db.open()  # survives a restart
     st = store.job_state(JOB)
     assert (st.last_seq, st.cumulative_seconds, st.last_window_end) == (1, 60, T0 + 60)
     rows = store.proofs_at(JOB, 1)
@@ -54,8 +61,8 @@ def test_accept_duplicate_equivocation_persist(tmp_path, chain, clock):
         proof_hash(encode_proof(p1)), proof_hash(encode_proof(other))}
 
 
-def test_equivocation_hook_called(tmp_path, chain, clock):
-    store = SQLiteStore(tmp_path / "v.sqlite")
+def test_equivocation_hook_called(store_db, chain, clock):
+    store = store_db.open()
     seen = []
     intake = Intake(cfg(), store, chain, clock=lambda: clock[0],
                     on_equivocation=lambda a, s: seen.append((a.proof.seq, s.seq)))
@@ -63,8 +70,8 @@ def test_equivocation_hook_called(tmp_path, chain, clock):
     assert seen == [(1, 1)]
 
 
-def test_rejected_proof_is_reevaluated_on_retry(tmp_path, chain, clock):
-    _store, intake, _ = setup(tmp_path, chain, clock)
+def test_rejected_proof_is_reevaluated_on_retry(store_db, chain, clock):
+    _store, intake, _ = setup(store_db, chain, clock)
     p = chain_of(1)[0]
     chain.set_job(status="open")
     assert intake.submit(signed_json(p))[1]["error"] == "job_not_started"
@@ -72,8 +79,8 @@ def test_rejected_proof_is_reevaluated_on_retry(tmp_path, chain, clock):
     assert intake.submit(signed_json(p))[1]["status"] == "accepted"
 
 
-def test_gap_records_missed_windows(tmp_path, chain, clock):
-    store, intake, _ = setup(tmp_path, chain, clock)
+def test_gap_records_missed_windows(store_db, chain, clock):
+    store, intake, _ = setup(store_db, chain, clock)
     ps = chain_of(4)
     feed(intake, [ps[0]])
     p4 = make_proof(4, prev=proof_hash(encode_proof(ps[2])), cumulative=2 * WINDOW)
@@ -81,19 +88,19 @@ def test_gap_records_missed_windows(tmp_path, chain, clock):
     assert store.missed_windows(JOB) == [2, 3]
 
 
-def test_chain_down_is_503_and_stores_nothing(tmp_path, chain, clock):
-    store, intake, _ = setup(tmp_path, chain, clock)
+def test_chain_down_is_503_and_stores_nothing(store_db, chain, clock):
+    store, intake, _ = setup(store_db, chain, clock)
     chain.down = True
     status, body = intake.submit(signed_json(chain_of(1)[0]))
     assert (status, body["error"]) == (503, "chain_unavailable")
     assert store.proofs_at(JOB, 1) == []
 
 
-def test_provider_cache_refreshes_on_rotation(tmp_path, chain, clock):
+def test_provider_cache_refreshes_on_rotation(store_db, chain, clock):
     from dataclasses import replace
 
     from vtestkit import OTHER_KEY, OTHER_PUB, PROVIDER, pk
-    _store, intake, _ = setup(tmp_path, chain, clock)
+    _store, intake, _ = setup(store_db, chain, clock)
     ps = chain_of(2)
     feed(intake, [ps[0]])
     reads = chain.provider_reads
@@ -103,22 +110,25 @@ def test_provider_cache_refreshes_on_rotation(tmp_path, chain, clock):
     assert chain.provider_reads == reads + 1  # cached key mismatched -> one re-read
 
 
-def test_schema_version_newer_is_refused(tmp_path):
-    s = SQLiteStore(tmp_path / "v.sqlite")
-    s._db.execute("UPDATE meta SET value=? WHERE key='schema_version'", (str(SCHEMA_VERSION + 1),))
+def test_schema_version_newer_is_refused(store_db):
+    s = store_db.open()
+    with s._tx() as db:
+        db.execute("UPDATE meta SET value=? WHERE key='schema_version'",
+                   (str(SCHEMA_VERSION + 1),))
     s.close()
     with pytest.raises(StoreError, match="newer"):
-        SQLiteStore(tmp_path / "v.sqlite")
+        store_db.open()
 
 
 def test_v1_database_is_migrated_in_place(tmp_path, chain, clock):
-    store, intake, _ = setup(tmp_path, chain, clock)
+    store = SQLiteStore(tmp_path / "v.sqlite")  # SQLite only: PostgreSQL starts at v4
+    intake = Intake(cfg(), store, chain, clock=lambda: clock[0])
     feed(intake, chain_of(1))
     store._db.execute("ALTER TABLE jobs DROP COLUMN window_seconds")  # the v1 layout
     store._db.execute("UPDATE meta SET value='1' WHERE key='schema_version'")
     store.close()
     store = SQLiteStore(tmp_path / "v.sqlite")
-    assert store.summary()["schema_version"] == SCHEMA_VERSION == 3
+    assert store.summary()["schema_version"] == SCHEMA_VERSION == 4
     (c,) = store.settle_candidates()
     assert (c.chain.window_seconds, c.chain_checked_at) == (0, 0)  # re-read on the next pass
     settler = make_settler(chain, store, clock, SettlePolicy(settle_every_windows=1))
@@ -132,11 +142,20 @@ def test_unwritable_db_is_store_error(tmp_path):
         SQLiteStore(tmp_path / "missing-dir" / "v.sqlite")
 
 
+def test_unreachable_postgres_is_store_error(tmp_path):
+    from gpum_validator.store_pg import PostgresStore
+
+    url = f"postgresql://u:secret@/db?host={tmp_path}&connect_timeout=2"
+    with pytest.raises(StoreError, match="cannot connect") as e:
+        PostgresStore(url)
+    assert "secret" not in str(e.value)
+
+
 # ------------------------------------------------------------------ policy (pure)
 
 
-def test_due_every_n_windows(tmp_path, chain, clock):
-    store, intake, _ = setup(tmp_path, chain, clock)
+def test_due_every_n_windows(store_db, chain, clock):
+    store, intake, _ = setup(store_db, chain, clock)
     pol = SettlePolicy(settle_every_windows=5)
     feed(intake, chain_of(4))
     (c,) = store.settle_candidates()
@@ -146,8 +165,8 @@ def test_due_every_n_windows(tmp_path, chain, clock):
     assert due_reason(c, pol, T0 + 300) == "every_n_windows"
 
 
-def test_due_finishing_low_escrow_stale(tmp_path, chain, clock):
-    store, intake, _ = setup(tmp_path, chain, clock)
+def test_due_finishing_low_escrow_stale(store_db, chain, clock):
+    store, intake, _ = setup(store_db, chain, clock)
     pol = SettlePolicy(settle_every_windows=5)
     feed(intake, chain_of(1))
     (c,) = store.settle_candidates()
@@ -168,9 +187,9 @@ def test_due_finishing_low_escrow_stale(tmp_path, chain, clock):
     assert due_reason(replace(c, chain=None), pol, T0 + 10**6) is None  # window unknown
 
 
-def test_policy_windows_are_the_job_terms_window(tmp_path, chain, clock):
+def test_policy_windows_are_the_job_terms_window(store_db, chain, clock):
     chain.set_terms(window_seconds=30, max_skew_seconds=0)
-    store, intake, _ = setup(tmp_path, chain, clock)
+    store, intake, _ = setup(store_db, chain, clock)
     p = make_proof(1, window_end=T0 + 30, billable=30, cumulative=30,
                    gpus=tuple(gpu(u, 30) for u in UUIDS))
     assert intake.submit(signed_json(p))[1]["status"] == "accepted"
@@ -184,9 +203,9 @@ def test_policy_windows_are_the_job_terms_window(tmp_path, chain, clock):
 # ------------------------------------------------------------------ settler
 
 
-def test_settles_newest_receipt_once(tmp_path, chain, clock):
+def test_settles_newest_receipt_once(store_db, chain, clock):
     clock[0] = T0 + 3 * WINDOW  # fresh windows: only the every-N rule applies
-    store, intake, settler = setup(tmp_path, chain, clock, every=3)
+    store, intake, settler = setup(store_db, chain, clock, every=3)
     feed(intake, chain_of(2))
     assert settler.settle_now().intended == 0 and chain.settle_calls == []
     feed(intake, chain_of(3)[2:])
@@ -202,9 +221,9 @@ def test_settles_newest_receipt_once(tmp_path, chain, clock):
     assert store.pending_windows() == 0
 
 
-def test_batches_jobs_up_to_max_items(tmp_path, chain, clock):
+def test_batches_jobs_up_to_max_items(store_db, chain, clock):
     from dataclasses import replace
-    _store, intake, settler = setup(tmp_path, chain, clock, every=1)
+    _store, intake, settler = setup(store_db, chain, clock, every=1)
     jobs = [bytes([20 + i] * 32) for i in range(3)]
     for j in jobs:
         chain.jobs[j] = replace(chain.jobs[JOB], address=None)
@@ -215,21 +234,21 @@ def test_batches_jobs_up_to_max_items(tmp_path, chain, clock):
     assert [len(c) for c in chain.settle_calls] == [2, 1]
 
 
-def test_crash_after_intent_before_send_resends(tmp_path, chain, clock):
-    store, intake, _settler = setup(tmp_path, chain, clock, every=1)
+def test_crash_after_intent_before_send_resends(store_db, chain, clock):
+    store, intake, _settler = setup(store_db, chain, clock, every=1)
     feed(intake, chain_of(1))
     (c,) = store.settle_candidates()
     store.add_intent(c.latest, 1, clock[0])  # recorded, then the process "dies"
     store.close()
-    store2 = SQLiteStore(tmp_path / "v.sqlite")
+    store2 = store_db.open()
     settler2 = make_settler(chain, store2, clock)
     r = settler2.settle_now()
     assert (r.intended, r.confirmed) == (0, 1)
     assert len(chain.settle_calls) == 1 and chain.jobs[JOB].last_seq == 1
 
 
-def test_crash_after_send_does_not_resend(tmp_path, chain, clock):
-    store, intake, _settler = setup(tmp_path, chain, clock, every=1)
+def test_crash_after_send_does_not_resend(store_db, chain, clock):
+    store, intake, _settler = setup(store_db, chain, clock, every=1)
     feed(intake, chain_of(1))
     (c,) = store.settle_candidates()
     it = store.add_intent(c.latest, 1, clock[0])
@@ -237,14 +256,14 @@ def test_crash_after_send_does_not_resend(tmp_path, chain, clock):
     chain.set_job(last_seq=1, claimed_seconds=60, paid_seconds=60,
                   last_window_end=T0 + 60)  # it landed
     store.close()
-    store2 = SQLiteStore(tmp_path / "v.sqlite")
+    store2 = store_db.open()
     r = make_settler(chain, store2, clock).settle_now()
     assert (r.already_settled, chain.settle_calls) == (1, [])
     assert store2.intents()[0].status == "confirmed"
 
 
-def test_stale_sequence_marks_done_without_loop(tmp_path, chain, clock):
-    store, intake, settler = setup(tmp_path, chain, clock, every=1)
+def test_stale_sequence_marks_done_without_loop(store_db, chain, clock):
+    store, intake, settler = setup(store_db, chain, clock, every=1)
     feed(intake, chain_of(1))
     chain.settle_error = GpuMarketError(6034, "StaleSequence", "stale", [])
     r = settler.settle_now()
@@ -254,8 +273,8 @@ def test_stale_sequence_marks_done_without_loop(tmp_path, chain, clock):
     assert len(chain.settle_calls) == 1  # never again
 
 
-def test_terminal_chain_error_fails_once(tmp_path, chain, clock):
-    store, intake, settler = setup(tmp_path, chain, clock, every=1)
+def test_terminal_chain_error_fails_once(store_db, chain, clock):
+    store, intake, settler = setup(store_db, chain, clock, every=1)
     feed(intake, chain_of(1))
     chain.settle_error = GpuMarketError(6020, "NotAValidator", "not a validator", [])
     assert settler.settle_now().failed == 1
@@ -263,8 +282,8 @@ def test_terminal_chain_error_fails_once(tmp_path, chain, clock):
     assert len(chain.settle_calls) == 1 and store.intents()[0].status == "failed"
 
 
-def test_transport_error_retries_with_backoff(tmp_path, chain, clock):
-    store, intake, settler = setup(tmp_path, chain, clock, every=1)
+def test_transport_error_retries_with_backoff(store_db, chain, clock):
+    store, intake, settler = setup(store_db, chain, clock, every=1)
     feed(intake, chain_of(1))
     chain.settle_error = RpcUnavailable("timeout")
     assert settler.settle_now().retry_later == 1
@@ -276,9 +295,9 @@ def test_transport_error_retries_with_backoff(tmp_path, chain, clock):
     assert settler.settle_now().confirmed == 1
 
 
-def test_batch_failure_resolves_items_singly(tmp_path, chain, clock):
+def test_batch_failure_resolves_items_singly(store_db, chain, clock):
     from dataclasses import replace
-    _store, intake, settler = setup(tmp_path, chain, clock, every=1)
+    _store, intake, settler = setup(store_db, chain, clock, every=1)
     j2 = bytes([30] * 32)
     chain.jobs[j2] = chain.jobs[JOB]
     feed(intake, chain_of(1))
@@ -296,11 +315,11 @@ def test_batch_failure_resolves_items_singly(tmp_path, chain, clock):
     assert replace(chain.jobs[j2]).last_seq == 1
 
 
-def test_settlement_loop_runs_in_background(tmp_path, chain, clock):
+def test_settlement_loop_runs_in_background(store_db, chain, clock):
     import time
 
     from gpum_validator.settlement import SettlementLoop
-    store, intake, settler = setup(tmp_path, chain, clock, every=1)
+    store, intake, settler = setup(store_db, chain, clock, every=1)
     feed(intake, chain_of(1))
     loop = SettlementLoop(settler, interval=0.01)
     loop.start()
@@ -312,7 +331,8 @@ def test_settlement_loop_runs_in_background(tmp_path, chain, clock):
 
 
 def test_v2_database_is_migrated_to_approved_totals(tmp_path, chain, clock):
-    store, intake, _ = setup(tmp_path, chain, clock)
+    store = SQLiteStore(tmp_path / "v.sqlite")  # SQLite only: PostgreSQL starts at v4
+    intake = Intake(cfg(), store, chain, clock=lambda: clock[0])
     feed(intake, chain_of(2))
     db = store._db
     for table, column in (("proofs", "approved_seconds"), ("proofs", "approved_total"),
@@ -322,7 +342,7 @@ def test_v2_database_is_migrated_to_approved_totals(tmp_path, chain, clock):
     db.execute("UPDATE meta SET value='2' WHERE key='schema_version'")
     store.close()
     store = SQLiteStore(tmp_path / "v.sqlite")
-    assert store.summary()["schema_version"] == 3
+    assert store.summary()["schema_version"] == SCHEMA_VERSION
     assert store.accepted_at(JOB, 2).approved_total == 120  # v2 accepted an unbroken chain
     assert store.job_state(JOB).approved_total == 120
     intake = Intake(cfg(), store, chain, clock=lambda: clock[0])

@@ -101,10 +101,17 @@ def test_wrong_market_in_proof():
     assert reason(auth_of, p) == "wrong_market"
 
 
-def test_bad_proof_signature():
-    d = signed_json(make_proof())
+def test_the_proof_signature_is_not_relied_on_the_receipt_signature_authenticates():
+    """One signature per proof (issue 9): the receipt commits to sha256 of the proof bytes,
+    so a proof is authenticated by its receipt signature alone; a garbage proof_signature
+    changes nothing, and changed proof bytes under a valid receipt signature fail."""
+    p = make_proof()
+    d = signed_json(p)
     d["proof_signature"] = signed_json(make_proof(), OTHER_KEY)["proof_signature"]
-    assert reason(authenticate, parse_signed_proof(d), cfg()) == "bad_proof_signature"
+    assert authenticate(parse_signed_proof(d), cfg()).proof == p
+    other = signed_json(make_proof(billable=59, cumulative=59))
+    other["receipt_signature"] = d["receipt_signature"]
+    assert reason(authenticate, parse_signed_proof(other), cfg()) == "bad_receipt_signature"
 
 
 def test_bad_receipt_signature():

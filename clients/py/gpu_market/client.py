@@ -19,7 +19,7 @@ import json
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, fields, is_dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from solana.exceptions import SolanaRpcException
 from solana.rpc.api import Client
@@ -31,7 +31,7 @@ from solders.keypair import Keypair
 from solders.message import Message
 from solders.pubkey import Pubkey
 from solders.signature import Signature
-from solders.transaction import SanitizeError, Transaction, TransactionError
+from solders.transaction import SanitizeError, Transaction, TransactionError, VersionedTransaction
 
 from . import pda, tokens
 from .accounts import (
@@ -74,6 +74,7 @@ from .errors import (
     chain_error_from_transaction_err,
 )
 from .lifecycle import JobEndings
+from .lookup_tables import LookupTables
 from .receipt import receipt_message
 from .receipt import verify as verify_signature
 from .settle import (
@@ -86,6 +87,9 @@ from .settle import (
     settle_instructions,
     transaction_size,
 )
+
+if TYPE_CHECKING:
+    from .lookup_tables import LookupTable
 
 __all__ = [
     "DEFAULT_MARKET_PARAMS",
@@ -191,6 +195,8 @@ class GpuMarketClient(MarketAdmin, JobEndings, ValidatorNetwork):
         self.confirm_timeout = confirm_timeout
         self.rpc = rpc or Client(url, commitment=Commitment(commitment), timeout=timeout)
         self.codec: Codec = default_codec(program_id, idl_path)
+        self.lookup_tables = LookupTables(self)
+        """Address lookup tables and v0 settle transactions that carry several jobs each."""
 
     def close(self) -> None:
         """Closes the HTTP connection pool (the client is unusable afterwards)."""
@@ -280,6 +286,12 @@ class GpuMarketClient(MarketAdmin, JobEndings, ValidatorNetwork):
     def fetch_job(self, job: Pubkey) -> JobView | None:
         """The Job at ``job``, or None (closed jobs no longer exist)."""
         return self._fetch(job, "Job")
+
+    def fetch_jobs(self, jobs: Sequence[Pubkey]) -> list[JobView | None]:
+        """The Jobs at ``jobs``, in order (None where no account is), 100 per RPC call;
+        InvalidAccount when an account there is not a Job."""
+        keys = list(jobs)
+        return [self._decode_info(k, i, "Job") for k, i in zip(keys, self._account_infos(keys))]
 
     def fetch_equivocation_record(self, record: Pubkey) -> EquivocationRecordView | None:
         """The EquivocationRecord at ``record`` (``pda.equivocation_pda(job, job.started_at,
@@ -431,7 +443,7 @@ class GpuMarketClient(MarketAdmin, JobEndings, ValidatorNetwork):
     def _latest_blockhash(self):
         return self._call(self.rpc.get_latest_blockhash).value.blockhash
 
-    def _send_raw(self, tx: Transaction) -> Signature:
+    def _send_raw(self, tx: Transaction | VersionedTransaction) -> Signature:
         try:
             resp = self._call(
                 self.rpc.send_raw_transaction,
@@ -987,6 +999,16 @@ class GpuMarketClient(MarketAdmin, JobEndings, ValidatorNetwork):
             raise ValueError("settle needs at least one SettleItem")
         ixs = self.settle_instructions(validator_authority.pubkey(), items)
         return self.send(ixs, [validator_authority])
+
+    def settle_v0(
+        self, validator_authority: Keypair, items: Sequence[SettleItem], tables: Sequence[LookupTable]
+    ) -> Signature:
+        """Settle ``items`` (of distinct jobs) in one v0 transaction whose accounts are loaded
+        from ``tables`` where they hold them (``lookup_tables.LookupTables.settle``); the same
+        checks and errors as :meth:`settle`."""
+        if not items:
+            raise ValueError("settle needs at least one SettleItem")
+        return self.lookup_tables.settle(validator_authority, items, tables)
 
     def max_settle_items_per_tx(self, quorum: int = 1) -> int:
         """How many SettleItems of one market for jobs of this ``quorum`` always fit in one

@@ -1,0 +1,321 @@
+"""``Store`` on PostgreSQL (``gpum-validator run --db postgresql://user@host/db``).
+
+``PostgresStore`` runs the queries of ``store.SQLStore`` (translated by
+``store_sql.POSTGRES``) over psycopg 3, with a small pool of connections so the HTTP threads
+and the background loops do not wait for each other. Several validator processes may share
+one database:
+
+* the schema is created or checked under a transaction-scoped advisory lock, so processes
+  starting together do not race;
+* every write method is one transaction (READ COMMITTED); the ones whose decision depends
+  on what they read are atomic across processes (see ``store.SQLStore``): a compare-and-set
+  on the job row for ``record_accepted``, the (job, seq) primary key for
+  ``record_given_attestation`` (a member never signs two values for one seq, whichever
+  process asks), advisory locks per key for the others;
+* ``batch()`` holds one connection and transaction for the calling thread only (other
+  threads keep their own connections); each store call inside it runs in a savepoint, so a
+  failed statement does not poison the batch. A batch that conflicts with another process's
+  may be aborted by the server's deadlock detection: that is a ``StoreError`` (503, retry);
+* the row counters of ``summary`` are sharded per server connection (``pg_backend_pid()``),
+  so concurrent writers never wait on one counter row; ``prune`` folds the shards of
+  connections that are gone.
+
+Needs ``psycopg`` (``pip install 'psycopg[binary]'``), imported when a store is opened.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from .errors import StoreError
+from .store import (
+    _READ_INDEXES,
+    _SCHEMA,
+    _SCHEMA_V3,
+    _SCHEMA_V4,
+    COUNTED,
+    SCHEMA_VERSION,
+    SQLStore,
+)
+from .store_sql import POSTGRES, Conn
+
+__all__ = ["PostgresStore", "describe", "is_postgres_url"]
+
+_MIGRATION_LOCK = 0x67_70_75_6D_2D_64_62  # "gpum-db": the schema lock's advisory key
+
+
+def is_postgres_url(text: str) -> bool:
+    """Whether ``--db`` names a PostgreSQL database rather than an SQLite file."""
+    return str(text).startswith(("postgresql://", "postgres://"))
+
+
+def describe(db: str) -> str:
+    """``--db`` for logs and messages: an SQLite path as is, a URL without its password."""
+    return _redacted(db) if is_postgres_url(db) else str(db)
+
+
+def _count_triggers() -> str:
+    """PL/pgSQL triggers keeping ``counters``: one row per (counter, server connection).
+    Statement-level with transition tables, so a bulk insert or delete bumps each counter
+    once, not once per row."""
+    out = []
+    for table, col in COUNTED:
+        key = f"'{table}.' || {col}" if col else f"'{table}'"
+        out.append(f"""
+CREATE OR REPLACE FUNCTION gpum_count_{table}() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP = 'INSERT' THEN
+        INSERT INTO counters (name, shard, value)
+        SELECT {key}, pg_backend_pid(), COUNT(*) FROM new_rows GROUP BY 1
+        ON CONFLICT (name, shard) DO UPDATE SET value = counters.value + EXCLUDED.value;
+    ELSIF TG_OP = 'DELETE' THEN
+        INSERT INTO counters (name, shard, value)
+        SELECT {key}, pg_backend_pid(), -COUNT(*) FROM old_rows GROUP BY 1
+        ON CONFLICT (name, shard) DO UPDATE SET value = counters.value + EXCLUDED.value;
+    ELSE
+        INSERT INTO counters (name, shard, value)
+        SELECT k, pg_backend_pid(), SUM(d) FROM (
+            SELECT {key} AS k, -1 AS d FROM old_rows UNION ALL
+            SELECT {key} AS k, 1 AS d FROM new_rows) x GROUP BY k HAVING SUM(d) <> 0
+        ON CONFLICT (name, shard) DO UPDATE SET value = counters.value + EXCLUDED.value;
+    END IF;
+    RETURN NULL;
+END $$;
+DROP TRIGGER IF EXISTS count_{table}_ins ON {table};
+CREATE TRIGGER count_{table}_ins AFTER INSERT ON {table} REFERENCING NEW TABLE AS new_rows
+    FOR EACH STATEMENT EXECUTE FUNCTION gpum_count_{table}();
+DROP TRIGGER IF EXISTS count_{table}_del ON {table};
+CREATE TRIGGER count_{table}_del AFTER DELETE ON {table} REFERENCING OLD TABLE AS old_rows
+    FOR EACH STATEMENT EXECUTE FUNCTION gpum_count_{table}();
+""")
+        if col:
+            out.append(f"""
+DROP TRIGGER IF EXISTS count_{table}_upd ON {table};
+CREATE TRIGGER count_{table}_upd AFTER UPDATE ON {table}
+    REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
+    FOR EACH STATEMENT EXECUTE FUNCTION gpum_count_{table}();
+""")
+    return "".join(out)
+
+
+class _Pool:
+    """At most ``size`` open connections; ``get`` waits when all are in use."""
+
+    def __init__(self, connect: Callable[[], Any], size: int) -> None:
+        if size < 1:
+            raise ValueError("pool size must be at least 1")
+        self._connect = connect
+        self._size = size
+        self._idle: list[Any] = []
+        self._open = 0
+        self._closed = False
+        self._cond = threading.Condition()
+
+    def get(self) -> Any:
+        with self._cond:
+            while True:
+                if self._closed:
+                    raise StoreError("the store is closed")
+                if self._idle:
+                    return self._idle.pop()
+                if self._open < self._size:
+                    self._open += 1
+                    break
+                self._cond.wait()
+        try:
+            return self._connect()
+        except BaseException:
+            with self._cond:
+                self._open -= 1
+                self._cond.notify()
+            raise
+
+    def put(self, conn: Any) -> None:
+        from psycopg.pq import TransactionStatus
+
+        with self._cond:
+            reusable = (not self._closed and not conn.closed and not conn.broken
+                        and conn.info.transaction_status == TransactionStatus.IDLE)
+            if reusable:
+                self._idle.append(conn)
+            else:
+                self._open -= 1
+            self._cond.notify()
+        if not reusable:
+            conn.close()  # psycopg's close() does not raise, also on a broken connection
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            idle, self._idle = self._idle, []
+            self._open -= len(idle)
+            self._cond.notify_all()
+        for conn in idle:
+            conn.close()
+
+
+class PostgresStore(SQLStore):
+    """``Store`` on one PostgreSQL database (``url``: ``postgresql://user@host/db``, any
+    libpq connection URL). Tables live in the connection's first ``search_path`` schema.
+    ``pool_size`` bounds the connections this process opens."""
+
+    dialect = POSTGRES
+
+    def __init__(self, url: str, *, pool_size: int = 8, connect_timeout: int = 10) -> None:
+        try:
+            import psycopg
+        except ImportError:
+            raise StoreError("a postgresql:// --db needs the psycopg package: "
+                             "pip install 'psycopg[binary]'") from None
+        self._psycopg = psycopg
+        self.url = url
+        self.where = f"database {_redacted(url)}"
+
+        def connect() -> Any:
+            try:
+                return psycopg.connect(url, autocommit=True, connect_timeout=connect_timeout,
+                                       application_name="gpum-validator")
+            except psycopg.Error as e:
+                raise StoreError(f"cannot connect to {self.where}: {_first_line(e)}; check "
+                                 "the URL, that the server runs and accepts this user "
+                                 "(--db)") from None
+
+        self._pool = _Pool(connect, pool_size)
+        self._local = threading.local()
+        try:
+            self._migrate()
+        except BaseException:
+            self._pool.close()
+            raise
+
+    # ------------------------------------------------------------------ connections
+
+    def _error(self, e: Exception) -> StoreError:
+        return StoreError(f"{self.where}: {_first_line(e)}")
+
+    def _batch_conn(self) -> Conn | None:
+        return getattr(self._local, "conn", None)
+
+    @contextmanager
+    def _tx(self) -> Iterator[Conn]:
+        inner = self._batch_conn()
+        if inner is not None:
+            try:
+                with inner.raw.transaction():  # a savepoint inside the batch
+                    yield inner
+            except self._psycopg.Error as e:
+                raise self._error(e) from None
+            return
+        raw = self._pool.get()
+        try:
+            with raw.transaction():
+                yield Conn(raw, POSTGRES)
+        except self._psycopg.Error as e:
+            raise self._error(e) from None
+        finally:
+            self._pool.put(raw)
+
+    _read = _tx
+    """Several reads on one connection, in one transaction."""
+
+    def _q(self, sql: str, args: Sequence[Any] = ()) -> list[tuple]:
+        inner = self._batch_conn()
+        raw = inner.raw if inner is not None else self._pool.get()
+        try:
+            return raw.execute(POSTGRES.translate(sql), tuple(args)).fetchall()
+        except self._psycopg.Error as e:
+            if inner is not None and raw.info.transaction_status == \
+                    self._psycopg.pq.TransactionStatus.INERROR:
+                raise StoreError(f"{self.where}: {_first_line(e)} (the batch is aborted)"
+                                 ) from None
+            raise self._error(e) from None
+        finally:
+            if inner is None:
+                self._pool.put(raw)
+
+    @contextmanager
+    def batch(self) -> Iterator[None]:
+        """Group commit: every store call this thread makes inside the block joins one
+        transaction on one connection, committed when the block exits and rolled back if it
+        raises; nothing written inside is visible to others or durable before the block ends,
+        so answer no one before then. Other threads are not held up. Nested use joins the
+        outer batch."""
+        st = self._local
+        if getattr(st, "conn", None) is not None:
+            st.depth += 1
+            try:
+                yield
+            finally:
+                st.depth -= 1
+            return
+        raw = self._pool.get()
+        try:
+            with raw.transaction():
+                st.conn, st.depth = Conn(raw, POSTGRES), 1
+                try:
+                    yield
+                finally:
+                    st.conn, st.depth = None, 0
+        except self._psycopg.Error as e:
+            raise self._error(e) from None
+        finally:
+            self._pool.put(raw)
+
+    def close(self) -> None:
+        self._pool.close()
+
+    # ------------------------------------------------------------------ schema
+
+    def _migrate(self) -> None:
+        with self._tx() as db:
+            db.raw.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
+            if db.raw.execute("SELECT to_regclass('meta')").fetchone()[0] is None:
+                db.executescript(_SCHEMA + _SCHEMA_V3 + _READ_INDEXES + _SCHEMA_V4)
+                db.executescript(_count_triggers())
+                db.execute("INSERT INTO meta VALUES ('schema_version', ?)",
+                           (str(SCHEMA_VERSION),))
+                return
+            row = db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+            version = int(row[0]) if row else 0
+            if version > SCHEMA_VERSION:
+                raise StoreError(f"{self.where} has schema version {version}, newer than "
+                                 f"this validator ({SCHEMA_VERSION}); upgrade gpum-validator")
+            if version < 4:  # PostgreSQL support starts at schema version 4
+                raise StoreError(f"{self.where} has schema version {version}, which no "
+                                 "gpum-validator wrote to PostgreSQL; use an empty database")
+            db.executescript(_READ_INDEXES + _SCHEMA_V4)  # indexes added without a bump
+
+    def _rebuild_derived(self, db: Conn) -> None:
+        tables = ", ".join(["counters", "intents"] + [t for t, _ in COUNTED if t != "intents"])
+        db.raw.execute(f"LOCK TABLE {tables} IN EXCLUSIVE MODE")
+        super()._rebuild_derived(db)
+
+    def _compact_counters(self) -> None:
+        """Fold the counter rows of server connections that are gone into shard 0."""
+        with self._tx() as db:
+            db.raw.execute(
+                "WITH gone AS (DELETE FROM counters WHERE shard <> 0 AND shard NOT IN "
+                "(SELECT pid FROM pg_stat_activity) RETURNING name, value) "
+                "INSERT INTO counters (name, shard, value) "
+                "SELECT name, 0, SUM(value) FROM gone GROUP BY name "
+                "ON CONFLICT (name, shard) DO UPDATE SET value = counters.value + "
+                "EXCLUDED.value")
+
+
+def _first_line(e: Exception) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+def _redacted(url: str) -> str:
+    """The URL without its password (it may end up in logs and error messages)."""
+    try:
+        from psycopg.conninfo import conninfo_to_dict
+
+        d = conninfo_to_dict(url)
+    except Exception:  # noqa: BLE001 - unparsable: say nothing of it
+        return "(unparsable PostgreSQL URL)"
+    return f"postgresql {d.get('dbname') or '(default)'} on {d.get('host') or 'localhost'}"

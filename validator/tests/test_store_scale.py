@@ -1,0 +1,152 @@
+"""Scale (issue 9): with 20,000 finished jobs and 200,000 proofs stored, the settle pass and
+/health read what the active jobs need, not the finished ones. No timing: the work is
+counted, as SQLite virtual-machine steps (a progress handler) or as the rows and index
+entries PostgreSQL reads in the transaction (``pg_stat_get_xact_tuples_returned``), first
+with the active jobs alone, then with the finished jobs added: it must not grow with them.
+bench/validator_storage.py measures the times at 1,000,000 proofs."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import storekit
+from gpum_validator.store import SQLiteStore
+from storekit import bulk_insert
+
+FINISHED = 20_000
+PROOFS_PER_FINISHED = 10
+ACTIVE = 40
+UNSETTLED = 3
+"""Each active job's last windows not settled yet (the others are, by confirmed intents)."""
+ENDED_UNPAID = 25
+"""Finished jobs that ended with windows nobody settled: never candidates, still pending."""
+NOW = 1_800_000_000.0
+
+PROOF_COLS = ("job", "seq", "hash", "proof", "proof_signature", "receipt_signature",
+              "worker_key", "cumulative_seconds", "window_end", "received_at", "decision",
+              "reason", "approved_seconds", "approved_total")
+JOB_COLS = ("job", "last_seq", "cumulative_seconds", "last_window_end", "gpu_uuids",
+            "accepted_windows", "chain_status", "chain_last_seq", "settled_seconds",
+            "rate_per_second", "escrow_remaining", "ended_at", "chain_checked_at", "updated_at",
+            "window_seconds", "approved_total", "committee")
+INTENT_COLS = ("job", "seq_from", "seq_to", "cumulative_seconds", "window_end", "proof_hash",
+               "worker_key", "receipt_signature", "status", "created_at", "updated_at",
+               "approved_seconds")
+
+
+@pytest.fixture(params=storekit.BACKENDS)
+def store_db(request, tmp_path):
+    yield from storekit.store_db(request, tmp_path)
+
+
+def fill(store: Any, kind: int, n: int, per: int, settled: Callable[[int], int],
+         status: str) -> None:
+    """``n`` jobs of ``per`` accepted proofs each, settled (chain and a confirmed intent)
+    up to ``settled(i)``, straight through SQL."""
+    blob, sig, worker = bytes(64), bytes(64), bytes(32)
+    for lo in range(0, n, 2000):
+        proofs, jobs, intents = [], [], []
+        for i in range(lo, min(n, lo + 2000)):
+            job = hashlib.sha256(bytes([kind]) + i.to_bytes(4, "little")).digest()
+            top = settled(i)
+            for s in range(1, per + 1):
+                proofs.append((job, s, hashlib.sha256(job + bytes([s])).digest(), blob, sig,
+                               sig, worker, 60 * s, 60 * s, NOW, "accepted", None, 60, 60 * s))
+            jobs.append((job, per, 60 * per, 60 * per, "[]", per, status, top, 60 * top, 10,
+                         10**9, int(NOW) if status == "completed" else 0, NOW, NOW, 60,
+                         60 * per, "[]"))
+            if top:
+                intents.append((job, 1, top, 60 * top, 60 * top, bytes(32), worker, sig,
+                                "confirmed", NOW, NOW, 60 * top))
+        bulk_insert(store, "proofs", PROOF_COLS, proofs)
+        bulk_insert(store, "jobs", JOB_COLS, jobs)
+        bulk_insert(store, "intents", INTENT_COLS, intents)
+    store.rebuild_derived()
+    if store.dialect.name == "postgresql":  # what autovacuum does after a bulk load
+        raw = store._pool.get()
+        try:
+            raw.execute("VACUUM ANALYZE")  # outside a transaction
+        finally:
+            store._pool.put(raw)
+
+
+def work(store: Any, fn: Callable[[], Any]) -> tuple[int, Any]:
+    """How much the database did for ``fn()``, and its result."""
+    if isinstance(store, SQLiteStore):
+        steps = [0]
+
+        def tick() -> int:
+            steps[0] += 1
+            return 0
+
+        store._db.set_progress_handler(tick, 100)
+        try:
+            out = fn()
+        finally:
+            store._db.set_progress_handler(None, 100)
+        return steps[0] * 100, out
+    read = ("SELECT COALESCE(SUM(pg_stat_get_xact_tuples_returned(c.oid)), 0) FROM pg_class c "
+            "JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'i')")
+    with store.batch():  # one transaction: its own table statistics
+        before = int(store._q(read)[0][0])
+        out = fn()
+        return int(store._q(read)[0][0]) - before, out
+
+
+def statements(store: Any, fn: Callable[[], Any]) -> int:
+    """SQL statements ``fn()`` runs (SQLite's trace callback)."""
+    seen: list[str] = []
+    store._db.set_trace_callback(seen.append)
+    try:
+        fn()
+    finally:
+        store._db.set_trace_callback(None)
+    return len(seen)
+
+
+def health(store: Any) -> Any:
+    s = store.summary()  # what GET /health reads (server.health)
+    return s["pending_windows"], s["intents"], s["jobs"], s["proofs"]
+
+
+def test_settle_pass_and_health_read_only_active_jobs(store_db):
+    store = store_db.open()
+    active_per = 20
+    fill(store, 1, ACTIVE, active_per, lambda i: active_per - UNSETTLED, "running")
+    settle_small, cands = work(store, store.settle_candidates)
+    health_small, h_small = work(store, lambda: health(store))
+    pending_small, _ = work(store, store.pending_windows)
+    assert len(cands) == ACTIVE and {c.unsettled_windows for c in cands} == {UNSETTLED}
+    assert h_small[0] == ACTIVE * UNSETTLED
+
+    fill(store, 2, FINISHED - ENDED_UNPAID, PROOFS_PER_FINISHED,
+         lambda i: PROOFS_PER_FINISHED, "completed")
+    fill(store, 3, ENDED_UNPAID, PROOFS_PER_FINISHED, lambda i: PROOFS_PER_FINISHED - 2,
+         "completed")
+    stored = ACTIVE * active_per + FINISHED * PROOFS_PER_FINISHED
+    assert store.summary()["proofs"] == {"accepted": stored} and stored >= 200_000
+
+    settle_big, cands_big = work(store, store.settle_candidates)
+    health_big, h_big = work(store, lambda: health(store))
+    pending_big, pending = work(store, store.pending_windows)
+    # Same answers (the ended jobs' unpaid windows are pending, never candidates) ...
+    assert [c.job for c in cands_big] == [c.job for c in cands]
+    assert pending == h_big[0] == ACTIVE * UNSETTLED + ENDED_UNPAID * 2
+    assert h_big[2] == ACTIVE + FINISHED
+    # ... for about the same work, whatever the finished jobs hold.
+    assert settle_big <= 1.5 * settle_small + 2_000, (settle_small, settle_big)
+    assert health_big <= 1.5 * health_small + 2_000 + 20 * ENDED_UNPAID, (health_small,
+                                                                          health_big)
+    assert pending_big <= 1.5 * pending_small + 2_000 + 20 * ENDED_UNPAID
+    # The measure does see a whole-table read (what the settle pass did before).
+    whole, _ = work(store, lambda: store._q("SELECT COUNT(*) FROM proofs WHERE job > ?",
+                                            (bytes(1),)))
+    assert whole > 20 * settle_big
+    if isinstance(store, SQLiteStore):
+        assert statements(store, store.settle_candidates) == 1  # not one per job
+    json.dumps(h_big)  # /health's numbers are plain JSON
