@@ -1485,22 +1485,29 @@ class SQLiteStore(SQLStore):
                 finally:
                     self._batch_depth -= 1
                 return
-            try:
-                self._db.execute("BEGIN IMMEDIATE")
+            with self._transaction():
                 self._batch_depth = 1
                 try:
                     yield
                 finally:
                     self._batch_depth = 0
-                self._db.execute("COMMIT")
-            except sqlite3.Error as e:
-                if self._db.in_transaction:
-                    self._db.execute("ROLLBACK")
-                raise StoreError(f"database {self.path}: {e}") from None
-            except BaseException:
-                if self._db.in_transaction:
-                    self._db.execute("ROLLBACK")
-                raise
+
+    @contextmanager
+    def _transaction(self) -> Iterator[None]:
+        """``BEGIN IMMEDIATE`` .. ``COMMIT``, rolled back if the block raises; a database
+        error becomes StoreError. The caller holds ``_lock``."""
+        try:
+            self._db.execute("BEGIN IMMEDIATE")
+            yield
+            self._db.execute("COMMIT")
+        except sqlite3.Error as e:
+            if self._db.in_transaction:
+                self._db.execute("ROLLBACK")
+            raise StoreError(f"database {self.path}: {e}") from None
+        except BaseException:
+            if self._db.in_transaction:
+                self._db.execute("ROLLBACK")
+            raise
 
     @contextmanager
     def _tx(self) -> Iterator[Conn]:
@@ -1513,18 +1520,8 @@ class SQLiteStore(SQLStore):
                 except sqlite3.Error as e:
                     raise StoreError(f"database {self.path}: {e}") from None
                 return
-            try:
-                self._db.execute("BEGIN IMMEDIATE")
+            with self._transaction():
                 yield self._conn
-                self._db.execute("COMMIT")
-            except sqlite3.Error as e:
-                if self._db.in_transaction:
-                    self._db.execute("ROLLBACK")
-                raise StoreError(f"database {self.path}: {e}") from None
-            except BaseException:
-                if self._db.in_transaction:
-                    self._db.execute("ROLLBACK")
-                raise
 
     @contextmanager
     def _read(self) -> Iterator[Conn]:

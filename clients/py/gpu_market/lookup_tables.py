@@ -33,7 +33,7 @@ import struct
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from solders.address_lookup_table_account import AddressLookupTableAccount
 from solders.hash import Hash
@@ -48,9 +48,6 @@ from . import pda
 from .constants import PACKET_DATA_SIZE, SYSTEM_PROGRAM_ID
 from .errors import SdkError, TransactionTooLarge
 from .settle import SettleAccounts, SettleItem, settle_table_addresses, v0_transaction_size
-
-if TYPE_CHECKING:
-    from .client import GpuMarketClient
 
 __all__ = [
     "ADDRESS_LOOKUP_TABLE_PROGRAM_ID",
@@ -279,7 +276,7 @@ class LookupTables:
     (``GpuMarketError`` / ``ChainError`` / ``RpcUnavailable`` / ``TransactionTooLarge``).
     """
 
-    def __init__(self, client: GpuMarketClient) -> None:
+    def __init__(self, client: Any) -> None:  # a GpuMarketClient (no import: no cycle)
         self.client = client
 
     # ------------------------------------------------------------------ reads
