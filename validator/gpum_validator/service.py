@@ -270,13 +270,18 @@ class Intake:
                 self._check_key(auth)
             except Rejection as r:
                 # These exact bytes passed every check when they were stored: a retry of a
-                # proof accepted here stays a duplicate even once the job is gone from chain.
+                # proof accepted here stays a duplicate even once the job is gone from chain
+                # (and, below, while the chain cannot be read).
                 if self._accepted_before(auth):
                     it.answer = self._duplicate(auth)
                 else:
                     it.answer = self._answer(r, auth)
             except ChainUnavailable as e:
-                it.answer = self._unavailable_chain(e)
+                try:
+                    accepted = self._accepted_before(auth)
+                except StoreError:
+                    accepted = False
+                it.answer = self._duplicate(auth) if accepted else self._unavailable_chain(e)
             except StoreError as e:
                 it.answer = self._unavailable_store(e)
 

@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from gpum_validator.errors import StoreError
 from gpum_validator.service import Intake
 from gpum_validator.store import SQLiteStore
-from vtestkit import JOB, cfg, chain_of, job_view, pk, signed_json
+from vtestkit import JOB, b58, cfg, chain_of, job_view, pk, signed_json
 
 
 def batch(proofs):
@@ -136,3 +136,16 @@ def test_concurrent_single_proofs_share_commits_and_all_are_durable(tmp_path, ch
     assert intake._group.rounds < 32  # requests that arrived during a commit shared the next
     for j in jobs:
         assert store.job_state(j).last_seq == 2
+
+
+def test_a_retry_of_an_accepted_proof_is_a_duplicate_while_the_chain_is_down(
+        tmp_path, chain, clock):
+    intake = Intake(cfg(), SQLiteStore(tmp_path / "v.sqlite"), chain, clock=lambda: clock[0])
+    p1, p2 = chain_of(2)
+    assert intake.submit(signed_json(p1))[1]["status"] == "accepted"
+    chain.down = True
+    intake.jobs.forget(JOB)  # the cached account expired: the next proof must read the chain
+    assert intake.submit(signed_json(p1)) == (200, {"status": "duplicate", "job": b58(JOB),
+                                                    "seq": 1})
+    status, body = intake.submit(signed_json(p2))  # a new window does need the chain
+    assert (status, body["error"]) == (503, "chain_unavailable")
