@@ -23,7 +23,6 @@ import base64
 import json
 import logging
 import os
-import resource
 import select
 import socket
 import statistics
@@ -198,13 +197,14 @@ NOW = T0 + 30 * 86400  # far after every window the honest workers send
 HONEST_JOBS = tuple(bytes([60 + i] * 32) for i in range(4))
 
 
-def raise_fd_limit(need: int) -> None:
-    """The attacks hold thousands of sockets (both ends live in this machine)."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft < need:
-        if hard != resource.RLIM_INFINITY and hard < need:
-            pytest.skip(f"needs {need} file descriptors, the hard limit is {hard}")
-        resource.setrlimit(resource.RLIMIT_NOFILE, (need, hard))
+def need_fds(need: int) -> None:
+    """The attacks hold thousands of sockets (both ends live in this machine): raise the soft
+    limit as ``gpum-validator run`` does (``server.raise_fd_limit``), and fail, naming the fix,
+    where the hard limit is too low."""
+    have = server_mod.raise_fd_limit()
+    if have is not None and have < need:
+        pytest.fail(f"the attack suite needs {need} file descriptors, the hard limit allows "
+                    f"{have}: raise it (ulimit -Hn, or LimitNOFILE for a service)")
 
 
 def request(method: str, path: str, body: bytes = b"", *, ctype: str = "application/json",
@@ -271,7 +271,7 @@ class Target:
 
 @pytest.fixture
 def target(tmp_path: Path) -> Iterator[Target]:
-    raise_fd_limit(4096)
+    need_fds(4096)
     t = Target(tmp_path)
     yield t
     t.close()
@@ -599,7 +599,7 @@ def exchange(sock: socket.socket, data: bytes, timeout: float = 30) -> tuple[int
 
 
 def limited(tmp_path: Path, **limits: Any) -> Target:
-    raise_fd_limit(4096)
+    need_fds(4096)
     return Target(tmp_path, limits=server_mod.HttpLimits(**limits))
 
 
