@@ -32,7 +32,7 @@ from dataclasses import replace
 from typing import Any
 
 from gpu_market.proof import GpuWindow, WindowProof, encode_proof, receipt_for_proof, sign_proof
-from gpu_market.receipt import private_key_from_seed, public_key_bytes, sign, verify
+from gpu_market.receipt import private_key_from_seed, public_key_bytes, receipt_digest, sign_receipt, verify
 from gpum_validator.config import VerifyConfig
 from gpum_validator.schema import SignedProof
 from gpum_validator.verify import Authenticated, authenticate
@@ -66,7 +66,7 @@ def make_items(n: int) -> list[SignedProof]:
         p = replace(base, seq=s, window_start=T0 + 60 * (s - 1), window_end=T0 + 60 * s,
                     cumulative_seconds=60 * s)
         raw = encode_proof(p)
-        out.append(SignedProof(raw, sign_proof(KEY, raw), sign(KEY, receipt_for_proof(p, raw)),
+        out.append(SignedProof(raw, sign_proof(KEY, raw), sign_receipt(KEY, receipt_for_proof(p, raw)),
                                PUB))
     return out
 
@@ -88,7 +88,7 @@ def main() -> int:
     cfg = VerifyConfig(program_id=PROGRAM, market=MARKET, authority=bytes(32))
     items = make_items(n)
     native_items = [(s.proof, s.receipt_signature, s.worker_key) for s in items]
-    msg = receipt_for_proof(authenticate(items[0], cfg).proof, items[0].proof)
+    msg = receipt_digest(receipt_for_proof(authenticate(items[0], cfg).proof, items[0].proof))
     rsig = items[0].receipt_signature
 
     # Both paths agree before anything is timed.

@@ -11,8 +11,8 @@ wiring (HTTP intake, settlement loop) in a child process:
 
 Creates ``--jobs`` running 1-GPU jobs (quorum 1, committee = the batched node) and the
 baseline's jobs on a market with ``--window-seconds`` W windows, then acts as every job's
-worker: at the end of each window it signs the window's proof (proof and receipt signatures
-by the provider's worker key, as ``gpum-worker`` does) and posts it to the job's node
+worker: at the end of each window it signs the window's proof (proof signature and receipt
+digest signature by the provider's worker key, as ``gpum-worker`` does) and posts it to the job's node
 (``POST /v1/proofs/batch``). After ``--windows`` windows per job it reads back what the
 nodes did.
 
@@ -76,12 +76,13 @@ POST_BATCH = 16
 
 def sizes() -> list[dict[str, Any]]:
     """Settlements per transaction (worst case: nothing shared but the market) per layout and
-    quorum. ``digest`` layouts are computed only: the Ed25519 instruction holds one 40-byte
-    message (32-byte digest of the receipt message || approved_seconds) instead of the
-    181-byte attestation message, the worker's entry signing its first 32 bytes; the program
-    does not accept that layout today."""
+    quorum, for today's Ed25519 layout (one 40-byte message: the 32-byte receipt digest the
+    worker signs || approved_seconds) and, as the before-figure, the layout before issue 9's
+    digest (one 181-byte message: the 173-byte receipt message the worker signed ||
+    approved_seconds), computed with the same sizing code."""
     from gpu_market.codec import default_codec
     from gpu_market.constants import PACKET_DATA_SIZE
+    from gpu_market.receipt import RECEIPT_MESSAGE_LEN
     from gpu_market.settle import (
         _shared_message_instruction,
         _worst_case_items,
@@ -97,13 +98,14 @@ def sizes() -> list[dict[str, Any]]:
 
     codec = default_codec()
 
-    def digest_fit(quorum: int, table: str | None) -> int:
+    def full_message_fit(quorum: int, table: str | None) -> int:
         authority, n, ixs, addrs = Pubkey.new_unique(), 0, [], []
+        full = RECEIPT_MESSAGE_LEN + 8
         for item, accts in _worst_case_items(quorum):
             _, settle = settle_instructions(codec, authority, item, accts)
-            entries = [(bytes(item.worker_key), bytes(64), 32)]
-            entries += [(bytes(a.authority), bytes(64), 40) for a in item.attestations]
-            candidate = ixs + [_shared_message_instruction(entries, bytes(40)), settle]
+            entries = [(bytes(item.worker_key), bytes(64), RECEIPT_MESSAGE_LEN)]
+            entries += [(bytes(a.authority), bytes(64), full) for a in item.attestations]
+            candidate = ixs + [_shared_message_instruction(entries, bytes(full)), settle]
             shared, own = settle_table_addresses(item, accts)
             more = addrs + list(shared) + (list(own) if table == "all" else [])
             if table is None:
@@ -123,9 +125,9 @@ def sizes() -> list[dict[str, Any]]:
             "legacy": max_settle_items_per_tx(codec, q),
             "v0_table_all": max_settle_items_per_v0_tx(codec, q),
             "v0_table_shared": max_settle_items_per_v0_tx(codec, q, own_accounts_in_table=False),
-            "legacy_digest": digest_fit(q, None),
-            "v0_table_all_digest": digest_fit(q, "all"),
-            "v0_table_shared_digest": digest_fit(q, "shared"),
+            "legacy_full_msg": full_message_fit(q, None),
+            "v0_table_all_full_msg": full_message_fit(q, "all"),
+            "v0_table_shared_full_msg": full_message_fit(q, "shared"),
         })
     return out
 
@@ -343,7 +345,7 @@ class Bench:
             receipt_for_proof,
             sign_proof,
         )
-        from gpu_market.receipt import sign
+        from gpu_market.receipt import sign_receipt
 
         W = self.W
         worker = self.workers[j.provider]
@@ -363,7 +365,7 @@ class Bench:
         seed = bytes(worker)[:32]
         return {"proof": base64.b64encode(raw).decode(),
                 "proof_signature": base64.b64encode(sign_proof(seed, raw)).decode(),
-                "receipt_signature": base64.b64encode(sign(seed, receipt_for_proof(p, raw))).decode(),
+                "receipt_signature": base64.b64encode(sign_receipt(seed, receipt_for_proof(p, raw))).decode(),
                 "worker_key": str(worker.pubkey())}
 
     def feed(self, incoming: queue.Queue, total: int) -> dict[str, Any]:

@@ -45,7 +45,7 @@ from gpu_market.proof import (
     receipt_for_proof,
     sign_proof,
 )
-from gpu_market.receipt import receipt_message, sign
+from gpu_market.receipt import receipt_message, sign_receipt
 from gpu_market.settle import SettleItem
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
@@ -214,7 +214,7 @@ def test_sdk_table_and_two_jobs_in_one_v0_transaction(chain: Chain) -> None:
             msg = receipt_message(bytes(c.program_id), bytes(chain.market), bytes(job), seq,
                                   seq * WINDOW, end, ph)
             out.append(SettleItem(job, seq, seq * WINDOW, end, ph, worker.pubkey(),
-                                  sign(bytes(worker)[:32], msg), seq * WINDOW))
+                                  sign_receipt(bytes(worker)[:32], msg), seq * WINDOW))
         return out
 
     items = receipts(1)
@@ -224,9 +224,10 @@ def test_sdk_table_and_two_jobs_in_one_v0_transaction(chain: Chain) -> None:
     assert len(sigs) == 1 and lt.extend(v, address, shared) == []  # never appended twice
     table = lt.wait_usable(address)
     assert table.addresses == tuple(shared) and table.usable(lt.slot()) == table.addresses
-    # both jobs pack into one transaction with the table, one each without it
+    # both jobs pack into one transaction with the table
     assert lt.pack(v.pubkey(), prepared, [table], lt.slot()) == [[0, 1]]
-    assert lt.pack(v.pubkey(), prepared, [], lt.slot()) == [[0], [1]]
+    # without a table two quorum-1 items still fit (the 32-byte receipt digest), not three
+    assert lt.pack(v.pubkey(), prepared, [], lt.slot()) == [[0, 1]]
     _wait("the windows end on chain", lambda: c.chain_time() >= items[-1].window_end, 30)
     sig = lt.send_settle(v, prepared, [table])
     assert _tx_version_and_settles(chain, str(sig)) == (0, 2)
@@ -266,7 +267,7 @@ def _signed(chain: Chain, p: WindowProof) -> dict[str, str]:
     raw = encode_proof(p)
     return {"proof": base64.b64encode(raw).decode(),
             "proof_signature": base64.b64encode(sign_proof(seed, raw)).decode(),
-            "receipt_signature": base64.b64encode(sign(seed, receipt_for_proof(p, raw))).decode(),
+            "receipt_signature": base64.b64encode(sign_receipt(seed, receipt_for_proof(p, raw))).decode(),
             "worker_key": str(worker.pubkey())}
 
 

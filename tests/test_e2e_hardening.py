@@ -24,7 +24,7 @@ from gpu_market.constants import TOKEN_PROGRAM_ID
 from gpu_market.demo import Processes, free_port, localnet_binary, wait_for_line
 from gpu_market.errors import AccountNotFound, GpuMarketError
 from gpu_market.localchain import warp_time
-from gpu_market.receipt import receipt_message
+from gpu_market.receipt import receipt_message, sign_receipt
 from gpu_market.settle import SettleItem
 from solders.instruction import AccountMeta, Instruction
 from solders.keypair import Keypair
@@ -278,7 +278,7 @@ def _settle_one_window(chain: Chain, validator: Keypair, job: Pubkey, seq: int) 
     msg = receipt_message(bytes(c.program_id), bytes(chain.market), bytes(job), seq, seq * WINDOW,
                           window_end, proof_hash)  # fmt: skip
     item = SettleItem(job, seq, seq * WINDOW, window_end, proof_hash, chain.worker.pubkey(),
-                      bytes(chain.worker.sign_message(msg)), approved_seconds=seq * WINDOW)  # fmt: skip
+                      sign_receipt(chain.worker, msg), approved_seconds=seq * WINDOW)  # fmt: skip
     return str(c.settle(validator, [item]))
 
 

@@ -59,7 +59,7 @@ from gpu_market.demo import (
     write_keypair,
 )
 from gpu_market.errors import GpuMarketError
-from gpu_market.receipt import attestation_signature, receipt_message
+from gpu_market.receipt import attestation_signature, receipt_message, sign_receipt
 from gpu_market.settle import Attestation, SettleAccounts, SettleItem, settle_instructions
 from gpum_validator.attest import sign_request_message
 from solders.keypair import Keypair
@@ -451,7 +451,7 @@ def test_the_providers_own_validator_outside_the_committee_settles_nothing(net: 
                               seq, cumulative, window_end, proof_hash)
         approved = j.paid_seconds + approved_extra
         return SettleItem(net.jobs[name].address, seq, cumulative, window_end, proof_hash,
-                          worker.pubkey(), bytes(worker.sign_message(msg)), approved,
+                          worker.pubkey(), sign_receipt(worker, msg), approved,
                           [Attestation(a.pubkey(), attestation_signature(a, msg, approved))
                            for a in attesters])
 

@@ -519,7 +519,7 @@ fn attack_fake_instructions_sysvar() {
 fn attack_ed25519_offsets_point_at_another_instruction() {
     let (mut b, job) = running();
     let r = receipt(1, 60, T0 + 60);
-    let msg = b.receipt_message(&job, &r);
+    let msg = b.receipt_digest(&job, &r);
     let real = ed25519_ix(&b.worker, &msg);
     let (pk, sig): ([u8; 32], [u8; 64]) = (real.data[16..48].try_into().unwrap(), real.data[48..112].try_into().unwrap());
     let settle = b.ix_settle(&b.validator_authority.pubkey(), job, r);

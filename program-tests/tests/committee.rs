@@ -97,7 +97,7 @@ fn settle_by_a_validator_outside_the_committee_fails() {
     let (job, _) = b.running_job(1, 1, 10_000);
     b.advance(60);
     let r = receipt(1, 60, T0 + 60);
-    let msg = b.receipt_message(&job, &r);
+    let msg = b.receipt_digest(&job, &r);
     let ixs = vec![ed25519_ix(&b.worker.clone(), &msg), b.ix_settle(&o[0].0.pubkey(), job, r)];
     assert_eq!(b.send_err(&ixs, &[&o[0].0]), program_err(1, E::NotCommitteeMember));
 }

@@ -118,7 +118,7 @@ fn fail_settle_signed_by_non_validator() {
     let outsider = gpum_localnet::solana_keypair::Keypair::new();
     b.svm.airdrop(&outsider.pubkey(), 1_000_000_000).unwrap();
     let r = receipt(1, 60, started + 60);
-    let msg = b.receipt_message(&job, &r);
+    let msg = b.receipt_digest(&job, &r);
     // The outsider presents the real validator's account: rejected by the authority check.
     let mut settle = b.ix_settle(&outsider.pubkey(), job, r);
     settle.accounts[2].pubkey = b.validator;

@@ -395,7 +395,7 @@ impl World {
         if worker_signed {
             self.signed.entry(job).or_default().push((r, key.clone()));
         }
-        let msg = self.b.receipt_message(&job, &r);
+        let msg = self.b.receipt_digest(&job, &r);
         let settle = self.for_provider(self.b.ix_settle_approved(&va.pubkey(), job, r, approved), p);
         Some(Self::tx("settle", vec![ed25519_ix(&key, &msg), settle], vec![va], expect))
     }

@@ -143,9 +143,59 @@ fn fail_finishing_job_receipt_after_job_end() {
 fn fail_settle_message_of_another_receipt() {
     let (mut b, job) = running();
     let r = receipt(1, 60, T0 + 60);
-    let signed = b.receipt_message(&job, &receipt(1, 61, T0 + 60));
+    let signed = b.receipt_digest(&job, &receipt(1, 61, T0 + 60));
     let ixs = vec![ed25519_ix(&b.worker, &signed), b.ix_settle(&b.validator_authority.pubkey(), job, r)];
     assert_eq!(settle_with(&mut b, ixs), program_err(1, E::ReceiptMessageMismatch));
+}
+
+#[test]
+fn fail_settle_signature_over_the_full_receipt_message() {
+    // The pre-digest format (the worker signing the 173-byte message itself) is refused: only
+    // sha256 of the message is a receipt signature now.
+    let (mut b, job) = running();
+    let r = receipt(1, 60, T0 + 60);
+    let full = r.message(&gpu_market::ID, &b.market, &job);
+    let ixs = vec![ed25519_ix(&b.worker, &full), b.ix_settle(&b.validator_authority.pubkey(), job, r)];
+    assert_eq!(settle_with(&mut b, ixs), program_err(1, E::ReceiptMessageMismatch));
+}
+
+fn hex32(s: &str) -> [u8; 32] {
+    let v: Vec<u8> = (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap()).collect();
+    v.try_into().expect("32 bytes")
+}
+
+/// `"key": "value"` of one vector object of `docs/vectors/receipt.json` (flat strings only).
+fn field<'a>(obj: &'a str, key: &str) -> &'a str {
+    let at = obj.find(&format!("\"{key}\": \"")).unwrap_or_else(|| panic!("no {key}")) + key.len() + 5;
+    &obj[at..at + obj[at..].find('"').unwrap()]
+}
+
+#[test]
+fn receipt_digest_and_attestation_match_the_shared_vectors() {
+    // The SDK, the worker and the validator fast path sign and check these same bytes.
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/vectors/receipt.json")).unwrap();
+    let vectors = &doc[doc.find("\"vectors\"").unwrap()..];
+    let objs: Vec<&str> = vectors.split('{').skip(1).collect();
+    assert!(objs.len() >= 5);
+    for obj in objs {
+        let r = gpu_market::Receipt {
+            seq: field(obj, "seq").parse().unwrap(),
+            cumulative_seconds: field(obj, "cumulative_seconds").parse().unwrap(),
+            window_end: field(obj, "window_end").parse().unwrap(),
+            proof_hash: hex32(field(obj, "proof_hash")),
+        };
+        let (program, market, job) = (
+            Pubkey::new_from_array(hex32(field(obj, "program_id"))),
+            Pubkey::new_from_array(hex32(field(obj, "market"))),
+            Pubkey::new_from_array(hex32(field(obj, "job"))),
+        );
+        let digest = r.digest(&program, &market, &job);
+        assert_eq!(digest, hex32(field(obj, "digest")), "{}", field(obj, "name"));
+        let approved: u64 = field(obj, "approved_seconds").parse().unwrap();
+        let att = gpu_market::receipt::attestation_message(&digest, approved);
+        let hex: String = att.iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(hex, field(obj, "attestation"));
+    }
 }
 
 #[test]
@@ -153,7 +203,7 @@ fn fail_settle_message_of_another_job() {
     let (mut b, job) = running();
     let (other, _) = b.open_job(2, 1, 10_000);
     let r = receipt(1, 60, T0 + 60);
-    let ixs = vec![ed25519_ix(&b.worker, &b.receipt_message(&other, &r)), b.ix_settle(&b.validator_authority.pubkey(), job, r)];
+    let ixs = vec![ed25519_ix(&b.worker, &b.receipt_digest(&other, &r)), b.ix_settle(&b.validator_authority.pubkey(), job, r)];
     assert_eq!(settle_with(&mut b, ixs), program_err(1, E::ReceiptMessageMismatch));
 }
 
@@ -180,7 +230,7 @@ fn fail_settle_ed25519_instruction_with_17_signatures() {
     let (mut b, job) = running();
     let r = receipt(1, 60, T0 + 60);
     let worker = b.worker.clone();
-    let ixs = vec![ed25519_multi_ix(&[&worker; 17], &b.receipt_message(&job, &r)), b.ix_settle(&b.validator_authority.pubkey(), job, r)];
+    let ixs = vec![ed25519_multi_ix(&[&worker; 17], &b.receipt_digest(&job, &r)), b.ix_settle(&b.validator_authority.pubkey(), job, r)];
     assert_eq!(settle_with(&mut b, ixs), program_err(1, E::MalformedEd25519Instruction));
 }
 
@@ -189,7 +239,7 @@ fn fail_settle_quorum_1_with_extra_signature() {
     let (mut b, job) = running();
     let r = receipt(1, 60, T0 + 60);
     let va = b.va_kp();
-    let ixs = vec![ed25519_multi_ix(&[&b.worker.clone(), &signing_key(&va)], &b.receipt_message(&job, &r)), b.ix_settle(&va.pubkey(), job, r)];
+    let ixs = vec![ed25519_multi_ix(&[&b.worker.clone(), &signing_key(&va)], &b.receipt_digest(&job, &r)), b.ix_settle(&va.pubkey(), job, r)];
     assert_eq!(settle_with(&mut b, ixs), program_err(1, E::QuorumNotMet));
 }
 

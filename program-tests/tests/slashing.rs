@@ -129,7 +129,7 @@ fn fail_slash_equivocation_signed_by_another_key() {
     let ixs = equivocation_ixs(&b, &other, &reporter, job, first, second);
     assert_eq!(equivocation_err(&mut b, &reporter, &ixs), program_err(1, E::WrongReceiptSigner));
     // One of the two by the worker is not enough either.
-    let (m1, m2) = (b.receipt_message(&job, &first), b.receipt_message(&job, &second));
+    let (m1, m2) = (b.receipt_digest(&job, &first), b.receipt_digest(&job, &second));
     let ixs = vec![
         ed25519_entries_ix(&[(&b.worker, &m1), (&other, &m2)]),
         b.ix_slash_equivocation(&reporter.key.pubkey(), reporter.stake, job, first, second),
@@ -159,7 +159,7 @@ fn fail_slash_equivocation_without_ed25519_instruction() {
 fn fail_slash_equivocation_ed25519_instruction_without_two_entries() {
     let (mut b, job, reporter) = equivocation_bench();
     let (first, second) = equivocating_pair(1, 1, T0 + 1);
-    let (m1, m2) = (b.receipt_message(&job, &first), b.receipt_message(&job, &second));
+    let (m1, m2) = (b.receipt_digest(&job, &first), b.receipt_digest(&job, &second));
     let worker = b.worker.clone();
     let slash = b.ix_slash_equivocation(&reporter.key.pubkey(), reporter.stake, job, first, second);
     for entries in [vec![(&worker, &m1[..])], vec![(&worker, &m1[..]), (&worker, &m2[..]), (&worker, &m2[..])]] {

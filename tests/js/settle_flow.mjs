@@ -6,6 +6,7 @@
 // Usage: node settle_flow.mjs CONFIG.json  (written by tests/test_e2e_js_client.py: the chain,
 // the market and its accounts, and the keypairs of the user, the worker and the validator).
 // Prints one JSON object: what it did and what it decoded from the chain and the events.
+import { createHash } from "node:crypto";
 import fs from "node:fs";
 import anchor from "@coral-xyz/anchor";
 import {
@@ -68,7 +69,7 @@ out.signatures.accept_job = await sendAndConfirmTransaction(connection, acceptTx
 const started = await program.account.job.fetch(job);
 out.started_at = started.startedAt.toNumber();
 
-// 3. settle a receipt the worker signs, through web3.js's Ed25519Program.
+// 3. settle a receipt the worker signs (its digest), through web3.js's Ed25519Program.
 const seconds = cfg.billSeconds;
 const windowEnd = out.started_at + seconds;
 // Wait until the chain's clock passed the window end (settle refuses receipts from the future).
@@ -85,7 +86,9 @@ const receiptMessage = Buffer.concat([
   Buffer.from("gpu-market/receipt/v1"), program.programId.toBuffer(), market.toBuffer(), job.toBuffer(),
   u64(1), u64(seconds), i64(windowEnd), proofHash,
 ]);
-const ed25519Ix = Ed25519Program.createInstructionWithPrivateKey({ privateKey: worker.secretKey, message: receiptMessage });
+// The worker signs the receipt digest, sha256 of the receipt message (issue 9).
+const receiptDigest = createHash("sha256").update(receiptMessage).digest();
+const ed25519Ix = Ed25519Program.createInstructionWithPrivateKey({ privateKey: worker.secretKey, message: receiptDigest });
 const settleIx = await program.methods
   .settle({ seq: new BN(1), cumulativeSeconds: new BN(seconds), windowEnd: new BN(windowEnd), proofHash: [...proofHash] },
     new BN(seconds))

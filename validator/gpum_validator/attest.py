@@ -14,8 +14,8 @@ Nothing here does I/O; ``settlement``, ``downtime`` and ``members`` use it.
 * ``settle_bound``: the program's limits on a settle's approved total, applied to a value
   (never more than ``paid + (cumulative - claimed)``, the wall-time bound; None below
   ``paid_seconds``).
-* ``attestation_message``: the 181 bytes a member signs, ``receipt_message ||
-  approved_seconds:u64le`` (the SDK's, /tmp contract); ``receipt_message_of`` rebuilds the
+* ``attestation_message``: the 40 bytes a member signs, ``sha256(receipt_message) ||
+  approved_seconds:u64le`` (the SDK's and the program's); ``receipt_message_of`` rebuilds the
   receipt from stored proof bytes.
 * ``sign_request_message``: what a leader signs to ask a member for an attestation, so only
   committee members can make a member commit to a value for a (job, seq) (a stranger could
@@ -43,7 +43,7 @@ U64_MAX = 2**64 - 1
 
 
 def attestation_message(receipt_message: bytes, approved_seconds: int) -> bytes:
-    """``receipt_message || approved_seconds:u64le`` (181 bytes), the SDK's
+    """``sha256(receipt_message) || approved_seconds:u64le`` (40 bytes), the SDK's
     ``gpu_market.receipt.attestation_message`` (the program's ``attestation_message``)."""
     from gpu_market.receipt import attestation_message as sdk
 
@@ -51,7 +51,7 @@ def attestation_message(receipt_message: bytes, approved_seconds: int) -> bytes:
 
 
 def receipt_message_of(stored: StoredProof) -> bytes:
-    """The receipt message the worker signed for ``stored`` (program, market and job come
+    """The receipt message whose digest the worker signed for ``stored`` (program, market and job come
     from the proof bytes, which ``authenticate`` bound to this validator's config)."""
     return receipt_for_proof(decode_proof(stored.proof), stored.proof)
 

@@ -106,11 +106,12 @@ class SettlePolicy:
     no more settlements per transaction (validator/README.md, "Settlement cost") and costs
     two table entries (about 445,000 lamports of rent) per job."""
     batch_hold_windows: float = 0.25
-    """A quorum-1 settlement that would go alone in its transaction waits up to this many of
-    its job's windows (from its intent's creation) for another to share it with; 0: never.
-    Quorum-2 and -3 settlements fill a transaction alone (validator/README.md, "Settlement
-    cost") and never wait, nor do intents already sent once or ``settle_now(force=True)``.
-    It adds at most that much to the payout lag (5 windows' budget at the default cadence)."""
+    """The fresh settlements of a transaction that has room for another (fewer than
+    ``max_settle_items_per_v0_tx`` of their quorum, worst case; validator/README.md,
+    "Settlement cost") wait up to this many of their jobs' windows (from each intent's
+    creation) for more to share it with; 0: never. Intents already sent once and
+    ``settle_now(force=True)`` never wait. It adds at most that much to the payout lag
+    (5 windows' budget at the default cadence)."""
     lookup_table_wait_seconds: float = 2.0
     """How long a pass waits for entries it just added to the table to become usable (one
     slot); past it the pass packs with the entries usable then (larger transactions)."""

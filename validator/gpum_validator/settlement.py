@@ -126,6 +126,7 @@ class LookupTableApi(Protocol):
     def prepare(self, validator_authority: Pubkey, items: Sequence[Any]) -> list[Any]: ...
     def pack(self, payer: Pubkey, prepared: Sequence[Any], tables: Sequence[Any],
              slot: int) -> list[list[int]]: ...
+    def max_items_per_tx(self, quorum: int, own_accounts_in_table: bool) -> int: ...
     def send_settle(self, validator_authority: Any, prepared: Sequence[Any],
                     tables: Sequence[Any], slot: int | None = None) -> Any: ...
 
@@ -562,8 +563,9 @@ class Settler:
 
     def _send_batched(self, api: LookupTableApi, ready: list[Intent], report: SettleReport,
                       force: bool = False) -> None:
-        """``ready`` in as few v0 transactions as fit (see the module docstring); a fresh
-        quorum-1 intent left alone in its transaction waits (``_held``) unless ``force``."""
+        """``ready`` in as few v0 transactions as fit (see the module docstring); the fresh
+        intents of a transaction with room for another settlement wait (``_held``) unless
+        ``force``."""
         me = self.authority.pubkey()
         try:
             prepared = api.prepare(me, [self._item(it) for it in ready])
@@ -594,16 +596,29 @@ class Settler:
             tables = []
         now = self.clock()
         for group in groups:
-            if not force and len(group) == 1 and self._held(ready[group[0]], now):
-                report.held += 1
+            if not force and self._has_room(api, [ready[i] for i in group]) and all(
+                    self._held(ready[i], now) for i in group):
+                report.held += len(group)
                 continue
             self._send_v0(api, [ready[i] for i in group], [prepared[i] for i in group],
                           tables, slot, report)
 
+    def _has_room(self, api: LookupTableApi, group: list[Intent]) -> bool:
+        """Whether another settlement of the group's largest quorum surely fits its
+        transaction (fewer items than ``max_items_per_tx``, the worst case)."""
+        quorum = max(len(it.attestations) + 1 for it in group)
+        try:
+            room = api.max_items_per_tx(quorum, self.policy.lookup_table_job_accounts)
+        except Exception as e:  # noqa: BLE001 - never stop settling over sizing
+            log.warning("cannot size settle transactions (%s: %s); sending without waiting",
+                        type(e).__name__, e)
+            return False
+        return len(group) < room
+
     def _held(self, it: Intent, now: float) -> bool:
-        """Whether ``it``, alone in its transaction, waits for a pass that pairs it: a
-        quorum-1 intent never sent, younger than ``batch_hold_windows`` of its job's windows."""
-        if self.policy.batch_hold_windows <= 0 or it.attempts or it.attestations:
+        """Whether ``it``, in a transaction with room for more, waits for a pass that fills
+        it: an intent never sent, younger than ``batch_hold_windows`` of its job's windows."""
+        if self.policy.batch_hold_windows <= 0 or it.attempts:
             return False
         info, _ = self.store.chain_info(it.job)
         window = info.window_seconds if info is not None else 0

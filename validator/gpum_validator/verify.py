@@ -45,6 +45,7 @@ from gpu_market.proof import (
     proof_hash,
     receipt_for_proof,
 )
+from gpu_market.receipt import receipt_digest
 from solders.pubkey import Pubkey
 from solders.signature import Signature
 
@@ -208,10 +209,10 @@ def authenticate(signed: SignedProof, cfg: VerifyConfig) -> Authenticated:
     # signature authenticates the whole proof. ``proof_signature`` is kept as sent and never
     # relied on: the chain and the equivocation slash use receipt signatures only.
     msg = receipt_for_proof(proof, signed.proof)
-    if not chain_verify(proof.worker_key, signed.receipt_signature, msg):
+    if not chain_verify(proof.worker_key, signed.receipt_signature, receipt_digest(msg)):
         raise Rejection("bad_receipt_signature",
                         "receipt_signature is not the worker key's signature over the receipt "
-                        "message built from this proof")
+                        "digest (sha256 of the receipt message) built from this proof")
     return Authenticated(signed, proof, proof_hash(signed.proof), msg)
 
 

@@ -3,6 +3,7 @@ and the SDK names the validator codes against."""
 
 from __future__ import annotations
 
+import hashlib
 import struct
 from collections import Counter
 from dataclasses import replace
@@ -79,9 +80,9 @@ def test_settle_bound_applies_the_program_rules():
     assert settle_bound(10**6, done, 10**6, T0 + 499) == 500
 
 
-def test_attestation_message_is_receipt_then_u64():
+def test_attestation_message_is_receipt_digest_then_u64():
     receipt = b"gpu-market/receipt/v1" + bytes(152)
-    assert attestation_message(receipt, 7) == receipt + struct.pack("<Q", 7)
+    assert attestation_message(receipt, 7) == hashlib.sha256(receipt).digest() + struct.pack("<Q", 7)
 
 
 def test_sign_request_binds_job_seq_value_and_leader():
@@ -184,7 +185,7 @@ def test_sdk_names_the_validator_codes_against():
                                                                       signature=bytes(64))])
     assert item.approved_seconds == 60
     receipt = b"gpu-market/receipt/v1" + bytes(152)
-    assert sdk_receipt.attestation_message(receipt, 9) == receipt + struct.pack("<Q", 9)
+    assert sdk_receipt.attestation_message(receipt, 9) == sdk_receipt.receipt_digest(receipt) + struct.pack("<Q", 9)
     for name, params in (
             ("fetch_validator_by_authority", ["market", "authority"]),
             ("slash_downtime_message", ["validator_authority", "job", "others",

@@ -69,6 +69,7 @@ class FakeLookupTables:
         self.chain = chain
         self.capacity = capacity
         self.room = room
+        self.sized: list[tuple[int, bool]] = []
         self.current_slot = 100
         self.recent_slots = [100]
         self.frozen = False
@@ -155,6 +156,10 @@ class FakeLookupTables:
     def _units(self, p: Prepared, tables: list[LookupTable], slot: int) -> int:
         usable = {a for t in tables for a in t.usable(slot)}
         return 1 if set(p.shared) <= usable else 2
+
+    def max_items_per_tx(self, quorum: int, own_accounts_in_table: bool) -> int:
+        self.sized.append((quorum, own_accounts_in_table))
+        return self.capacity  # table-backed items cost one unit each
 
     def pack(self, payer: Pubkey, prepared: list[Prepared], tables: list[LookupTable],
              slot: int) -> list[list[int]]:
@@ -370,7 +375,8 @@ def test_quorum_two_items_carry_their_attestations(tmp_path, chain, clock, alt):
     assert all(len(i.attestations) == 1 for i in chain.settle_calls[0])
     (table,) = alt.tables.values()
     assert validator_pda(pk(MARKET), other.pubkey(), pk(PROGRAM)) in table.addresses
-    # alone in its transaction, a quorum-2 settlement never waits for a partner
+    # alone in a transaction with room for more (two quorum-2 items fit since the receipt
+    # digest), a quorum-2 settlement waits like a quorum-1 one, sized for its quorum
     settler.policy = SettlePolicy(settle_every_windows=1)
     feed(intake, [JOBS[0]], upto=2, start=2)
     (c,) = store.settle_candidates()
@@ -378,13 +384,16 @@ def test_quorum_two_items_carry_their_attestations(tmp_path, chain, clock, alt):
                           c.latest.window_end, c.latest.hash)
     sig = bytes(other.sign_message(attestation_message(msg, c.approved_total)))
     store.add_intent(c.latest, 2, clock[0], c.approved_total, [(bytes(other.pubkey()), sig)])
+    assert settler.settle_now().held == 1 and alt.sized[-1] == (2, False)
+    clock[0] += 0.25 * 60
     r = settler.settle_now()
     assert (r.confirmed, r.held) == (1, 0)
 
 
 def test_a_lone_settlement_waits_briefly_for_a_partner(tmp_path, chain, clock, alt):
-    """Three due jobs, two per transaction: the third waits (a quarter window at most) and
-    shares the next pass's transaction; alone past the hold, or forced, it goes alone."""
+    """Three due jobs, two per transaction: the full transaction goes at once, the third
+    waits (a quarter window at most) and shares the next pass's transaction; alone past the
+    hold, or forced, it goes alone."""
     store, intake, settler = setup(tmp_path, chain, clock, batch_hold_windows=0.25)
     feed(intake, JOBS[:3])
     r = settler.settle_now()

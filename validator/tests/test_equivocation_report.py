@@ -10,7 +10,7 @@ import pytest
 import storekit
 from gpu_market.errors import GpuMarketError, RpcUnavailable, TransactionTooLarge
 from gpu_market.proof import encode_proof, proof_hash
-from gpu_market.receipt import receipt_message, verify
+from gpu_market.receipt import receipt_message, verify_receipt
 from gpum_validator.config import SettlePolicy
 from gpum_validator.metrics import Metrics
 from gpum_validator.service import Intake
@@ -77,7 +77,7 @@ def test_exactly_one_submission_durable_across_restart(store_db, chain, clock):
         assert sig == base64.b64decode(wire["receipt_signature"])
         msg = receipt_message(PROGRAM, MARKET, JOB, r.seq, r.cumulative_seconds, r.window_end,
                               r.proof_hash)
-        assert verify(WORKER_PUB, sig, msg)
+        assert verify_receipt(WORKER_PUB, sig, msg)
     assert call["first"].proof_hash != call["second"].proof_hash
     assert node.reporter.report_pending().slashed == 0
     assert len(chain.slash_calls) == 1

@@ -37,6 +37,7 @@ from gpu_market.receipt import (
     RECEIPT_MESSAGE_LEN,
     private_key_from_seed,
     public_key_bytes,
+    receipt_digest,
     sign,
     verify,
 )
@@ -166,12 +167,12 @@ def option_tag_offsets(p: WindowProof) -> list[int]:
 
 def signed(raw: bytes, key: Any = vt.WORKER_KEY, *, request_key: bytes | None = None,
            receipt_of: bytes | None = None, rsig: bytes | None = None) -> SignedProof:
-    """A request for ``raw``: the receipt signed by ``key`` over the receipt message of
+    """A request for ``raw``: the receipt signed by ``key`` over the receipt digest of
     ``receipt_of`` (default ``raw`` itself, when it decodes), unless ``rsig`` is given."""
     if rsig is None:
         src = raw if receipt_of is None else receipt_of
         try:
-            msg = receipt_for_proof(decode_proof(src), src)
+            msg = receipt_digest(receipt_for_proof(decode_proof(src), src))
         except ProofDecodeError:
             msg = b"not a proof"
         rsig = sign(key, msg)
@@ -482,7 +483,7 @@ def test_program_market_and_worker_key_checks_in_order() -> None:
 def _signature_cases() -> dict[str, SignedProof]:
     p = vt.make_proof()
     raw = encode_proof(p)
-    msg = receipt_for_proof(p, raw)
+    msg = receipt_digest(receipt_for_proof(p, raw))
     good = sign(vt.WORKER_KEY, msg)
     s = int.from_bytes(good[32:], "little")
     cases = {
@@ -513,7 +514,7 @@ def _signature_cases() -> dict[str, SignedProof]:
     a_pub = penc(pmul(a, BASE))
     q = replace(p, worker_key=a_pub)
     qraw = encode_proof(q)
-    qmsg = receipt_for_proof(q, qraw)
+    qmsg = receipt_digest(receipt_for_proof(q, qraw))
     big_r = penc(padd(pmul(r, BASE), T8))
     cases["mixed_order_r"] = signed(qraw, request_key=a_pub, rsig=big_r + enc_scalar(
         (r + hram(big_r, a_pub, qmsg) * a) % L))
@@ -522,7 +523,7 @@ def _signature_cases() -> dict[str, SignedProof]:
     m_pub = penc(padd(pmul(a, BASE), T8))
     q = replace(p, worker_key=m_pub)
     qraw = encode_proof(q)
-    qmsg = receipt_for_proof(q, qraw)
+    qmsg = receipt_digest(receipt_for_proof(q, qraw))
     rb = pmul(r, BASE)
     for j in range(64):
         rj = penc(padd(rb, TORSION[j % 8]))
@@ -546,7 +547,7 @@ def test_signatures_match_verify_strict() -> None:
     assert set(verdict.values()) == {"bad_receipt_signature"}, verdict
     for s in cases.values():  # the exported single check agrees with solders
         try:
-            msg = receipt_for_proof(decode_proof(s.proof), s.proof)
+            msg = receipt_digest(receipt_for_proof(decode_proof(s.proof), s.proof))
         except ProofDecodeError:
             continue
         key = s.worker_key
@@ -562,7 +563,7 @@ def test_small_order_key_is_refused_where_openssl_accepts() -> None:
     forged = ident + bytes(32)
     q = replace(vt.make_proof(), worker_key=ident)
     raw = encode_proof(q)
-    msg = receipt_for_proof(q, raw)
+    msg = receipt_digest(receipt_for_proof(q, raw))
     assert verify(ident, forged, msg)  # OpenSSL: cofactorless, no small-order check
     assert not chain_verify(ident, forged, msg)
     assert not gpum_fastpath.verify_strict_one(ident, forged, msg)

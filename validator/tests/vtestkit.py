@@ -36,7 +36,9 @@ from gpu_market.receipt import (
     public_key_bytes,
     receipt_message,
     sign,
+    sign_receipt,
     verify,
+    verify_receipt,
 )
 from gpum_validator.attest import attestation_message
 from gpum_validator.config import VerifyConfig
@@ -134,7 +136,7 @@ def make_proof(seq: int = 1, *, prev: bytes = ZERO_HASH, started_at: int = T0,
 def signed_json(p: WindowProof, key=WORKER_KEY, *, proof_bytes: bytes | None = None,
                 worker_key: bytes | None = None, receipt_key=None) -> dict[str, str]:
     raw = encode_proof(p) if proof_bytes is None else proof_bytes
-    rsig = sign(receipt_key or key, receipt_for_proof(p, raw))
+    rsig = sign_receipt(receipt_key or key, receipt_for_proof(p, raw))
     return {
         "proof": base64.b64encode(raw).decode(),
         "proof_signature": base64.b64encode(sign_proof(key, raw)).decode(),
@@ -359,7 +361,7 @@ class FakeChain:
                     raise err(name)
             msg = receipt_message(PROGRAM, MARKET, bytes(it.job), it.seq, it.cumulative_seconds,
                                   it.window_end, it.proof_hash)
-            if not verify(bytes(it.worker_key), it.receipt_signature, msg):
+            if not verify_receipt(bytes(it.worker_key), it.receipt_signature, msg):
                 raise err("ReceiptMessageMismatch")
             atts = list(it.attestations)
             if len(atts) != j.terms.quorum - 1:

@@ -70,7 +70,7 @@ from gpu_market.proof import (
     receipt_for_proof,
     sign_proof,
 )
-from gpu_market.receipt import sign
+from gpu_market.receipt import sign_receipt
 
 from .committee import CommitteeRouter
 from .errors import JobSourceError, WorkerError
@@ -569,7 +569,7 @@ class Agent:
         data = encode_proof(proof)
         h = proof_hash(data)
         psig = sign_proof(self.key.private_key, data)
-        rsig = sign(self.key.private_key, receipt_for_proof(proof, data))
+        rsig = sign_receipt(self.key.private_key, receipt_for_proof(proof, data))
         a.chain = self.outbox.record(proof, data, h, psig, rsig)
         level = logging.INFO if billable == end - start else logging.WARNING
         log.log(level, "job %s seq %d [%d, %d): billable %ds of %ds, cumulative %ds, health %s%s",

@@ -48,7 +48,7 @@ from gpu_market.proof import (
     proof_hash,
     receipt_for_proof,
 )
-from gpu_market.receipt import verify
+from gpu_market.receipt import verify_receipt
 
 from .keys import b58decode, b58encode
 
@@ -114,7 +114,7 @@ def verify_head(validator: str, body: Any, job: bytes, provider: bytes,
     # sha256); validators do not check ``proof_signature`` (issue 9), so neither does this: a
     # relay that swapped it could otherwise make a good head unusable.
     del psig
-    if not verify(signer, rsig, receipt_for_proof(p, raw)):
+    if not verify_receipt(signer, rsig, receipt_for_proof(p, raw)):
         raise BadHead("the head's receipt signature does not verify")
     return Head(validator=validator, proof=p, hash=proof_hash(raw),
                 decision=str(body.get("decision", "")))

@@ -32,7 +32,7 @@ from gpu_market.proof import (
     receipt_for_proof,
     verify_proof,
 )
-from gpu_market.receipt import verify
+from gpu_market.receipt import verify, verify_receipt
 
 from .keys import b58decode, b58encode
 
@@ -170,7 +170,7 @@ class StubValidator:
             return 400, {"error": "bad_proof", "message": str(e)}
         if p.worker_key != wk or not verify_proof(wk, psig, raw):
             return 400, {"error": "bad_signature", "message": "proof signature invalid"}
-        if not verify(wk, rsig, receipt_for_proof(p, raw)):
+        if not verify_receipt(wk, rsig, receipt_for_proof(p, raw)):
             return 400, {"error": "bad_signature", "message": "receipt signature invalid"}
         h = proof_hash(raw)
         key = (p.job, p.seq)

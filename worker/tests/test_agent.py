@@ -19,7 +19,7 @@ from gpu_market.proof import (
     receipt_for_proof,
     verify_proof,
 )
-from gpu_market.receipt import verify
+from gpu_market.receipt import verify_receipt
 from gpum_worker.agent import Agent
 from gpum_worker.errors import NvmlUnavailable
 from gpum_worker.jobs import AssignedJob, StaticJobSource, assign_gpus
@@ -72,7 +72,7 @@ def test_windows_chain_signatures(tmp_path: Path, key: WorkerKey) -> None:
     assert [r.seq for r in rows] == [1, 2, 3]
     for i, r in enumerate(rows):
         assert verify_proof(key.pubkey, r.proof_sig, r.proof)
-        assert verify(key.pubkey, r.receipt_sig, receipt_for_proof(proofs[i], r.proof))
+        assert verify_receipt(key.pubkey, r.receipt_sig, receipt_for_proof(proofs[i], r.proof))
         if i:
             assert proofs[i].prev_proof_hash == proof_hash(rows[i - 1].proof)
     p = proofs[0]

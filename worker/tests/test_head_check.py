@@ -8,7 +8,7 @@ import base64
 
 import pytest
 from gpu_market.proof import GpuWindow, WindowProof, encode_proof, receipt_for_proof, sign_proof
-from gpu_market.receipt import private_key_from_seed, public_key_bytes, sign
+from gpu_market.receipt import private_key_from_seed, public_key_bytes, sign_receipt
 from gpum_worker.heads import BadHead, verify_head
 from gpum_worker.keys import b58encode
 
@@ -27,7 +27,7 @@ def head_body(proof_signature: bytes | None = None, receipt_key=KEY) -> dict:
     psig = sign_proof(KEY, raw) if proof_signature is None else proof_signature
     return {"job": b58encode(JOB), "seq": 3, "proof": base64.b64encode(raw).decode(),
             "proof_signature": base64.b64encode(psig).decode(),
-            "receipt_signature": base64.b64encode(sign(receipt_key, receipt_for_proof(p, raw))
+            "receipt_signature": base64.b64encode(sign_receipt(receipt_key, receipt_for_proof(p, raw))
                                                   ).decode(),
             "worker_key": b58encode(PUB), "decision": "accepted"}
 

@@ -28,7 +28,7 @@ from gpu_market.proof import (
     sign_proof,
     verify_proof,
 )
-from gpu_market.receipt import private_key_from_seed, public_key_bytes, sign
+from gpu_market.receipt import private_key_from_seed, public_key_bytes, sign, sign_receipt
 from gpum_worker.agent import Agent
 from gpum_worker.heads import HttpHeadSource
 from gpum_worker.jobs import AssignedJob, StaticJobSource
@@ -116,7 +116,7 @@ def signed_head(key: WorkerKey, seq: int, prev: bytes, start: int, cumulative: i
             "proof": base64.b64encode(raw).decode(),
             "proof_signature": base64.b64encode(sign_proof(key.private_key, raw)).decode(),
             "receipt_signature": base64.b64encode(
-                sign(key.private_key, receipt_for_proof(p, raw))).decode(),
+                sign_receipt(key.private_key, receipt_for_proof(p, raw))).decode(),
             "worker_key": key.pubkey_b58}
 
 

@@ -75,7 +75,7 @@ from .errors import (
 )
 from .lifecycle import JobEndings
 from .lookup_tables import LookupTables
-from .receipt import receipt_message
+from .receipt import receipt_digest, receipt_message
 from .receipt import verify as verify_signature
 from .settle import (
     Attestation,
@@ -873,10 +873,10 @@ class GpuMarketClient(MarketAdmin, JobEndings, ValidatorNetwork):
         candidates = [p.worker_key, *(r.key for r in p.retired_worker_keys)]
         entries = []
         for label, r, sig in (("first", r1, first_signature), ("second", r2, second_signature)):
-            msg = receipt_message(
+            msg = receipt_digest(receipt_message(
                 bytes(self.program_id), bytes(j.market), bytes(job), r["seq"],
                 r["cumulative_seconds"], r["window_end"], bytes(r["proof_hash"]),
-            )  # fmt: skip
+            ))  # fmt: skip
             signer = next((k for k in candidates if verify_signature(bytes(k), bytes(sig), msg)), None)
             if signer is None:
                 raise ValueError(
@@ -932,8 +932,8 @@ class GpuMarketClient(MarketAdmin, JobEndings, ValidatorNetwork):
         if size > PACKET_DATA_SIZE:
             raise TransactionTooLarge(
                 f"the slash_equivocation transaction is {size} bytes, over the "
-                f"{PACKET_DATA_SIZE}-byte packet limit (two Ed25519 instructions with a "
-                "173-byte receipt each plus 16 accounts); nothing was sent"
+                f"{PACKET_DATA_SIZE}-byte packet limit (two Ed25519 signatures over a "
+                "32-byte receipt digest each plus 16 accounts); nothing was sent"
             )
         return self.send(ixs, [reporter])
 
@@ -1014,8 +1014,8 @@ class GpuMarketClient(MarketAdmin, JobEndings, ValidatorNetwork):
         """How many SettleItems of one market for jobs of this ``quorum`` always fit in one
         legacy transaction.
 
-        Each item is one Ed25519 instruction (one 181-byte attestation-message copy, 110 bytes
-        per signature) plus ``settle`` with ``quorum - 1`` writable remaining accounts: this is
-        1 for quorum 1 to 3 (a job's quorum is at most 3).
+        Each item is one Ed25519 instruction (one 40-byte attestation-message copy, 110 bytes
+        per signature) plus ``settle`` with ``quorum - 1`` writable remaining accounts (the
+        validator README's *Settlement cost* has the figures).
         """
         return max_settle_items_per_tx(self.codec, quorum)

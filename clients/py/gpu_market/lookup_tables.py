@@ -1,10 +1,11 @@
 """Address lookup tables and v0 settle transactions: several jobs settled in one transaction.
 
-A legacy ``settle`` transaction carries one item (quorum 1..3): the item's Ed25519 instruction
-and its eleven-plus accounts at 32 bytes each fill the 1232-byte packet. A v0 transaction
-names accounts held in an address lookup table (ALT) by a one-byte index instead, so two
-quorum-1 items fit (``settle.max_settle_items_per_v0_tx``; validator/README.md, "Settlement
-cost", has every measured variant).
+A legacy ``settle`` transaction carries two quorum-1 items (one of quorum 2 or 3): each
+item's Ed25519 instruction and its eleven-plus accounts at 32 bytes each fill the 1232-byte
+packet. A v0 transaction names accounts held in an address lookup table (ALT) by a one-byte
+index instead, so three quorum-1 items fit with the shared accounts in the table and four with
+every account (``settle.max_settle_items_per_v0_tx``; validator/README.md, "Settlement cost",
+has every measured variant).
 
 Pure part (no I/O): the ALT program's ``create`` and ``extend`` instructions
 (:func:`create_lookup_table_instruction`, :func:`extend_lookup_table_instruction`), the table
@@ -47,7 +48,13 @@ from solders.transaction import VersionedTransaction
 from . import pda
 from .constants import PACKET_DATA_SIZE, SYSTEM_PROGRAM_ID
 from .errors import SdkError, TransactionTooLarge
-from .settle import SettleAccounts, SettleItem, settle_table_addresses, v0_transaction_size
+from .settle import (
+    SettleAccounts,
+    SettleItem,
+    max_settle_items_per_v0_tx,
+    settle_table_addresses,
+    v0_transaction_size,
+)
 
 __all__ = [
     "ADDRESS_LOOKUP_TABLE_PROGRAM_ID",
@@ -278,6 +285,7 @@ class LookupTables:
 
     def __init__(self, client: Any) -> None:  # a GpuMarketClient (no import: no cycle)
         self.client = client
+        self._capacity: dict[tuple[int, bool], int] = {}
 
     # ------------------------------------------------------------------ reads
 
@@ -382,6 +390,17 @@ class LookupTables:
             shared, own = settle_table_addresses(item, accounts)
             out.append(PreparedSettle(item, (ed, settle), shared, own))
         return out
+
+    def max_items_per_tx(self, quorum: int, own_accounts_in_table: bool) -> int:
+        """How many settlements of jobs with this ``quorum`` always fit one v0 transaction
+        whose tables hold the shared accounts (and the jobs' own, if
+        ``own_accounts_in_table``): :func:`gpu_market.settle.max_settle_items_per_v0_tx`,
+        worst case. A packed group smaller than this has room for another such item."""
+        key = (quorum, own_accounts_in_table)
+        if key not in self._capacity:
+            self._capacity[key] = max_settle_items_per_v0_tx(
+                self.client.codec, quorum, own_accounts_in_table=own_accounts_in_table)
+        return self._capacity[key]
 
     def pack(
         self, payer: Pubkey, prepared: Sequence[PreparedSettle], tables: Sequence[LookupTable], slot: int

@@ -6,23 +6,28 @@ The receipt message is what the worker key signs for every window and what the o
     b"gpu-market/receipt/v1" || program_id(32) || market(32) || job(32) ||
     seq:u64le || cumulative_seconds:u64le || window_end:i64le || proof_hash(32)
 
-A committee member attests to a receipt and the seconds it approves for the job up to it
-(issue 8) by signing the attestation message, the receipt message followed by the approved
-cumulative seconds::
+The worker key signs the **receipt digest**, ``sha256(receipt message)`` (32 bytes; issue 9:
+an Ed25519 instruction then carries 32 bytes per receipt instead of 173, which lets three or
+four settlements share a transaction). A committee member attests to a receipt and the
+seconds it approves for the job up to it (issue 8) by signing the attestation message, the
+digest followed by the approved cumulative seconds::
 
-    receipt_message(...) || approved_seconds:u64le                       (181 bytes)
+    sha256(receipt_message(...)) || approved_seconds:u64le                (40 bytes)
 
 (``programs/gpu_market/src/receipt.rs::attestation_message``: one copy of these bytes in the
-Ed25519 instruction before ``settle`` serves the worker's signature, over its first 173 bytes,
+Ed25519 instruction before ``settle`` serves the worker's signature, over its first 32 bytes,
 and every attestation.)
 
 Guarantees: ``receipt_message`` returns exactly these 173 bytes or raises ``ValueError``
-naming the bad argument; it never truncates, wraps or coerces a value. ``verify`` never
-raises on malformed input, it returns False. Shared vectors: ``docs/vectors/receipt.json``.
+naming the bad argument; it never truncates, wraps or coerces a value. ``receipt_digest``,
+``sign_receipt`` and ``verify_receipt`` take the 173-byte message (never the digest: a
+ValueError, or False from ``verify_receipt``, for anything else). ``verify`` never raises on
+malformed input, it returns False. Shared vectors: ``docs/vectors/receipt.json``.
 """
 
 from __future__ import annotations
 
+import hashlib
 import struct
 
 from cryptography.exceptions import InvalidSignature
@@ -37,6 +42,7 @@ __all__ = [
     "I64_MAX",
     "I64_MIN",
     "PROOF_DOMAIN",
+    "RECEIPT_DIGEST_LEN",
     "RECEIPT_DOMAIN",
     "RECEIPT_MESSAGE_LEN",
     "U64_MAX",
@@ -44,9 +50,12 @@ __all__ = [
     "attestation_signature",
     "private_key_from_seed",
     "public_key_bytes",
+    "receipt_digest",
     "receipt_message",
     "sign",
+    "sign_receipt",
     "verify",
+    "verify_receipt",
 ]
 
 RECEIPT_DOMAIN = b"gpu-market/receipt/v1"
@@ -60,7 +69,8 @@ I64_MIN = -(2**63)
 I64_MAX = 2**63 - 1
 
 RECEIPT_MESSAGE_LEN = len(RECEIPT_DOMAIN) + 3 * 32 + 3 * 8 + 32
-ATTESTATION_MESSAGE_LEN = RECEIPT_MESSAGE_LEN + 8
+RECEIPT_DIGEST_LEN = 32
+ATTESTATION_MESSAGE_LEN = RECEIPT_DIGEST_LEN + 8
 
 
 def _check_bytes32(name: str, value: object) -> bytes:
@@ -110,28 +120,62 @@ def receipt_message(
     return msg
 
 
-def attestation_message(receipt_message: bytes, approved_seconds: int) -> bytes:
-    """The 181 bytes a committee member signs: ``receipt_message || approved_seconds:u64le``.
-
-    ValueError if ``receipt_message`` is not 173 bytes or ``approved_seconds`` is not a u64.
-    """
+def _checked_receipt_message(receipt_message: bytes) -> bytes:
     msg = bytes(receipt_message)
     if len(msg) != RECEIPT_MESSAGE_LEN or not msg.startswith(RECEIPT_DOMAIN):
         raise ValueError(
             f"receipt_message must be a {RECEIPT_MESSAGE_LEN}-byte receipt message, got {len(msg)} bytes"
         )
-    return msg + struct.pack("<Q", _check_int("approved_seconds", approved_seconds, 0, U64_MAX))
+    return msg
+
+
+def receipt_digest(receipt_message: bytes) -> bytes:
+    """``sha256(receipt_message)``: the 32 bytes the worker key signs (``Receipt::digest``).
+
+    ValueError unless ``receipt_message`` is a 173-byte receipt message (a digest passed here
+    by mistake would otherwise be hashed again and sign nothing the chain accepts).
+    """
+    return hashlib.sha256(_checked_receipt_message(receipt_message)).digest()
+
+
+def sign_receipt(private_key: object, receipt_message: bytes) -> bytes:
+    """The worker's receipt signature: Ed25519 over :func:`receipt_digest` by ``private_key``
+    (an ``Ed25519PrivateKey``, a 32-byte seed, or anything with ``sign_message``)."""
+    return _sign_any(private_key, receipt_digest(receipt_message))
+
+
+def verify_receipt(pubkey32: bytes, sig64: bytes, receipt_message: bytes) -> bool:
+    """True iff ``sig64`` is ``pubkey32``'s signature of the digest of ``receipt_message``;
+    False (never an exception) for anything malformed, a wrong-length message included."""
+    try:
+        digest = receipt_digest(receipt_message)
+    except (TypeError, ValueError):
+        return False
+    return verify(pubkey32, sig64, digest)
+
+
+def attestation_message(receipt_message: bytes, approved_seconds: int) -> bytes:
+    """The 40 bytes a committee member signs: ``receipt_digest(receipt_message) ||
+    approved_seconds:u64le``.
+
+    ValueError if ``receipt_message`` is not 173 bytes or ``approved_seconds`` is not a u64.
+    """
+    return receipt_digest(receipt_message) + struct.pack(
+        "<Q", _check_int("approved_seconds", approved_seconds, 0, U64_MAX))
+
+
+def _sign_any(signer: object, msg: bytes) -> bytes:
+    sign_message = getattr(signer, "sign_message", None)
+    if sign_message is not None:
+        return bytes(sign_message(msg))
+    return sign(signer, msg)  # type: ignore[arg-type]
 
 
 def attestation_signature(signer: object, receipt_message: bytes, approved_seconds: int) -> bytes:
     """Ed25519 signature (64 bytes) of :func:`attestation_message` by ``signer``: a
     ``solders`` Keypair (anything with ``sign_message``), an ``Ed25519PrivateKey`` or a
     32-byte seed."""
-    msg = attestation_message(receipt_message, approved_seconds)
-    sign_message = getattr(signer, "sign_message", None)
-    if sign_message is not None:
-        return bytes(sign_message(msg))
-    return sign(signer, msg)  # type: ignore[arg-type]
+    return _sign_any(signer, attestation_message(receipt_message, approved_seconds))
 
 
 def private_key_from_seed(seed: bytes) -> Ed25519PrivateKey:

@@ -1,19 +1,19 @@
 """Settle transactions: one Ed25519-program instruction + ``settle`` per item (pure: no I/O).
 
-Legacy transactions fit one item (quorum 1..3, :func:`max_settle_items_per_tx`); v0
-transactions whose non-program accounts come from an address lookup table fit two of quorum 1
-(:func:`max_settle_items_per_v0_tx`, :func:`v0_transaction_size`; the tables themselves and
-the packing of many items live in :mod:`gpu_market.lookup_tables`).
+How many items fit one transaction: :func:`max_settle_items_per_tx` (legacy) and
+:func:`max_settle_items_per_v0_tx` (v0, non-program accounts from an address lookup table;
+:func:`v0_transaction_size`; the tables themselves and the packing of many items live in
+:mod:`gpu_market.lookup_tables`). The validator README's *Settlement cost* has the table.
 
 For each :class:`SettleItem` the transaction carries, in order::
 
     Ed25519(worker key, attester 1, ..., attester q-1; ONE copy of the attestation message)
     settle(receipt, approved_seconds)   attesters' Validator PDAs as writable remaining accounts
 
-The attestation message is ``receipt_message || approved_seconds:u64le`` (181 bytes,
+The attestation message is ``sha256(receipt_message) || approved_seconds:u64le`` (40 bytes,
 :func:`gpu_market.receipt.attestation_message`). The Ed25519 instruction holds it once; entry 0
-is the worker's signature over its first 173 bytes (the receipt message), entries 1..q-1 are
-the other committee members' signatures over all 181 bytes (the submitter's transaction
+is the worker's signature over its first 32 bytes (the receipt digest), entries 1..q-1 are
+the other committee members' signatures over all 40 bytes (the submitter's transaction
 signature is its own attestation). Every offset points inside that same instruction
 (instruction index 0xFFFF), byte for byte
 ``program-tests/tests/common/mod.rs::ed25519_settle_ix``::
@@ -83,7 +83,7 @@ _ENTRY = 32 + 64
 @dataclass(frozen=True)
 class Attestation:
     """A committee member's Ed25519 signature over the attestation message of a settlement
-    (``receipt_message || approved_seconds``; :func:`gpu_market.receipt.attestation_signature`),
+    (``receipt_digest || approved_seconds``; :func:`gpu_market.receipt.attestation_signature`),
     by its validator ``authority``."""
 
     authority: Pubkey
@@ -95,8 +95,8 @@ class SettleItem:
     """One signed window receipt of ``job`` and the cumulative seconds the committee approves
     for the job up to it.
 
-    ``receipt_signature`` is the worker key's Ed25519 signature over the receipt message
-    (``gpu_market.receipt.receipt_message``). ``approved_seconds`` is the job's approved
+    ``receipt_signature`` is the worker key's Ed25519 signature over the receipt digest, the
+    sha256 of the receipt message (``gpu_market.receipt.sign_receipt``). ``approved_seconds`` is the job's approved
     cumulative total (the program pays ``approved_seconds - job.paid_seconds``; it must not
     exceed what the worker claimed since the last settlement). ``attestations`` are the
     ``terms.quorum - 1`` other committee members' signatures over the attestation message; they
@@ -177,16 +177,16 @@ def ed25519_settle_instruction(
     attestations: Sequence[tuple[bytes | Pubkey, bytes]],
     attestation_message: bytes,
 ) -> Instruction:
-    """The Ed25519 instruction before ``settle``: one copy of ``attestation_message`` (181
-    bytes); entry 0 the worker's ``receipt_signature`` over its first 173 bytes (the receipt
+    """The Ed25519 instruction before ``settle``: one copy of ``attestation_message`` (40
+    bytes); entry 0 the worker's ``receipt_signature`` over its first 32 bytes (the receipt
     message), then one entry per ``(authority, signature)`` over all of it. ValueError on bad
     lengths (``common/mod.rs::ed25519_settle_ix``, byte for byte)."""
-    from .receipt import ATTESTATION_MESSAGE_LEN, RECEIPT_MESSAGE_LEN
+    from .receipt import ATTESTATION_MESSAGE_LEN, RECEIPT_DIGEST_LEN
 
     msg = bytes(attestation_message)
     if len(msg) != ATTESTATION_MESSAGE_LEN:
         raise ValueError(f"attestation_message must be {ATTESTATION_MESSAGE_LEN} bytes, got {len(msg)}")
-    entries = [(bytes(worker_key), bytes(receipt_signature), RECEIPT_MESSAGE_LEN)]
+    entries = [(bytes(worker_key), bytes(receipt_signature), RECEIPT_DIGEST_LEN)]
     entries += [(bytes(pk), bytes(sig), len(msg)) for pk, sig in attestations]
     return _shared_message_instruction(entries, msg)
 

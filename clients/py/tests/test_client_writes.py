@@ -23,7 +23,7 @@ from gpu_market.constants import (
     TOKEN_PROGRAM_ID,
 )
 from gpu_market.errors import GpuMarketError, TransactionTooLarge
-from gpu_market.receipt import receipt_message
+from gpu_market.receipt import receipt_digest, receipt_message, sign_receipt
 from gpu_market.settle import SettleItem, parse_ed25519_signatures
 from sdktestkit import JOB_STARTED_AT, validator_bytes
 from solders.keypair import Keypair
@@ -337,7 +337,7 @@ def _signed(world, key: Keypair, seq: int, cumulative: int, tag: int):
                "proof_hash": bytes([tag]) * 32}  # fmt: skip
     msg = receipt_message(bytes(PROGRAM_ID), bytes(world.market), bytes(world.job), seq, cumulative,
                           receipt["window_end"], receipt["proof_hash"])  # fmt: skip
-    return receipt, bytes(key.sign_message(msg)), msg
+    return receipt, sign_receipt(key, msg), receipt_digest(msg)  # what the key signed
 
 
 def _receipt_bytes(r) -> bytes:
@@ -403,10 +403,10 @@ def test_slash_equivocation_rejects_bad_evidence(world):
 def test_slash_equivocation_over_the_packet_limit_sends_nothing(world, monkeypatch):
     import gpu_market.client as client_mod
 
-    monkeypatch.setattr(client_mod, "PACKET_DATA_SIZE", 1000)  # as if the packet limit were lower
+    monkeypatch.setattr(client_mod, "PACKET_DATA_SIZE", 100)  # as if the packet limit were lower
     r1, s1, _ = _signed(world, world.worker, 3, 180, 1)
     r2, s2, _ = _signed(world, world.worker, 3, 170, 2)
-    with pytest.raises(TransactionTooLarge, match="1000"):
+    with pytest.raises(TransactionTooLarge, match="100-byte"):
         world.client.slash_equivocation(Keypair(), world.job, r1, s1, r2, s2)
     assert world.rpc.sent == []
 

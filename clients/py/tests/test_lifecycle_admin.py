@@ -363,13 +363,13 @@ def test_chain_time_reads_the_clock_sysvar(fake):
 
 
 def _signed(world, key: Keypair, seq: int, window_end: int, tag: int):
-    from gpu_market.receipt import receipt_message
+    from gpu_market.receipt import receipt_message, sign_receipt
 
     receipt = {"seq": seq, "cumulative_seconds": 60 * seq, "window_end": window_end,
                "proof_hash": bytes([tag]) * 32}  # fmt: skip
     msg = receipt_message(bytes(PROGRAM_ID), bytes(world.market), bytes(world.job), seq,
                           60 * seq, window_end, receipt["proof_hash"])  # fmt: skip
-    return receipt, bytes(key.sign_message(msg))
+    return receipt, sign_receipt(key, msg)
 
 
 def test_slash_evidence_from_a_retired_key_must_predate_its_retirement(fake, codec, job_bytes):

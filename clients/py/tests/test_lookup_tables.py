@@ -176,10 +176,10 @@ def test_decode_slot_hashes():
 
 def test_measured_items_per_transaction(codec):
     """The figures of validator/README.md, "Settlement cost" (worst case: nothing shared)."""
-    assert [max_settle_items_per_tx(codec, q) for q in (1, 2, 3)] == [1, 1, 1]
-    assert [max_settle_items_per_v0_tx(codec, q) for q in (1, 2, 3)] == [2, 1, 1]
+    assert [max_settle_items_per_tx(codec, q) for q in (1, 2, 3)] == [2, 1, 1]
+    assert [max_settle_items_per_v0_tx(codec, q) for q in (1, 2, 3)] == [4, 2, 2]
     assert [max_settle_items_per_v0_tx(codec, q, own_accounts_in_table=False)
-            for q in (1, 2, 3)] == [2, 1, 1]  # fmt: skip
+            for q in (1, 2, 3)] == [3, 2, 1]  # fmt: skip
 
 
 def test_table_addresses_split_shared_and_own():
@@ -212,14 +212,14 @@ def test_v0_message_refuses_a_job_twice(codec):
         settle_v0_message(AUTHORITY, preps, [], Hash.default())
 
 
-def test_pack_two_quorum_one_items_per_transaction_with_a_table(codec):
+def test_pack_four_quorum_one_items_per_transaction_with_a_table(codec):
     preps = prepared(codec, range(1, 6))
     groups = pack_settle_items(AUTHORITY, preps, [table_of(preps)])
-    assert groups == [[0, 1], [2, 3], [4]]
-    # shared accounts only (jobs and escrows static): still two
-    assert pack_settle_items(AUTHORITY, preps, [table_of(preps, own=False)]) == groups
-    # without a table: what a legacy transaction carries, one
-    assert pack_settle_items(AUTHORITY, preps, []) == [[i] for i in range(5)]
+    assert groups == [[0, 1, 2, 3], [4]]
+    # shared accounts only (jobs and escrows static): three
+    assert pack_settle_items(AUTHORITY, preps, [table_of(preps, own=False)]) == [[0, 1, 2], [3, 4]]
+    # without a table: what a legacy transaction carries, two
+    assert pack_settle_items(AUTHORITY, preps, []) == [[0, 1], [2, 3], [4]]
     for g in groups:
         ixs = [ix for i in g for ix in preps[i].instructions]
         assert v0_transaction_size(ixs, AUTHORITY, [table_of(preps)]) <= PACKET_DATA_SIZE
@@ -229,8 +229,8 @@ def test_pack_uses_only_usable_entries(codec):
     preps = prepared(codec, range(1, 5))
     full = table_of(preps)
     t = LookupTable(full.key, AUTHORITY, U64_MAX, 40, 0, tuple(full.addresses))  # all added at 40
-    assert pack_settle_items(AUTHORITY, preps, [t.account(40)]) == [[0], [1], [2], [3]]
-    assert pack_settle_items(AUTHORITY, preps, [t.account(41)]) == [[0, 1], [2, 3]]
+    assert pack_settle_items(AUTHORITY, preps, [t.account(40)]) == [[0, 1], [2, 3]]
+    assert pack_settle_items(AUTHORITY, preps, [t.account(41)]) == [[0, 1, 2, 3]]
 
 
 def test_pack_keeps_a_job_once_per_transaction_and_in_order(codec):

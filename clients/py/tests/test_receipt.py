@@ -1,7 +1,8 @@
-"""Receipt message: shared vectors, layout, range checks, signing."""
+"""Receipt message and digest: shared vectors, layout, range checks, signing."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import struct
 from pathlib import Path
@@ -16,9 +17,12 @@ from gpu_market.receipt import (
     U64_MAX,
     private_key_from_seed,
     public_key_bytes,
+    receipt_digest,
     receipt_message,
     sign,
+    sign_receipt,
     verify,
+    verify_receipt,
 )
 
 VECTORS = Path(__file__).resolve().parents[3] / "docs" / "vectors" / "receipt.json"
@@ -52,18 +56,46 @@ def test_vector_message_bytes(v: dict) -> None:
 
 @pytest.mark.parametrize("v", DOC["vectors"], ids=lambda v: v["name"])
 def test_vector_signature(v: dict) -> None:
+    """The worker signs sha256 of the message (the receipt digest), never the message."""
     sk = private_key_from_seed(bytes.fromhex(DOC["signer_seed"]))
     pk = public_key_bytes(sk)
     assert pk.hex() == DOC["signer_pubkey"]
     msg = bytes.fromhex(v["message"])
     sig = bytes.fromhex(v["signature"])
-    assert sign(sk, msg) == sig  # Ed25519 is deterministic
-    assert sign(bytes.fromhex(DOC["signer_seed"]), msg) == sig
-    assert verify(pk, sig, msg)
-    assert not verify(pk, sig, msg[:-1] + bytes([msg[-1] ^ 1]))
+    assert receipt_digest(msg) == hashlib.sha256(msg).digest() == bytes.fromhex(v["digest"])
+    assert len(receipt_digest(msg)) == DOC["digest_len"] == 32
+    assert sign_receipt(sk, msg) == sig  # Ed25519 is deterministic
+    assert sign_receipt(bytes.fromhex(DOC["signer_seed"]), msg) == sig
+    assert sign(sk, receipt_digest(msg)) == sig
+    assert verify_receipt(pk, sig, msg) and verify(pk, sig, receipt_digest(msg))
+    assert not verify(pk, sig, msg)  # a signature over the whole message is not a receipt's
+    assert not verify_receipt(pk, sign(sk, msg), msg)
+    assert not verify_receipt(pk, sig, msg[:-1] + bytes([msg[-1] ^ 1]))
+    assert not verify_receipt(pk, sig, receipt_digest(msg))  # a digest is not a message
     bad = bytearray(sig)
     bad[0] ^= 0x80
-    assert not verify(pk, bytes(bad), msg)
+    assert not verify_receipt(pk, bytes(bad), msg)
+
+
+@pytest.mark.parametrize("v", DOC["vectors"], ids=lambda v: v["name"])
+def test_vector_attestation(v: dict) -> None:
+    from gpu_market.receipt import attestation_message, attestation_signature
+
+    seed = bytes.fromhex(DOC["signer_seed"])
+    msg, approved = bytes.fromhex(v["message"]), int(v["approved_seconds"])
+    att = attestation_message(msg, approved)
+    assert att.hex() == v["attestation"] and len(att) == DOC["attestation_len"]
+    assert attestation_signature(seed, msg, approved).hex() == v["attestation_signature"]
+
+
+def test_receipt_digest_refuses_anything_but_a_receipt_message() -> None:
+    msg = receipt_message(bytes(32), bytes(32), bytes(32), 1, 60, 60, bytes(32))
+    for bad in (msg[:-1], msg + b"\x00", receipt_digest(msg), b"gpu-market/receipt/v2" + msg[21:]):
+        with pytest.raises(ValueError, match="173-byte receipt message"):
+            receipt_digest(bad)
+        with pytest.raises(ValueError, match="173-byte receipt message"):
+            sign_receipt(bytes(32), bad)
+        assert verify_receipt(bytes(32), bytes(64), bad) is False
 
 
 def test_known_seed_pubkey() -> None:
@@ -111,7 +143,7 @@ def test_verify_malformed_inputs_return_false() -> None:
     assert not verify(None, None, b"m")  # type: ignore[arg-type]
 
 
-def test_attestation_message_is_the_receipt_then_approved_seconds() -> None:
+def test_attestation_message_is_the_receipt_digest_then_approved_seconds() -> None:
     from gpu_market.receipt import (
         ATTESTATION_MESSAGE_LEN,
         attestation_message,
@@ -121,8 +153,8 @@ def test_attestation_message_is_the_receipt_then_approved_seconds() -> None:
 
     msg = receipt_message(bytes(32), bytes([1]) * 32, bytes([2]) * 32, 3, 180, 1_700_000_180, bytes(32))
     att = attestation_message(msg, 170)
-    assert ATTESTATION_MESSAGE_LEN == len(att) == 181
-    assert att == msg + struct.pack("<Q", 170)  # receipt.rs::attestation_message
+    assert ATTESTATION_MESSAGE_LEN == len(att) == 40
+    assert att == hashlib.sha256(msg).digest() + struct.pack("<Q", 170)  # receipt.rs::attestation_message
     kp = Keypair()
     sig = attestation_signature(kp, msg, 170)
     assert verify(bytes(kp.pubkey()), sig, att) and not verify(bytes(kp.pubkey()), sig, msg)

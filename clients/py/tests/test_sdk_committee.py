@@ -28,7 +28,7 @@ from gpu_market.constants import (
     TOKEN_PROGRAM_ID,
 )
 from gpu_market.errors import TransactionTooLarge
-from gpu_market.receipt import attestation_message, attestation_signature, receipt_message
+from gpu_market.receipt import attestation_message, attestation_signature, receipt_message, sign_receipt
 from gpu_market.settle import Attestation, SettleItem, parse_ed25519_signatures
 from sdktestkit import JOB_STARTED_AT
 from solders.hash import Hash
@@ -238,7 +238,7 @@ def _attested_item(world, approved: int, attesters) -> SettleItem:
                           1_700_000_480, proof)  # fmt: skip
     atts = [Attestation(k.pubkey(), attestation_signature(k, msg, approved)) for k in attesters]
     return SettleItem(world.job, 8, 480, 1_700_000_480, proof, world.worker.pubkey(),
-                      bytes(world.worker.sign_message(msg)), approved, atts)  # fmt: skip
+                      sign_receipt(world.worker, msg), approved, atts)  # fmt: skip
 
 
 def test_quorum_settle_is_one_packet_with_writable_attesters(world, new_idl):
@@ -251,7 +251,8 @@ def test_quorum_settle_is_one_packet_with_writable_attesters(world, new_idl):
     assert [pk for pk, _, _ in entries] == [bytes(world.worker.pubkey()), bytes(other.pubkey())]
     for pk, s, m in entries:
         Ed25519PublicKey.from_public_bytes(pk).verify(s, m)
-    assert entries[1][2] == attestation_message(entries[0][2], 470)
+    # the worker signed the 32-byte receipt digest, the attester that digest || approved
+    assert len(entries[0][2]) == 32 and entries[1][2] == entries[0][2] + struct.pack("<Q", 470)
     assert metas(ix)[-1] == (pda.validator_pda(world.market, other.pubkey()), False, True)
     assert bytes(ix.data)[-8:] == struct.pack("<Q", 470)
 
@@ -455,8 +456,8 @@ def test_slash_validator_equivocation_layout(world, new_idl):
     assert [ix.program_id for ix in ixs] == [ED25519_PROGRAM_ID, PROGRAM_ID]
     assert parse_ed25519_signatures(ixs[0].data) == [(bytes(cheat.pubkey()), s1, m1),
                                                      (bytes(cheat.pubkey()), s2, m2)]  # fmt: skip
-    # the one signer's key is stored once: 2 + 2 x 14 offsets + 32 + 2 x (64 + 181)
-    assert len(bytes(ixs[0].data)) == 2 + 28 + 32 + 2 * (64 + 181)
+    # the one signer's key is stored once: 2 + 2 x 14 offsets + 32 + 2 x (64 + 40)
+    assert len(bytes(ixs[0].data)) == 2 + 28 + 32 + 2 * (64 + 40)
     validator = pda.validator_pda(world.market, cheat.pubkey())
     record = pda.validator_equivocation_pda(validator, world.job, JOB_STARTED_AT, 9)
     assert record == Pubkey.find_program_address(

@@ -14,7 +14,13 @@ from gpu_market.constants import (
     PROGRAM_ID,
     TOKEN_PROGRAM_ID,
 )
-from gpu_market.receipt import attestation_message, attestation_signature, receipt_message
+from gpu_market.receipt import (
+    attestation_message,
+    attestation_signature,
+    receipt_digest,
+    receipt_message,
+    sign_receipt,
+)
 from gpu_market.settle import (
     Attestation,
     SettleAccounts,
@@ -57,7 +63,7 @@ def signed_item(market: Pubkey, attesters=()) -> SettleItem:
     job = Pubkey(bytes([20] * 32))
     msg = receipt_message(bytes(PROGRAM_ID), bytes(market), bytes(job), 3, 180, 1_700_000_180, bytes([5] * 32))
     atts = tuple(Attestation(apk, attestation_signature(ask, msg, APPROVED)) for ask, apk in attesters)
-    return SettleItem(job, 3, 180, 1_700_000_180, bytes([5] * 32), pk, sk.sign(msg), APPROVED, atts)
+    return SettleItem(job, 3, 180, 1_700_000_180, bytes([5] * 32), pk, sign_receipt(sk, msg), APPROVED, atts)
 
 
 def test_ed25519_layout_matches_program_tests_helper():
@@ -100,8 +106,9 @@ def test_settle_item_is_ed25519_then_settle(codec):
     ed, settle = settle_instructions(codec, authority, item, acc)
     pk, sig, msg = parse_ed25519_instruction(ed.data)
     assert pk == bytes(item.worker_key) and sig == item.receipt_signature
-    assert msg == receipt_message(bytes(PROGRAM_ID), bytes(acc.market), bytes(item.job), 3, 180,
-                                  1_700_000_180, bytes([5] * 32))  # fmt: skip
+    # the worker's key signed the digest of the receipt message, not the message
+    assert msg == receipt_digest(receipt_message(bytes(PROGRAM_ID), bytes(acc.market), bytes(item.job),
+                                                 3, 180, 1_700_000_180, bytes([5] * 32)))  # fmt: skip
     Ed25519PublicKey.from_public_bytes(pk).verify(sig, msg)
 
     assert settle.program_id == PROGRAM_ID
@@ -139,11 +146,11 @@ def test_quorum_is_one_ed25519_instruction_worker_first(codec):
                                        bytes(attesters[1][1])]  # fmt: skip
     msg = receipt_message(bytes(PROGRAM_ID), bytes(acc.market), bytes(item.job), 3, 180,
                           1_700_000_180, bytes([5] * 32))  # fmt: skip
-    # the worker signs the receipt (the first 173 bytes), attesters receipt || approved
-    assert [m for _, _, m in entries] == [msg] + [attestation_message(msg, APPROVED)] * 2
+    # the worker signs the receipt digest (the first 32 bytes), attesters digest || approved
+    assert [m for _, _, m in entries] == [receipt_digest(msg)] + [attestation_message(msg, APPROVED)] * 2
     for pk, sig, m in entries:
         Ed25519PublicKey.from_public_bytes(pk).verify(sig, m)  # raises if bad
-    assert len(bytes(ed.data)) == 2 + 14 * 3 + 96 * 3 + 181  # one copy of the 181 bytes
+    assert len(bytes(ed.data)) == 2 + 14 * 3 + 96 * 3 + 40  # one copy of the 40 bytes
     assert [m.pubkey for m in settle.accounts[-2:]] == list(extra)  # same order as signatures
     assert all(m.is_writable and not m.is_signer for m in settle.accounts[-2:])  # rewards credited
     with pytest.raises(ValueError, match="attestations"):
@@ -152,22 +159,22 @@ def test_quorum_is_one_ed25519_instruction_worker_first(codec):
 
 def test_settle_signatures_match_program_tests_helper():
     """Byte for byte ``common/mod.rs::ed25519_settle_ix``: pubkeys, then signatures, then one
-    copy of the attestation message; entry 0 (the worker) covers its first 173 bytes."""
+    copy of the attestation message; entry 0 (the worker) covers its first 32 bytes."""
     msg = attestation_message(b"gpu-market/receipt/v1" + bytes(range(152)), 99)
     worker, att1, att2 = (bytes([i]) * 32 for i in (1, 2, 3))
     s0, s1, s2 = (bytes([i]) * 64 for i in (4, 5, 6))
     ix = ed25519_settle_instruction(worker, s0, [(att1, s1), (att2, s2)], msg)
     header = 2 + 14 * 3
     expected = bytes([3, 0])
-    for i, length in enumerate((173, 181, 181)):
+    for i, length in enumerate((32, 40, 40)):
         expected += struct.pack("<7H", header + 96 + 64 * i, 0xFFFF, header + 32 * i, 0xFFFF,
                                 header + 288, length, 0xFFFF)  # fmt: skip
     expected += worker + att1 + att2 + s0 + s1 + s2 + msg
     assert bytes(ix.data) == expected and ix.program_id == ED25519_PROGRAM_ID
     one = ed25519_settle_instruction(worker, s0, [], msg)  # quorum 1: ed25519_ix_raw's offsets
-    assert struct.unpack_from("<7H", bytes(one.data), 2) == (48, 0xFFFF, 16, 0xFFFF, 112, 173, 0xFFFF)
-    with pytest.raises(ValueError, match="181 bytes"):
-        ed25519_settle_instruction(worker, s0, [], msg[:173])
+    assert struct.unpack_from("<7H", bytes(one.data), 2) == (48, 0xFFFF, 16, 0xFFFF, 112, 32, 0xFFFF)
+    with pytest.raises(ValueError, match="40 bytes"):
+        ed25519_settle_instruction(worker, s0, [], msg[:32])
 
 
 def test_multi_signature_layout_shares_one_message():
@@ -199,9 +206,9 @@ def test_multi_signature_layout_shares_one_message():
 
 
 def test_max_items_per_tx_by_quorum(codec):
-    """One settle per transaction for every quorum a job may have (<= 3); a quorum-3 settle
-    fits one packet thanks to the shared attestation-message copy."""
-    assert [max_settle_items_per_tx(codec, q) for q in (1, 2, 3)] == [1, 1, 1]
+    """Legacy transactions: two quorum-1 settles (the 40-byte digest form), one of quorum 2 or
+    3; a quorum-3 settle fits one packet thanks to the shared attestation-message copy."""
+    assert [max_settle_items_per_tx(codec, q) for q in (1, 2, 3)] == [2, 1, 1]
     authority = Pubkey(bytes([30] * 32))
     extra = tuple(Pubkey.new_unique() for _ in range(2))
     ixs = settle_instructions(codec, authority, signed_item(accounts().market, [keypair(7), keypair(8)]),

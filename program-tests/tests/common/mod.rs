@@ -530,13 +530,14 @@ impl Bench {
         )
     }
 
-    pub fn receipt_message(&self, job: &Pubkey, r: &Receipt) -> Vec<u8> {
-        r.message(&gpu_market::ID, &self.market, job)
+    /// What the worker key signs for `r`: sha256 of its receipt message.
+    pub fn receipt_digest(&self, job: &Pubkey, r: &Receipt) -> [u8; 32] {
+        r.digest(&gpu_market::ID, &self.market, job)
     }
 
     /// [Ed25519(worker over receipt), settle] signed by the bench validator.
     pub fn settle_ixs(&self, signer: &SigningKey, job: Pubkey, r: Receipt) -> Vec<Instruction> {
-        let msg = self.receipt_message(&job, &r);
+        let msg = self.receipt_digest(&job, &r);
         vec![ed25519_ix(signer, &msg), self.ix_settle(&self.validator_authority.pubkey(), job, r)]
     }
 
@@ -707,10 +708,10 @@ pub fn ed25519_multi_ix(signers: &[&SigningKey], message: &[u8]) -> Instruction 
 }
 
 /// The compact settle signature instruction: one copy of the attestation message (receipt
-/// message || approved); the worker signs its first `RECEIPT_MESSAGE_LEN` bytes, each attester
+/// digest || approved); the worker signs its first `RECEIPT_DIGEST_LEN` bytes, each attester
 /// all of it.
 pub fn ed25519_settle_ix(worker: &SigningKey, attesters: &[&SigningKey], attestation: &[u8]) -> Instruction {
-    let receipt_len = gpu_market::receipt::RECEIPT_MESSAGE_LEN;
+    let receipt_len = gpu_market::receipt::RECEIPT_DIGEST_LEN;
     let n = 1 + attesters.len() as u16;
     let header = 2 + 14 * n;
     let msg_off = header + 96 * n;
@@ -1060,7 +1061,7 @@ impl Bench {
 
     /// [Ed25519(first), Ed25519(second), slash_equivocation], both receipts signed by `signer`.
     pub fn equivocation_ixs(&self, signer: &SigningKey, reporter: &Pubkey, reporter_stake: Pubkey, job: Pubkey, first: Receipt, second: Receipt) -> Vec<Instruction> {
-        let (m1, m2) = (self.receipt_message(&job, &first), self.receipt_message(&job, &second));
+        let (m1, m2) = (self.receipt_digest(&job, &first), self.receipt_digest(&job, &second));
         vec![
             ed25519_entries_ix(&[(signer, &m1), (signer, &m2)]),
             self.ix_slash_equivocation(reporter, reporter_stake, job, first, second),
@@ -1098,7 +1099,7 @@ impl Bench {
     }
 
     pub fn quorum_settle_approved_ixs(&self, job: Pubkey, r: Receipt, approved: u64, attesters: &[&Keypair], extra_validators: &[Pubkey]) -> Vec<Instruction> {
-        let msg = gpu_market::receipt::attestation_message(&self.receipt_message(&job, &r), approved);
+        let msg = gpu_market::receipt::attestation_message(&self.receipt_digest(&job, &r), approved);
         let keys: Vec<SigningKey> = attesters.iter().map(|k| signing_key(k)).collect();
         let mut settle = self.ix_settle_approved(&self.validator_authority.pubkey(), job, r, approved);
         settle.accounts.extend(extra_validators.iter().map(|v| meta(*v, true)));
@@ -1225,8 +1226,8 @@ impl Bench {
     /// Validator account of `authority`.
     #[allow(clippy::too_many_arguments)]
     pub fn validator_equivocation_ixs(&self, signer: &SigningKey, authority: &Pubkey, reporter: &Pubkey, reporter_stake: Pubkey, job: Pubkey, first: (Receipt, u64), second: (Receipt, u64)) -> Vec<Instruction> {
-        let m1 = gpu_market::receipt::attestation_message(&self.receipt_message(&job, &first.0), first.1);
-        let m2 = gpu_market::receipt::attestation_message(&self.receipt_message(&job, &second.0), second.1);
+        let m1 = gpu_market::receipt::attestation_message(&self.receipt_digest(&job, &first.0), first.1);
+        let m2 = gpu_market::receipt::attestation_message(&self.receipt_digest(&job, &second.0), second.1);
         let validator = self.validator_address(authority);
         let started_at = self.job_state(&job).started_at;
         let record = pda(&[gpu_market::seeds::VALIDATOR_EQUIVOCATION, validator.as_ref(), job.as_ref(), &started_at.to_le_bytes(), &first.0.seq.to_le_bytes()]);

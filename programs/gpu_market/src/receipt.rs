@@ -38,17 +38,32 @@ impl Receipt {
         m.extend_from_slice(&self.proof_hash);
         m
     }
+
+    /// The receipt digest, `sha256(message)`: the 32 bytes the worker key signs (issue 9). It
+    /// binds everything the message binds (domain, program, market, job, seq, cumulative,
+    /// window end, proof hash) as long as sha256 is collision resistant, and lets an Ed25519
+    /// instruction carry 32 bytes per receipt instead of 173.
+    pub fn digest(&self, program_id: &Pubkey, market: &Pubkey, job: &Pubkey) -> [u8; RECEIPT_DIGEST_LEN] {
+        solana_sha256_hasher::hash(&self.message(program_id, market, job)).to_bytes()
+    }
 }
 
-/// The attestation message a committee member signs: the whole receipt message followed by the
-/// approved cumulative seconds (u64 le). This is the shorter digest form DESIGN section 5 allows:
-/// it binds everything the receipt binds plus the approved total, and one copy of these bytes in
-/// the Ed25519 instruction serves the worker's signature (its first `RECEIPT_MESSAGE_LEN` bytes)
-/// and every attestation, which keeps a quorum-3 settle within one packet.
-pub fn attestation_message(receipt_message: &[u8], approved_seconds: u64) -> Vec<u8> {
-    let mut m = Vec::with_capacity(receipt_message.len().saturating_add(8));
-    m.extend_from_slice(receipt_message);
-    m.extend_from_slice(&approved_seconds.to_le_bytes());
+/// Length of the receipt digest (sha256).
+pub const RECEIPT_DIGEST_LEN: usize = 32;
+/// Length of the attestation message: receipt digest then approved seconds.
+pub const ATTESTATION_MESSAGE_LEN: usize = RECEIPT_DIGEST_LEN + 8;
+
+/// The attestation message a committee member signs: the receipt digest followed by the
+/// approved cumulative seconds (u64 le), 40 bytes. This is the shorter digest form DESIGN
+/// section 5 allows: the digest binds everything the receipt binds (its input starts with the
+/// receipt domain and the program, market and job keys), and one copy of these bytes in the
+/// Ed25519 instruction serves the worker's signature (its first 32 bytes, the digest) and every
+/// attestation. No other message a worker or validator key signs is 32 or 40 bytes starting
+/// with a sha256 output, so neither signature can be replayed as something else.
+pub fn attestation_message(receipt_digest: &[u8; RECEIPT_DIGEST_LEN], approved_seconds: u64) -> [u8; ATTESTATION_MESSAGE_LEN] {
+    let mut m = [0u8; ATTESTATION_MESSAGE_LEN];
+    m[..RECEIPT_DIGEST_LEN].copy_from_slice(receipt_digest);
+    m[RECEIPT_DIGEST_LEN..].copy_from_slice(&approved_seconds.to_le_bytes());
     m
 }
 

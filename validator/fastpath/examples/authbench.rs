@@ -76,7 +76,7 @@ fn main() {
         .iter()
         .map(|b| {
             let p = proof::decode(b).unwrap();
-            sk.sign(&receipt::receipt_message(&p, &receipt::proof_hash(b)))
+            sk.sign(&receipt::receipt_digest(&receipt::receipt_message(&p, &receipt::proof_hash(b))))
                 .to_bytes()
         })
         .collect();
@@ -107,7 +107,7 @@ fn main() {
     });
     let msg = {
         let p = proof::decode(&proofs[0]).unwrap();
-        receipt::receipt_message(&p, &receipt::proof_hash(&proofs[0]))
+        receipt::receipt_digest(&receipt::receipt_message(&p, &receipt::proof_hash(&proofs[0])))
     };
     let strict = best(|| {
         for _ in 0..64 {

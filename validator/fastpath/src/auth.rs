@@ -85,11 +85,11 @@ pub fn authenticate_many<'a>(
             let p = check(program_id, market, item)?;
             let hash = receipt::proof_hash(item.0);
             let msg = receipt::receipt_message(&p, &hash);
-            if !keys.verify(p.worker_key, item.1, &msg) {
+            if !keys.verify(p.worker_key, item.1, &receipt::receipt_digest(&msg)) {
                 return reject(
                     "bad_receipt_signature",
                     "receipt_signature is not the worker key's signature over the receipt \
-                     message built from this proof",
+                     digest (sha256 of the receipt message) built from this proof",
                 );
             }
             Ok(Accepted {

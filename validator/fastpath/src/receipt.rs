@@ -46,3 +46,9 @@ mod tests {
         assert_eq!(RECEIPT_MESSAGE_LEN, 173);
     }
 }
+
+/// `sha256(receipt message)`: the 32 bytes the worker key signs (Python `receipt_digest`, the
+/// program's `Receipt::digest`).
+pub fn receipt_digest(message: &[u8; RECEIPT_MESSAGE_LEN]) -> [u8; 32] {
+    Sha256::digest(message).into()
+}

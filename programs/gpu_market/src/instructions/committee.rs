@@ -143,9 +143,9 @@ pub fn slash_validator_equivocation(
     let entries = preceding_ed25519_entries(&sysvar)?;
     require!(entries.len() == 2, GpuMarketError::MalformedEd25519Instruction);
     for (entry, (receipt, approved)) in entries.iter().zip([(&first, first_approved), (&second, second_approved)]) {
-        let message = receipt.message(ctx.program_id, &market_key, &job_key);
+        let digest = receipt.digest(ctx.program_id, &market_key, &job_key);
         require!(
-            entry.message == attestation_message(&message, approved),
+            entry.message == attestation_message(&digest, approved).as_slice(),
             GpuMarketError::ReceiptMessageMismatch
         );
         require_keys_eq!(entry.signer, authority, GpuMarketError::NotAValidator);

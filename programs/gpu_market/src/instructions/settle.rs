@@ -16,10 +16,10 @@ use crate::state::{Job, JobStatus, Market, Provider, Validator, ValidatorStatus}
 /// - the transaction signer is an Active validator of this market and a member of the job's
 ///   committee; its transaction signature is its attestation;
 /// - the instruction right before this one is an Ed25519-program instruction whose entry 0 is
-///   the provider's worker key over exactly `Receipt::message` (current key unexpired at
+///   the provider's worker key over exactly `Receipt::digest` (sha256 of the receipt message; current key unexpired at
 ///   `window_end`, else `WorkerKeyExpired`; or a retired key for a window that ended by its
 ///   retirement, within `window_seconds * max_missed_windows` of it), and whose entries
-///   1..quorum are attestations over `attestation_message(receipt, approved_seconds)` by
+///   1..quorum are attestations over `attestation_message(digest, approved_seconds)` by
 ///   `quorum - 1` other distinct committee members, whose Active Validator accounts are passed
 ///   as writable remaining accounts in the same order;
 /// - the job is Running, or Finishing with `window_end <= ended_at` within the grace;
@@ -258,7 +258,7 @@ pub fn handler<'info>(
 }
 
 /// The Ed25519 instruction right before `settle`: entry 0 the worker's signature over the
-/// receipt message, then one attestation per extra committee member (remaining accounts, same
+/// receipt digest, then one attestation per extra committee member (remaining accounts, same
 /// order) over the attestation message. Returns those members' Validator accounts.
 fn check_signatures<'info>(
     ctx: &Context<'info, Settle<'info>>,
@@ -268,10 +268,10 @@ fn check_signatures<'info>(
 ) -> Result<Vec<Account<'info, Validator>>> {
     let accounts = &ctx.accounts;
     let sysvar = accounts.instructions.to_account_info();
-    let message = receipt.message(ctx.program_id, &accounts.market.key(), &accounts.job.key());
-    let attestation = attestation_message(&message, approved_seconds);
+    let digest = receipt.digest(ctx.program_id, &accounts.market.key(), &accounts.job.key());
+    let attestation = attestation_message(&digest, approved_seconds);
     let entries = preceding_ed25519_entries(&sysvar)?;
-    require!(entries[0].message == message, GpuMarketError::ReceiptMessageMismatch);
+    require!(entries[0].message == digest, GpuMarketError::ReceiptMessageMismatch);
     let worker = entries[0].signer;
     let job = &accounts.job;
     let provider = &accounts.provider;
@@ -296,7 +296,7 @@ fn check_signatures<'info>(
     let mut seen: Vec<Pubkey> = vec![accounts.validator_authority.key()];
     let mut attesters = Vec::with_capacity(extra);
     for (info, entry) in ctx.remaining_accounts.iter().zip(&entries[1..]) {
-        require!(entry.message == attestation, GpuMarketError::ReceiptMessageMismatch);
+        require!(entry.message == attestation.as_slice(), GpuMarketError::ReceiptMessageMismatch);
         let other: Account<Validator> = Account::try_from(info)?;
         require!(info.is_writable, GpuMarketError::QuorumNotMet);
         require_keys_eq!(other.market, accounts.market.key(), GpuMarketError::NotAValidator);

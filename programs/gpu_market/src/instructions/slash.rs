@@ -65,7 +65,7 @@ impl SlashTargets<'_> {
 /// Permissionless: two different receipts for one job and seq, each signed by a key of the
 /// provider for its window (the current key, or a retired key for a window that ended by its
 /// retirement), prove equivocation. The Ed25519 instruction right before
-/// this one carries both signatures (entry 0 over `first`'s message, entry 1 over `second`'s,
+/// this one carries both signatures (entry 0 over `first`'s digest, entry 1 over `second`'s,
 /// everything inside that instruction: one instruction and no escrow accounts keep the slash
 /// within one packet). Slashes `equivocation_slash_bps` of stake + unbonding (reporter reward
 /// `reporter_reward_bps` of it, the rest burned), jails the provider for `unbonding_seconds`
@@ -141,7 +141,7 @@ pub fn slash_equivocation(ctx: Context<SlashEquivocation>, first: Receipt, secon
     require!(entries.len() == 2, GpuMarketError::MalformedEd25519Instruction);
     for (entry, receipt) in entries.iter().zip([&first, &second]) {
         require!(
-            entry.message == receipt.message(&program_id, &market_key, &job_key),
+            entry.message == receipt.digest(&program_id, &market_key, &job_key),
             GpuMarketError::ReceiptMessageMismatch
         );
         require!(
