@@ -32,7 +32,13 @@ from dataclasses import replace
 from typing import Any
 
 from gpu_market.proof import GpuWindow, WindowProof, encode_proof, receipt_for_proof, sign_proof
-from gpu_market.receipt import private_key_from_seed, public_key_bytes, receipt_digest, sign_receipt, verify
+from gpu_market.receipt import (
+    private_key_from_seed,
+    public_key_bytes,
+    receipt_digest,
+    sign_receipt,
+    verify,
+)
 from gpum_validator.config import VerifyConfig
 from gpum_validator.schema import SignedProof
 from gpum_validator.verify import Authenticated, authenticate

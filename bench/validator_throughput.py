@@ -25,7 +25,6 @@ Target (issue 9): proofs_per_s >= 10,000 and p99_ms < 100 on the project's 2-cor
 from __future__ import annotations
 
 import argparse
-import base64
 import hashlib
 import http.client
 import json

@@ -334,3 +334,39 @@ def test_one_validator_settles_several_jobs_per_transaction(chain: Chain) -> Non
         j = c.fetch_job(job)
         assert (j.last_seq, j.paid_seconds) == (2, 2 * WINDOW)
     _assert_conserved(chain)
+
+
+def test_lookup_table_lifecycle_follows_the_cluster_rules(chain: Chain) -> None:
+    """The local chain's SlotHashes advances as a cluster's does (the last 512 slots): one
+    authority creates a table per recent slot, and a deactivated table can be closed only
+    once its deactivation slot left SlotHashes, its rent then refunded. Runs last in this
+    module: it warps the chain's clock."""
+    from gpu_market.localchain import warp_time
+
+    c, owner = chain.client, chain.owners[0]
+
+    def lamports(key: Pubkey) -> int:
+        return c.rpc.get_balance(key).value
+
+    lt = c.lookup_tables
+    first_slot, first = lt.free_recent_slot(owner.pubkey())
+    lt.create(owner, first_slot)
+    _wait("a later slot", lambda: lt.slot() > first_slot, 10)
+    second_slot, second = lt.free_recent_slot(owner.pubkey())
+    assert second_slot > first_slot and second != first  # a second table, same authority
+    lt.create(owner, second_slot)
+    assert lt.fetch(first) is not None and lt.fetch(second) is not None
+
+    lt.deactivate(owner, first)
+    _wait("the deactivation slot passed", lambda: lt.slot() > lt.fetch(first).deactivation_slot, 10)
+    assert not lt.fetch(first).is_active and lt.fetch(first).usable(lt.slot()) == ()
+    with pytest.raises(Exception, match="(?i)deactivat|invalid|custom"):
+        lt.close(owner, first)  # still deactivating: its slot is in SlotHashes
+    assert lt.fetch(first) is not None
+    rent = lamports(first)
+    before = lamports(owner.pubkey())
+    warp_time(chain.url, 215)  # 512 slots of 0.4 s and a few more
+    lt.close(owner, first)
+    assert lt.fetch(first) is None and lamports(first) == 0
+    assert lamports(owner.pubkey()) == before + rent  # the rent back (the client's payer paid the fee)
+    assert lt.fetch(second).is_active

@@ -25,6 +25,7 @@ use litesvm::{
 use solana_account::{AccountSharedData, ReadableAccount};
 use solana_clock::Clock;
 use solana_epoch_schedule::EpochSchedule;
+use solana_slot_hashes::SlotHashes;
 use solana_hash::Hash;
 use solana_keypair::Keypair;
 use solana_message::{
@@ -239,11 +240,30 @@ impl Ledger {
         let slot = (elapsed_slots + self.warped_slots).max(self.last_slot);
         let unix = ((wall_ms() / 1000) as i64 + self.offset_seconds).max(self.last_unix);
         if slot != self.last_slot || unix != self.last_unix || slot == 0 {
+            let previous = self.last_slot;
             self.last_slot = slot;
             self.last_unix = unix;
             self.set_clock();
+            if slot > previous {
+                self.record_slot_hashes(previous, slot);
+            }
         }
         slot
+    }
+
+    /// SlotHashes gains an entry for every slot after `from` up to `to`, the newest 512 kept,
+    /// as on a cluster (LiteSVM alone keeps slot 0's forever). So an address lookup table can
+    /// be created from any of the last 512 slots (one per slot and authority), and a
+    /// deactivated table becomes closable once its deactivation slot left the list, 512 slots
+    /// later, as on a cluster.
+    fn record_slot_hashes(&mut self, from: u64, to: u64) {
+        let mut hashes: SlotHashes = self.svm.get_sysvar();
+        let keep = solana_slot_hashes::MAX_ENTRIES as u64;
+        let hash = self.svm.latest_blockhash();
+        for slot in from.saturating_add(1).max(to.saturating_sub(keep - 1))..=to {
+            hashes.add(slot, hash);
+        }
+        self.svm.set_sysvar(&hashes);
     }
 
     fn set_clock(&mut self) {

@@ -100,11 +100,15 @@ class SettlePolicy:
     """Settle several jobs per transaction: v0 transactions loading accounts from this
     validator's address lookup table (``settlement.Settler``). False: one legacy transaction
     per settlement, as before issue 9. Used only with a client that has ``lookup_tables``."""
-    lookup_table_job_accounts: bool = False
-    """Also put each job's own accounts (job, escrow) in the table, not only the shared ones
-    (market, fee vault, mint, providers, attesters). Off: with today's settle layout it fits
-    no more settlements per transaction (validator/README.md, "Settlement cost") and costs
-    two table entries (about 445,000 lamports of rent) per job."""
+    lookup_table_job_accounts: bool = True
+    """Also put each job's own accounts (job, escrow) in the tables, not only the shared ones
+    (market, fee vault, mint, providers, attesters): four quorum-1 settlements per
+    transaction instead of three (validator/README.md, "Settlement cost"), for two table
+    entries (about 445,000 lamports of rent) per job, held until the table is retired."""
+    lookup_table_retire_seconds: float = 60.0
+    """How often the settler looks for full tables whose jobs all ended, to deactivate them
+    and, 513 slots later, close them, the rent back to this validator
+    (``settlement.Settler._retire_tables``)."""
     batch_hold_windows: float = 0.25
     """The fresh settlements of a transaction that has room for another (fewer than
     ``max_settle_items_per_v0_tx`` of their quorum, worst case; validator/README.md,
@@ -127,3 +131,5 @@ class SettlePolicy:
             raise ConfigError("peer_timeout_seconds must be more than 0")
         if self.lookup_table_wait_seconds < 0 or self.batch_hold_windows < 0:
             raise ConfigError("lookup_table_wait_seconds and batch_hold_windows must be >= 0")
+        if not self.lookup_table_retire_seconds >= 0:
+            raise ConfigError("lookup_table_retire_seconds must be >= 0")

@@ -97,7 +97,14 @@ from .config import SettlePolicy
 from .errors import ChainUnavailable
 from .metrics import Metrics
 from .peers import Peers
-from .store import ChainJobInfo, Intent, ReceivedAttestation, SettleCandidate, Store
+from .store import (
+    TERMINAL_CHAIN_STATUSES,
+    ChainJobInfo,
+    Intent,
+    ReceivedAttestation,
+    SettleCandidate,
+    Store,
+)
 
 log = logging.getLogger("gpum_validator.settle")
 
@@ -108,6 +115,9 @@ RETRYABLE_CHAIN_ERRORS = frozenset({"WindowEndInFuture"})
 SETTLEABLE_STATUSES = ("running", "finishing")
 LOOKUP_TABLES_META = "settle_lookup_tables"
 """Store meta key: JSON ``{"tables": [base58, ...], "pending": {"address", "slot", "at"} | null}``."""
+LOOKUP_TABLE_CLOSE_SLOTS = 513
+"""Slots after its deactivation before a lookup table can be closed: its deactivation slot
+must have left the SlotHashes sysvar (512 entries)."""
 PENDING_TABLE_SECONDS = 180.0
 """After this long a pending table create that has not landed never will (its blockhash,
 valid for 150 slots, has expired); it is forgotten and another table may be created."""
@@ -122,6 +132,8 @@ class LookupTableApi(Protocol):
     def free_recent_slot(self, authority: Pubkey) -> tuple[int, Pubkey]: ...
     def create(self, authority: Any, recent_slot: int) -> Any: ...
     def extend(self, authority: Any, table: Pubkey, addresses: Iterable[Pubkey]) -> list[Any]: ...
+    def deactivate(self, authority: Any, table: Pubkey) -> Any: ...
+    def close(self, authority: Any, table: Pubkey) -> Any: ...
     def wait_usable(self, table: Pubkey, timeout: float = 5.0) -> Any: ...
     def prepare(self, validator_authority: Pubkey, items: Sequence[Any]) -> list[Any]: ...
     def pack(self, payer: Pubkey, prepared: Sequence[Any], tables: Sequence[Any],
@@ -224,7 +236,7 @@ class SettleReport:
     signatures: list[str] = field(default_factory=list)
     """Settle transactions that landed (one per transaction, however many receipts)."""
     table_transactions: int = 0
-    """Lookup table transactions sent (create, extend)."""
+    """Lookup table transactions sent (create, extend, deactivate, close)."""
     held: int = 0
     """Intents kept for a later pass to share a transaction (``batch_hold_windows``)."""
 
@@ -255,6 +267,8 @@ class Settler:
         self._due_since: dict[tuple[bytes, int], float] = {}
         self._tables: list[Any] | None = None
         """This validator's lookup tables as last read (None: read them from the store)."""
+        self._retire_checked_at = clock()
+        """When ``_retire_tables`` last looked (the first look one interval after start)."""
         self.last_settlement_at: float | None = None
 
     @property
@@ -284,6 +298,7 @@ class Settler:
             except ChainUnavailable as e:
                 log.warning("settlement planning postponed: %s", e)
             self._send_open(report, force)
+            self._retire_tables(report)
             return report
 
     # ------------------------------------------------------------------ planning
@@ -658,9 +673,13 @@ class Settler:
         if not isinstance(state, dict):
             state = {}
         tables = state.get("tables")
+        retiring = state.get("retiring")
         return {"tables": list(tables) if isinstance(tables, list) else [],
                 "pending": state.get("pending") if isinstance(state.get("pending"), dict)
-                else None}
+                else None,
+                "retiring": {str(k): int(v) for k, v in retiring.items()
+                             if isinstance(v, int) and not isinstance(v, bool)}
+                if isinstance(retiring, dict) else {}}
 
     def _save_table_state(self, state: dict[str, Any]) -> None:
         self.store.set_meta(LOOKUP_TABLES_META, json.dumps(state, sort_keys=True))
@@ -781,6 +800,76 @@ class Settler:
         # While a create is pending the list is read afresh each pass (it may land).
         self._tables = tables if self._table_state()["pending"] is None else None
         return tables
+
+    def _retire_tables(self, report: SettleReport) -> None:
+        """Give back the rent of tables that only serve ended jobs (at most once per
+        ``lookup_table_retire_seconds``; never raises).
+
+        A full table (no more extends go to it) holding job accounts is *retired* once every
+        job of it this node knows (its store's jobs) has ended on chain (or is gone) and has
+        no open intent: deactivated, then closed, its rent back to this validator, once the
+        deactivation slot left SlotHashes (``LOOKUP_TABLE_CLOSE_SLOTS``). The shared
+        accounts it held (market, providers, ...) are added again to the newest table when a
+        settlement needs them. Tables without job accounts (the node's default before job
+        accounts went in, or ``lookup_table_job_accounts`` off) are never retired: their
+        entries serve every future settlement."""
+        api = self._lookup_api()
+        now = self.clock()
+        if api is None or now - self._retire_checked_at < self.policy.lookup_table_retire_seconds:
+            return
+        self._retire_checked_at = now
+        try:
+            self._deactivate_finished(api, report)
+            self._close_deactivated(api, report)
+        except Exception as e:  # noqa: BLE001 - retried on a later check
+            log.warning("lookup table retirement postponed (%s: %s)", type(e).__name__, e)
+
+    def _deactivate_finished(self, api: LookupTableApi, report: SettleReport) -> None:
+        tables = self._load_tables(api)
+        open_jobs = {it.job for it in self.store.open_intents()}
+        for t in tables:
+            if t.room > 0:  # still being extended
+                continue
+            jobs = [bytes(a) for a in t.addresses if self.store.chain_info(bytes(a))[0] is not None]
+            if not jobs or open_jobs.intersection(jobs):
+                continue
+            views = self._read_jobs(jobs)
+            if any(v is not None and job_info(v).status not in TERMINAL_CHAIN_STATUSES
+                   for v in views.values()):
+                continue
+            slot = api.slot()
+            state = self._table_state()
+            state["retiring"][str(t.address)] = slot  # before the send: a crash retries it
+            self._save_table_state(state)
+            api.deactivate(self.authority, t.address)
+            report.table_transactions += 1
+            state["tables"] = [a for a in state["tables"] if a != str(t.address)]
+            self._save_table_state(state)
+            self._tables = None
+            log.info("lookup table %s deactivated: its %d job(s) ended; closed after %d slots",
+                     t.address, len(jobs), LOOKUP_TABLE_CLOSE_SLOTS)
+
+    def _close_deactivated(self, api: LookupTableApi, report: SettleReport) -> None:
+        state = self._table_state()
+        if not state["retiring"]:
+            return
+        slot = api.slot()
+        for address, since in list(state["retiring"].items()):
+            if slot <= since + LOOKUP_TABLE_CLOSE_SLOTS:
+                continue
+            table = api.fetch(Pubkey.from_string(address))
+            if table is not None:
+                if table.is_active:  # the deactivation never landed: send it again
+                    api.deactivate(self.authority, table.address)
+                    report.table_transactions += 1
+                    state["retiring"][address] = api.slot()
+                    self._save_table_state(state)
+                    continue
+                api.close(self.authority, table.address)
+                report.table_transactions += 1
+                log.info("lookup table %s closed; its rent is back", address)
+            del state["retiring"][address]
+            self._save_table_state(state)
 
     # ------------------------------------------------------------------ single / legacy
 

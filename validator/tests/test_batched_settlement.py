@@ -70,6 +70,9 @@ class FakeLookupTables:
         self.capacity = capacity
         self.room = room
         self.sized: list[tuple[int, bool]] = []
+        self.deactivations: list[Pubkey] = []
+        self.closes: list[Pubkey] = []
+        self.deactivate_lost = False
         self.current_slot = 100
         self.recent_slots = [100]
         self.frozen = False
@@ -129,6 +132,27 @@ class FakeLookupTables:
                                      last_extended_slot_start_index=start)
         self.extends.append((table, new))
         return [f"extend{len(self.extends)}"]
+
+    def deactivate(self, authority: Any, table: Pubkey) -> str:
+        self.chain._io()
+        t = self.tables[table]
+        assert t.authority == authority.pubkey() and t.is_active, "deactivated twice"
+        self.deactivations.append(table)
+        if self.deactivate_lost:  # sent, never landed
+            return "lost"
+        self.tables[table] = replace(t, deactivation_slot=self.current_slot)
+        return f"deactivate{len(self.deactivations)}"
+
+    def close(self, authority: Any, table: Pubkey) -> str:
+        """The ALT program's rule: closable once the deactivation slot left SlotHashes."""
+        self.chain._io()
+        t = self.tables[table]
+        assert t.authority == authority.pubkey()
+        if t.is_active or self.current_slot <= t.deactivation_slot + 512:
+            raise err("InvalidArgument")  # still active or deactivating
+        del self.tables[table]
+        self.closes.append(table)
+        return f"close{len(self.closes)}"
 
     def wait_usable(self, table: Pubkey, timeout: float = 5.0) -> LookupTable:
         if not self.frozen:
@@ -267,11 +291,12 @@ def test_due_jobs_of_one_pass_share_transactions(tmp_path, chain, clock, alt):
     assert len(alt.tables) == 1 and alt.creates == [100]
     (table,) = alt.tables.values()
     assert json.loads(store.get_meta(LOOKUP_TABLES_META)) == {"tables": [str(table.address)],
-                                                              "pending": None}
+                                                              "pending": None, "retiring": {}}
     assert settler.lookup_tables() == [str(table.address)]
     assert r.table_transactions == 2  # create + extend
-    # job accounts stay static by default
-    assert not {pk(j) for j in JOBS} & set(table.addresses)
+    # job accounts go in the table too by default (four quorum-1 settlements per transaction)
+    assert {pk(j) for j in JOBS[:5]} <= set(table.addresses)
+    assert {escrow_pda(pk(j), pk(PROGRAM)) for j in JOBS[:5]} <= set(table.addresses)
     # every intent confirmed with the signature of the transaction that carried it
     for it in store.intents():
         assert it.status == "confirmed" and it.signature.startswith("v0-")
@@ -334,8 +359,9 @@ def test_a_full_table_gets_a_successor(tmp_path, chain, clock, alt):
     assert r.confirmed == 2 and len(alt.tables) == 2 and alt.creates == [100]
     new = next(a for a in alt.tables if a != old)
     assert settler.lookup_tables() == [str(old), str(new)]
-    assert len(alt.tables[old].addresses) == 256 and len(alt.tables[new].addresses) == 3
-    assert [len(c) for c in chain.settle_calls] == [2]  # 8 shared accounts over two tables
+    # 5 left in the old table; 3 shared accounts and the 2 jobs' own 4 in the new one
+    assert len(alt.tables[old].addresses) == 256 and len(alt.tables[new].addresses) == 7
+    assert [len(c) for c in chain.settle_calls] == [2]  # 12 accounts over two tables
 
 
 def test_each_job_at_most_once_per_transaction_in_order(tmp_path, chain, clock, alt):
@@ -384,7 +410,7 @@ def test_quorum_two_items_carry_their_attestations(tmp_path, chain, clock, alt):
                           c.latest.window_end, c.latest.hash)
     sig = bytes(other.sign_message(attestation_message(msg, c.approved_total)))
     store.add_intent(c.latest, 2, clock[0], c.approved_total, [(bytes(other.pubkey()), sig)])
-    assert settler.settle_now().held == 1 and alt.sized[-1] == (2, False)
+    assert settler.settle_now().held == 1 and alt.sized[-1] == (2, True)
     clock[0] += 0.25 * 60
     r = settler.settle_now()
     assert (r.confirmed, r.held) == (1, 0)
@@ -603,7 +629,7 @@ def test_a_table_created_before_a_crash_is_adopted(tmp_path, chain, clock, alt):
     r = settler.settle_now()
     assert r.confirmed == 2 and alt.creates == []
     assert json.loads(store.get_meta(LOOKUP_TABLES_META)) == {"tables": [str(address)],
-                                                              "pending": None}
+                                                              "pending": None, "retiring": {}}
 
 
 def test_a_deactivated_table_is_dropped(tmp_path, chain, clock, alt):
@@ -672,3 +698,106 @@ def test_policy_validates_the_wait():
 
     with pytest.raises(ConfigError):
         SettlePolicy(lookup_table_wait_seconds=-1).validate()
+
+
+# ------------------------------------------------------------------ table retirement
+
+
+def _full_table_of(alt, jobs, slot=5):
+    """A full table of this node holding ``jobs`` (and their escrows) among fillers."""
+    address = derive_lookup_table_address(ME.pubkey(), slot)[0]
+    own = [a for j in jobs for a in (pk(j), escrow_pda(pk(j), pk(PROGRAM)))]
+    filler = tuple(pk(bytes([2, i]) + bytes(30)) for i in range(256 - len(own)))
+    alt.tables[address] = LookupTable(address, ME.pubkey(), U64_MAX, 0, 0, tuple(own) + filler)
+    return address
+
+
+def test_a_full_table_of_ended_jobs_is_deactivated_then_closed(tmp_path, chain, clock, alt):
+    """Rent comes back: once every job of a full table ended on chain (and has no open
+    intent) the table is deactivated, and closed after 513 slots; its shared entries are
+    added to the newest table again when needed."""
+    store, intake, settler = setup(tmp_path, chain, clock, n_jobs=3)
+    feed(intake, JOBS[:2])
+    settler.settle_now()  # the jobs are known to the store; a table of this node exists
+    old = _full_table_of(alt, JOBS[:2])
+    state = json.loads(store.get_meta(LOOKUP_TABLES_META))
+    store.set_meta(LOOKUP_TABLES_META, json.dumps({**state, "tables": [str(old), *state["tables"]]}))
+    settler._tables = None
+    clock[0] += 60
+    assert settler.settle_now().table_transactions == 0  # the jobs still run: kept
+    assert alt.deactivations == []
+    chain.jobs[JOBS[0]] = replace(chain.jobs[JOBS[0]], status="completed")
+    clock[0] += 60
+    settler.settle_now()
+    assert alt.deactivations == []  # one job of it still runs
+    chain.jobs[JOBS[1]] = replace(chain.jobs[JOBS[1]], status="closed")
+    settler.settle_now()
+    assert alt.deactivations == []  # at most one look per lookup_table_retire_seconds
+    clock[0] += 60
+    r = settler.settle_now()
+    assert alt.deactivations == [old] and r.table_transactions == 1
+    state = json.loads(store.get_meta(LOOKUP_TABLES_META))
+    assert str(old) not in state["tables"] and state["retiring"] == {str(old): alt.current_slot}
+    alt.current_slot += 513  # not yet: its deactivation slot is still in SlotHashes
+    clock[0] += 60
+    settler.settle_now()
+    assert alt.closes == [] and str(old) in json.loads(store.get_meta(LOOKUP_TABLES_META))["retiring"]
+    alt.current_slot += 1
+    clock[0] += 60
+    r = settler.settle_now()
+    assert alt.closes == [old] and r.table_transactions == 1
+    assert json.loads(store.get_meta(LOOKUP_TABLES_META))["retiring"] == {}
+    # a running job settles on with the shared accounts added to the newest table again
+    feed(intake, [JOBS[2]])
+    assert settler.settle_now().confirmed == 1
+
+
+def test_tables_in_use_are_never_retired(tmp_path, chain, clock, alt):
+    """Not retired: the newest table (room left), a full table of shared accounts only, and a
+    full table with an ended job that still has an open intent."""
+    store, intake, settler = setup(tmp_path, chain, clock, n_jobs=2)
+    feed(intake, JOBS[:2])
+    settler.settle_now()
+    shared_only = _full_table_of(alt, [], slot=6)
+    pending_job = _full_table_of(alt, [JOBS[0]], slot=7)
+    state = json.loads(store.get_meta(LOOKUP_TABLES_META))
+    store.set_meta(LOOKUP_TABLES_META, json.dumps(
+        {**state, "tables": [str(shared_only), str(pending_job), *state["tables"]]}))
+    settler._tables = None
+    feed(intake, [JOBS[0]], upto=2, start=2)
+    (c,) = store.settle_candidates()
+    it = store.add_intent(c.latest, 2, clock[0])
+    store.mark_intent(it.id, "intended", clock[0], next_attempt_at=clock[0] + 3600)  # backing off
+    for j in JOBS[:2]:
+        chain.jobs[j] = replace(chain.jobs[j], status="completed")
+    clock[0] += 60
+    settler.settle_now()
+    assert alt.deactivations == [] and len(store.open_intents()) == 1
+    store.mark_intent(it.id, "failed", clock[0], error="test")
+    clock[0] += 60
+    settler.settle_now()
+    assert alt.deactivations == [pending_job]  # the shared-only and the newest table stay
+
+
+def test_a_lost_deactivation_is_sent_again(tmp_path, chain, clock, alt):
+    store, intake, settler = setup(tmp_path, chain, clock, n_jobs=1)
+    feed(intake, JOBS[:1])
+    settler.settle_now()
+    old = _full_table_of(alt, JOBS[:1])
+    state = json.loads(store.get_meta(LOOKUP_TABLES_META))
+    store.set_meta(LOOKUP_TABLES_META, json.dumps({**state, "tables": [str(old), *state["tables"]]}))
+    settler._tables = None
+    chain.jobs[JOBS[0]] = replace(chain.jobs[JOBS[0]], status="completed")
+    alt.deactivate_lost = True
+    clock[0] += 60
+    settler.settle_now()
+    assert alt.deactivations == [old] and alt.tables[old].is_active
+    alt.deactivate_lost = False
+    alt.current_slot += 514
+    clock[0] += 60
+    settler.settle_now()  # still active after the wait: deactivated again, closed later
+    assert alt.deactivations == [old, old] and not alt.tables[old].is_active
+    alt.current_slot += 514
+    clock[0] += 60
+    settler.settle_now()
+    assert alt.closes == [old] and old not in alt.tables

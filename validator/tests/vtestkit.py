@@ -35,7 +35,6 @@ from gpu_market.receipt import (
     private_key_from_seed,
     public_key_bytes,
     receipt_message,
-    sign,
     sign_receipt,
     verify,
     verify_receipt,

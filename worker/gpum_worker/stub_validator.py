@@ -32,7 +32,7 @@ from gpu_market.proof import (
     receipt_for_proof,
     verify_proof,
 )
-from gpu_market.receipt import verify, verify_receipt
+from gpu_market.receipt import verify_receipt
 
 from .keys import b58decode, b58encode
 

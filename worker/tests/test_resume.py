@@ -28,7 +28,7 @@ from gpu_market.proof import (
     sign_proof,
     verify_proof,
 )
-from gpu_market.receipt import private_key_from_seed, public_key_bytes, sign, sign_receipt
+from gpu_market.receipt import private_key_from_seed, public_key_bytes, sign_receipt
 from gpum_worker.agent import Agent
 from gpum_worker.heads import HttpHeadSource
 from gpum_worker.jobs import AssignedJob, StaticJobSource

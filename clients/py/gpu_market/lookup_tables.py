@@ -65,7 +65,9 @@ __all__ = [
     "LookupTable",
     "LookupTables",
     "PreparedSettle",
+    "close_lookup_table_instruction",
     "create_lookup_table_instruction",
+    "deactivate_lookup_table_instruction",
     "decode_lookup_table",
     "decode_slot_hashes",
     "derive_lookup_table_address",
@@ -85,7 +87,7 @@ MAX_EXTEND_ADDRESSES_PER_TX = 30
 exceed the packet (pinned by the tests)."""
 _U64_MAX = 2**64 - 1
 _OPEN_GROUPS = 4
-_CREATE, _EXTEND = 0, 2
+_CREATE, _EXTEND, _DEACTIVATE, _CLOSE = 0, 2, 3, 4
 _LOOKUP_TABLE_STATE = 1
 
 
@@ -128,6 +130,21 @@ def extend_lookup_table_instruction(
         AccountMeta(SYSTEM_PROGRAM_ID, False, False),
     ]
     return Instruction(ADDRESS_LOOKUP_TABLE_PROGRAM_ID, data, metas)
+
+
+def deactivate_lookup_table_instruction(table: Pubkey, authority: Pubkey) -> Instruction:
+    """DeactivateLookupTable: no transaction can load ``table`` from the next slot on; it
+    can be closed once the deactivation slot has left the SlotHashes sysvar (512 slots)."""
+    metas = [AccountMeta(table, False, True), AccountMeta(authority, True, False)]
+    return Instruction(ADDRESS_LOOKUP_TABLE_PROGRAM_ID, struct.pack("<I", _DEACTIVATE), metas)
+
+
+def close_lookup_table_instruction(table: Pubkey, authority: Pubkey, recipient: Pubkey) -> Instruction:
+    """CloseLookupTable: the deactivated ``table``'s rent goes to ``recipient``. Fails while
+    the table is active or still deactivating."""
+    metas = [AccountMeta(table, False, True), AccountMeta(authority, True, False),
+             AccountMeta(recipient, False, True)]
+    return Instruction(ADDRESS_LOOKUP_TABLE_PROGRAM_ID, struct.pack("<I", _CLOSE), metas)
 
 
 @dataclass(frozen=True)
@@ -306,9 +323,8 @@ class LookupTables:
 
     def free_recent_slot(self, authority: Pubkey) -> tuple[int, Pubkey]:
         """``(recent_slot, table address)``: the newest slot of the SlotHashes sysvar for
-        which ``authority`` has no table yet. SdkError when every listed slot is taken (a
-        chain whose SlotHashes does not advance, such as gpum-localnet, holds one slot, so one
-        table per authority there)."""
+        which ``authority`` has no table yet. SdkError when every listed slot is taken (the
+        sysvar lists the last 512 slots; gpum-localnet keeps it as a cluster does)."""
         info = self.client.account_info(SLOT_HASHES_SYSVAR_ID)
         if info is None:
             raise SdkError("the node has no SlotHashes sysvar; cannot create a lookup table")
@@ -329,6 +345,17 @@ class LookupTables:
         """Create ``authority``'s table for ``recent_slot`` (address:
         :func:`derive_lookup_table_address`), ``authority`` paying the rent and the fee."""
         ix, _ = create_lookup_table_instruction(authority.pubkey(), authority.pubkey(), recent_slot)
+        return self.client.send([ix], [authority])
+
+    def deactivate(self, authority: Keypair, table: Pubkey) -> Signature:
+        """Deactivate ``authority``'s ``table`` (:func:`deactivate_lookup_table_instruction`)."""
+        return self.client.send([deactivate_lookup_table_instruction(table, authority.pubkey())],
+                                [authority])
+
+    def close(self, authority: Keypair, table: Pubkey) -> Signature:
+        """Close ``authority``'s deactivated ``table``, its rent back to ``authority``
+        (:func:`close_lookup_table_instruction`); a program error while it is deactivating."""
+        ix = close_lookup_table_instruction(table, authority.pubkey(), authority.pubkey())
         return self.client.send([ix], [authority])
 
     def extend(self, authority: Keypair, table: Pubkey, addresses: Iterable[Pubkey]) -> list[Signature]:

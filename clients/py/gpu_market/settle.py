@@ -445,9 +445,10 @@ def max_settle_items_per_v0_tx(codec, quorum: int = 1, *, own_accounts_in_table:
     holds every item's shared accounts (:func:`settle_table_addresses`) and, with
     ``own_accounts_in_table``, each job's own (job, escrow) too.
 
-    Same worst case as :func:`max_settle_items_per_tx`. Measured: 2 for quorum 1 and 1 for
-    quorum 2 and 3, whether or not the jobs' own accounts are in the table (validator/README.md,
-    "Settlement cost"): the Ed25519 instruction (293 bytes at quorum 1) dominates an item.
+    Same worst case as :func:`max_settle_items_per_tx`. Measured (validator/README.md,
+    "Settlement cost"): 4 / 2 / 2 for quorum 1 / 2 / 3 with the jobs' own accounts in the
+    table, 3 / 2 / 1 without; the Ed25519 instruction (152 bytes at quorum 1) and the two own
+    accounts (64 bytes as static keys) dominate an item.
     """
     authority = Pubkey.new_unique()
     n = 0

@@ -28,7 +28,12 @@ from gpu_market.constants import (
     TOKEN_PROGRAM_ID,
 )
 from gpu_market.errors import TransactionTooLarge
-from gpu_market.receipt import attestation_message, attestation_signature, receipt_message, sign_receipt
+from gpu_market.receipt import (
+    attestation_message,
+    attestation_signature,
+    receipt_message,
+    sign_receipt,
+)
 from gpu_market.settle import Attestation, SettleItem, parse_ed25519_signatures
 from sdktestkit import JOB_STARTED_AT
 from solders.hash import Hash
