@@ -603,20 +603,48 @@ class Settler:
             self._transport_retry(ready, f"cannot read the slot: {e}", report)
             return
         try:
-            groups = api.pack(me, prepared, tables, slot)
+            packed = self._pack_by_home(api, me, prepared, tables, slot)
         except Exception as e:  # noqa: BLE001 - never stop settling over packing
             log.error("packing %d settlements failed (%s: %s); one per transaction",
                       len(ready), type(e).__name__, e)
-            groups = [[i] for i in range(len(ready))]
-            tables = []
+            packed = [([i], []) for i in range(len(ready))]
         now = self.clock()
-        for group in groups:
+        for group, group_tables in packed:
             if not force and self._has_room(api, [ready[i] for i in group]) and all(
                     self._held(ready[i], now) for i in group):
                 report.held += len(group)
                 continue
             self._send_v0(api, [ready[i] for i in group], [prepared[i] for i in group],
-                          tables, slot, report)
+                          group_tables, slot, report)
+
+    @staticmethod
+    def _home(p: Any, tables: list[Any], slot: int) -> Any | None:
+        """The table from which ``p`` loads every account (its job's, its escrow's and the
+        shared ones), usable at ``slot``; None when no single table does."""
+        wanted = {*p.shared, *p.own}
+        for t in tables:
+            if wanted <= set(t.usable(slot)):
+                return t
+        return None
+
+    def _pack_by_home(self, api: LookupTableApi, me: Pubkey, prepared: list[Any],
+                      tables: list[Any], slot: int) -> list[tuple[list[int], list[Any]]]:
+        """Groups of ``prepared`` (indexes) and the tables each group's transaction loads
+        from. Items whose accounts all sit in one table are packed with that table alone:
+        each further table a v0 transaction names costs 34+ bytes, and four quorum-1
+        settlements fit one packet only with one table (1,224 bytes; 1,258 with two). The
+        others are packed with every table. A job's items share a home, so their order holds."""
+        homes: dict[Any, list[int]] = {}
+        by_address = {t.address: t for t in tables}
+        for i, p in enumerate(prepared):
+            home = self._home(p, tables, slot) if self.policy.lookup_table_job_accounts else None
+            homes.setdefault(None if home is None else home.address, []).append(i)
+        out: list[tuple[list[int], list[Any]]] = []
+        for address, idx in homes.items():
+            group_tables = tables if address is None else [by_address[address]]
+            for g in api.pack(me, [prepared[i] for i in idx], group_tables, slot):
+                out.append(([idx[k] for k in g], group_tables))
+        return out
 
     def _has_room(self, api: LookupTableApi, group: list[Intent]) -> bool:
         """Whether another settlement of the group's largest quorum surely fits its
@@ -760,11 +788,11 @@ class Settler:
             log.warning("cannot read the lookup tables (%s: %s); settling without them",
                         type(e).__name__, e)
             return []
+        if self.policy.lookup_table_job_accounts:
+            return self._home_tables_for(api, tables, prepared, report)
         wanted: dict[Pubkey, None] = {}
         for p in prepared:
             wanted.update(dict.fromkeys(p.shared))
-            if self.policy.lookup_table_job_accounts:
-                wanted.update(dict.fromkeys(p.own))
         held = {a for t in tables for a in t.addresses}
         missing = [a for a in wanted if a not in held]
         touched: list[Pubkey] = []
@@ -790,6 +818,10 @@ class Settler:
         except Exception as e:  # noqa: BLE001 - settlement goes on with what is usable
             log.warning("cannot extend the lookup tables (%s: %s); packing with the entries "
                         "usable now", type(e).__name__, e)
+        return self._await_usable(api, tables, touched)
+
+    def _await_usable(self, api: LookupTableApi, tables: list[Any],
+                      touched: list[Pubkey]) -> list[Any]:
         for address in touched:
             try:
                 fresh = api.wait_usable(address, timeout=self.policy.lookup_table_wait_seconds)
@@ -800,6 +832,48 @@ class Settler:
         # While a create is pending the list is read afresh each pass (it may land).
         self._tables = tables if self._table_state()["pending"] is None else None
         return tables
+
+    def _home_tables_for(self, api: LookupTableApi, tables: list[Any], prepared: list[Any],
+                         report: SettleReport) -> list[Any]:
+        """With job accounts in the tables: every item gets one *home* table holding all its
+        accounts (the table that already has its job, else the newest with room, else a new
+        one), its shared accounts repeated there if another table has them (about ten per
+        table), so its transaction loads from that table alone (``_pack_by_home``)."""
+        adds: dict[Pubkey, list[Pubkey]] = {}
+        touched: list[Pubkey] = []
+
+        def room(t: Any) -> int:
+            return t.room - len(adds.get(t.address, ()))
+
+        def holds(t: Any, a: Pubkey) -> bool:
+            return a in t.addresses or a in adds.get(t.address, ())
+
+        try:
+            for p in prepared:
+                wanted = list(dict.fromkeys((*p.own, *p.shared)))
+                home = next((t for t in tables if holds(t, p.own[0])), None)
+                need = [] if home is None else [a for a in wanted if not holds(home, a)]
+                if home is None or len(need) > room(home):
+                    home = next((t for t in reversed(tables) if room(t) >= len(wanted)), None)
+                    if home is None:
+                        home = self._create_table(api, report)
+                        if home is None:  # a create is pending: the rest go without
+                            break
+                        tables.append(home)
+                    need = [a for a in wanted if not holds(home, a)]
+                adds.setdefault(home.address, []).extend(need)
+            for address, new in adds.items():
+                if not new:
+                    continue
+                sigs = api.extend(self.authority, address, new)
+                report.table_transactions += len(sigs)
+                touched.append(address)
+                log.info("lookup table %s: %d address(es) added in %d transaction(s)",
+                         address, len(new), len(sigs))
+        except Exception as e:  # noqa: BLE001 - settlement goes on with what is usable
+            log.warning("cannot extend the lookup tables (%s: %s); packing with the entries "
+                        "usable now", type(e).__name__, e)
+        return self._await_usable(api, tables, touched)
 
     def _retire_tables(self, report: SettleReport) -> None:
         """Give back the rent of tables that only serve ended jobs (at most once per

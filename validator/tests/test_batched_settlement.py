@@ -70,6 +70,7 @@ class FakeLookupTables:
         self.capacity = capacity
         self.room = room
         self.sized: list[tuple[int, bool]] = []
+        self.sent_tables: list[list[Pubkey]] = []
         self.deactivations: list[Pubkey] = []
         self.closes: list[Pubkey] = []
         self.deactivate_lost = False
@@ -220,6 +221,7 @@ class FakeLookupTables:
         if sum(self._units(p, tables, at) for p in prepared) > self.capacity:
             raise TransactionTooLarge("over the packet")
         self.sends.append((jobs, at))
+        self.sent_tables.append([t.address for t in tables])
         if self.send_error is not None:
             raise self.send_error
         for j in jobs:
@@ -359,9 +361,39 @@ def test_a_full_table_gets_a_successor(tmp_path, chain, clock, alt):
     assert r.confirmed == 2 and len(alt.tables) == 2 and alt.creates == [100]
     new = next(a for a in alt.tables if a != old)
     assert settler.lookup_tables() == [str(old), str(new)]
-    # 5 left in the old table; 3 shared accounts and the 2 jobs' own 4 in the new one
-    assert len(alt.tables[old].addresses) == 256 and len(alt.tables[new].addresses) == 7
-    assert [len(c) for c in chain.settle_calls] == [2]  # 12 accounts over two tables
+    # a settlement's accounts all go in one table (its transaction then names one): the 8
+    # shared accounts and the 2 jobs' own 4 do not fit the 5 left in the old table
+    assert len(alt.tables[old].addresses) == 251 and len(alt.tables[new].addresses) == 12
+    assert [len(c) for c in chain.settle_calls] == [2]
+
+
+def test_each_transaction_loads_from_its_jobs_home_table(tmp_path, chain, clock, alt):
+    """A settlement's accounts all sit in one table, its job's home, and a transaction names
+    only that table (each further table costs 34+ bytes: four settlements fit one packet
+    with one table, not with two), so jobs homed in different tables go apart."""
+    alt.capacity = 8
+    alt.recent_slots = [100, 101]
+    store, intake, settler = setup(tmp_path, chain, clock, n_jobs=2)
+    feed(intake, JOBS[:1])
+    settler.settle_now()
+    (first,) = alt.tables
+    t = alt.tables[first]
+    filler = tuple(pk(bytes([3, i]) + bytes(30)) for i in range(256 - len(t.addresses)))
+    alt.tables[first] = replace(t, addresses=t.addresses + filler)  # full now
+    settler._tables = None
+    feed(intake, [JOBS[0]], upto=2, start=2)
+    feed(intake, [JOBS[1]])
+    r = settler.settle_now()
+    assert r.confirmed == 2 and len(alt.tables) == 2
+    second = next(a for a in alt.tables if a != first)
+    assert {pk(JOBS[1]), escrow_pda(pk(JOBS[1]), pk(PROGRAM))} <= set(alt.tables[second].addresses)
+    # the shared accounts are repeated in the second table: JOBS[1] loads from it alone
+    assert set(alt.tables[first].addresses[:len(t.addresses)]) - {
+        pk(JOBS[0]), escrow_pda(pk(JOBS[0]), pk(PROGRAM))} <= set(alt.tables[second].addresses)
+    assert [len(c) for c in chain.settle_calls][-2:] == [1, 1]
+    assert sorted(map(str, (x for ts in alt.sent_tables[-2:] for x in ts))) == sorted(
+        [str(first), str(second)])
+    assert all(len(ts) == 1 for ts in alt.sent_tables[-2:])
 
 
 def test_each_job_at_most_once_per_transaction_in_order(tmp_path, chain, clock, alt):
