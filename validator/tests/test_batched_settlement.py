@@ -373,7 +373,7 @@ def test_each_transaction_loads_from_its_jobs_home_table(tmp_path, chain, clock,
     with one table, not with two), so jobs homed in different tables go apart."""
     alt.capacity = 8
     alt.recent_slots = [100, 101]
-    store, intake, settler = setup(tmp_path, chain, clock, n_jobs=2)
+    _store, intake, settler = setup(tmp_path, chain, clock, n_jobs=2)
     feed(intake, JOBS[:1])
     settler.settle_now()
     (first,) = alt.tables
