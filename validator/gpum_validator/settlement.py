@@ -617,15 +617,6 @@ class Settler:
             self._send_v0(api, [ready[i] for i in group], [prepared[i] for i in group],
                           group_tables, slot, report)
 
-    @staticmethod
-    def _home(p: Any, tables: list[Any], slot: int) -> Any | None:
-        """The table from which ``p`` loads every account (its job's, its escrow's and the
-        shared ones), usable at ``slot``; None when no single table does."""
-        wanted = {*p.shared, *p.own}
-        for t in tables:
-            if wanted <= set(t.usable(slot)):
-                return t
-        return None
 
     def _pack_by_home(self, api: LookupTableApi, me: Pubkey, prepared: list[Any],
                       tables: list[Any], slot: int) -> list[tuple[list[int], list[Any]]]:
@@ -636,9 +627,12 @@ class Settler:
         others are packed with every table. A job's items share a home, so their order holds."""
         homes: dict[Any, list[int]] = {}
         by_address = {t.address: t for t in tables}
+        usable = [(t.address, set(t.usable(slot))) for t in tables]
         for i, p in enumerate(prepared):
-            home = self._home(p, tables, slot) if self.policy.lookup_table_job_accounts else None
-            homes.setdefault(None if home is None else home.address, []).append(i)
+            wanted = {*p.shared, *p.own}
+            home = next((address for address, have in usable if wanted <= have), None) \
+                if self.policy.lookup_table_job_accounts else None
+            homes.setdefault(home, []).append(i)
         out: list[tuple[list[int], list[Any]]] = []
         for address, idx in homes.items():
             group_tables = tables if address is None else [by_address[address]]
