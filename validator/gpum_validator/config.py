@@ -105,6 +105,10 @@ class SettlePolicy:
     (market, fee vault, mint, providers, attesters): four quorum-1 settlements per
     transaction instead of three (validator/README.md, "Settlement cost"), for two table
     entries (about 445,000 lamports of rent) per job, held until the table is retired."""
+    lookup_table_compact_live_fraction: float = 0.1
+    """A full table is retired once at most this fraction of its jobs still run; their
+    accounts move to the newest table (about a dozen entries each) by their next settlement.
+    0: only tables whose jobs all ended."""
     lookup_table_retire_seconds: float = 60.0
     """How often the settler looks for full tables whose jobs all ended, to deactivate them
     and, 513 slots later, close them, the rent back to this validator
@@ -133,3 +137,5 @@ class SettlePolicy:
             raise ConfigError("lookup_table_wait_seconds and batch_hold_windows must be >= 0")
         if not self.lookup_table_retire_seconds >= 0:
             raise ConfigError("lookup_table_retire_seconds must be >= 0")
+        if not 0 <= self.lookup_table_compact_live_fraction < 1:
+            raise ConfigError("lookup_table_compact_live_fraction must be in [0, 1)")

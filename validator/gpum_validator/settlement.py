@@ -873,12 +873,14 @@ class Settler:
         """Give back the rent of tables that only serve ended jobs (at most once per
         ``lookup_table_retire_seconds``; never raises).
 
-        A full table (no more extends go to it) holding job accounts is *retired* once every
-        job of it this node knows (its store's jobs) has ended on chain (or is gone) and has
-        no open intent: deactivated, then closed, its rent back to this validator, once the
-        deactivation slot left SlotHashes (``LOOKUP_TABLE_CLOSE_SLOTS``). The shared
-        accounts it held (market, providers, ...) are added again to the newest table when a
-        settlement needs them. Tables without job accounts (the node's default before job
+        A full table (no more extends go to it) holding job accounts is *retired* once at
+        most ``lookup_table_compact_live_fraction`` (10 %) of the jobs of it this node knows
+        (its store's jobs) are live (not ended on chain, or with an open intent):
+        deactivated, then closed, its rent back to this validator, once the deactivation
+        slot left SlotHashes (``LOOKUP_TABLE_CLOSE_SLOTS``). The live jobs' accounts and the
+        shared ones (market, providers, ...) are added to the newest table by their next
+        settlement. So a few long jobs cannot pin a table's rent: whoever wants to hold
+        one must keep more than a tenth of its jobs running. Tables without job accounts (the node's default before job
         accounts went in, or ``lookup_table_job_accounts`` off) are never retired: their
         entries serve every future settlement."""
         api = self._lookup_api()
@@ -899,11 +901,12 @@ class Settler:
             if t.room > 0:  # still being extended
                 continue
             jobs = [bytes(a) for a in t.addresses if self.store.chain_info(bytes(a))[0] is not None]
-            if not jobs or open_jobs.intersection(jobs):
+            if not jobs:
                 continue
             views = self._read_jobs(jobs)
-            if any(v is not None and job_info(v).status not in TERMINAL_CHAIN_STATUSES
-                   for v in views.values()):
+            live = [j for j, v in views.items() if j in open_jobs or (
+                v is not None and job_info(v).status not in TERMINAL_CHAIN_STATUSES)]
+            if len(live) > self.policy.lookup_table_compact_live_fraction * len(jobs):
                 continue
             slot = api.slot()
             state = self._table_state()
@@ -914,8 +917,9 @@ class Settler:
             state["tables"] = [a for a in state["tables"] if a != str(t.address)]
             self._save_table_state(state)
             self._tables = None
-            log.info("lookup table %s deactivated: its %d job(s) ended; closed after %d slots",
-                     t.address, len(jobs), LOOKUP_TABLE_CLOSE_SLOTS)
+            log.info("lookup table %s deactivated: %d of its %d job(s) ended (the others "
+                     "move to the newest table); closed after %d slots", t.address,
+                     len(jobs) - len(live), len(jobs), LOOKUP_TABLE_CLOSE_SLOTS)
 
     def _close_deactivated(self, api: LookupTableApi, report: SettleReport) -> None:
         state = self._table_state()

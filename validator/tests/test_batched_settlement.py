@@ -833,3 +833,33 @@ def test_a_lost_deactivation_is_sent_again(tmp_path, chain, clock, alt):
     clock[0] += 60
     settler.settle_now()
     assert alt.closes == [old] and old not in alt.tables
+
+
+def test_a_table_mostly_of_ended_jobs_is_compacted(tmp_path, chain, clock, alt):
+    """A few long jobs cannot pin a table's rent: once at most
+    ``lookup_table_compact_live_fraction`` of its jobs still run, the table retires and the
+    survivors settle on from the newest table."""
+    alt.capacity = 8
+    store, intake, settler = setup(tmp_path, chain, clock, n_jobs=5,
+                                   lookup_table_compact_live_fraction=0.2)
+    feed(intake, JOBS[:5])
+    settler.settle_now()
+    old = _full_table_of(alt, JOBS[:5])
+    state = json.loads(store.get_meta(LOOKUP_TABLES_META))
+    store.set_meta(LOOKUP_TABLES_META, json.dumps({**state, "tables": [str(old), *state["tables"]]}))
+    settler._tables = None
+    for j in JOBS[1:4]:
+        chain.jobs[j] = replace(chain.jobs[j], status="completed")
+    clock[0] += 60
+    settler.settle_now()
+    assert alt.deactivations == []  # 2 of 5 still run: more than a fifth
+    chain.jobs[JOBS[4]] = replace(chain.jobs[JOBS[4]], status="cancelled")
+    clock[0] += 60
+    settler.settle_now()
+    assert alt.deactivations == [old]  # 1 of 5
+    # the survivor settles on, its accounts in a table that is still active
+    feed(intake, [JOBS[0]], upto=2, start=2)
+    assert settler.settle_now().confirmed == 1
+    active = [t for t in alt.tables.values() if t.is_active]
+    assert any(pk(JOBS[0]) in t.addresses for t in active)
+    assert all(old not in ts for ts in alt.sent_tables[-1:])
