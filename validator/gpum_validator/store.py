@@ -1381,6 +1381,24 @@ class SQLStore:
 
 
 
+def _enter_wal(db: sqlite3.Connection, timeout: float = 30.0) -> None:
+    """``PRAGMA journal_mode=WAL``, retried while another connection holds the file: SQLite
+    answers this pragma "database is locked" at once, without the busy handler, when several
+    processes open a new database together (the first one switching it to WAL). Raises the
+    last sqlite3 error after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    delay = 0.005
+    while True:
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as e:
+            if "locked" not in str(e) and "busy" not in str(e) or time.monotonic() > deadline:
+                raise
+            time.sleep(delay)
+            delay = min(delay * 2, 0.2)
+
+
 def _sqlite_statements(script: str) -> list[str]:
     """The statements of a script (a trigger's ``BEGIN ... END`` stays whole)."""
     out, buf = [], ""
@@ -1404,7 +1422,7 @@ class SQLiteStore(SQLStore):
         try:
             self._db = sqlite3.connect(str(self.path), isolation_level=None,
                                        check_same_thread=False, timeout=30)
-            self._db.execute("PRAGMA journal_mode=WAL")
+            _enter_wal(self._db)
             self._db.execute("PRAGMA synchronous=FULL")
             self._db.execute("PRAGMA foreign_keys=ON")
             self._conn = Conn(self._db, SQLITE)
