@@ -735,6 +735,15 @@ def test_policy_validates_the_wait():
 # ------------------------------------------------------------------ table retirement
 
 
+def _list_first(store, settler, *tables):
+    """Put ``tables`` first in the node's table list (as if it had made them) and have the
+    settler read the list afresh."""
+    state = json.loads(store.get_meta(LOOKUP_TABLES_META))
+    store.set_meta(LOOKUP_TABLES_META, json.dumps(
+        {**state, "tables": [*(str(t) for t in tables), *state["tables"]]}))
+    settler._tables = None
+
+
 def _full_table_of(alt, jobs, slot=5):
     """A full table of this node holding ``jobs`` (and their escrows) among fillers."""
     address = derive_lookup_table_address(ME.pubkey(), slot)[0]
@@ -752,9 +761,7 @@ def test_a_full_table_of_ended_jobs_is_deactivated_then_closed(tmp_path, chain, 
     feed(intake, JOBS[:2])
     settler.settle_now()  # the jobs are known to the store; a table of this node exists
     old = _full_table_of(alt, JOBS[:2])
-    state = json.loads(store.get_meta(LOOKUP_TABLES_META))
-    store.set_meta(LOOKUP_TABLES_META, json.dumps({**state, "tables": [str(old), *state["tables"]]}))
-    settler._tables = None
+    _list_first(store, settler, old)
     clock[0] += 60
     assert settler.settle_now().table_transactions == 0  # the jobs still run: kept
     assert alt.deactivations == []
@@ -792,10 +799,7 @@ def test_tables_in_use_are_never_retired(tmp_path, chain, clock, alt):
     settler.settle_now()
     shared_only = _full_table_of(alt, [], slot=6)
     pending_job = _full_table_of(alt, [JOBS[0]], slot=7)
-    state = json.loads(store.get_meta(LOOKUP_TABLES_META))
-    store.set_meta(LOOKUP_TABLES_META, json.dumps(
-        {**state, "tables": [str(shared_only), str(pending_job), *state["tables"]]}))
-    settler._tables = None
+    _list_first(store, settler, shared_only, pending_job)
     feed(intake, [JOBS[0]], upto=2, start=2)
     (c,) = store.settle_candidates()
     it = store.add_intent(c.latest, 2, clock[0])
@@ -816,9 +820,7 @@ def test_a_lost_deactivation_is_sent_again(tmp_path, chain, clock, alt):
     feed(intake, JOBS[:1])
     settler.settle_now()
     old = _full_table_of(alt, JOBS[:1])
-    state = json.loads(store.get_meta(LOOKUP_TABLES_META))
-    store.set_meta(LOOKUP_TABLES_META, json.dumps({**state, "tables": [str(old), *state["tables"]]}))
-    settler._tables = None
+    _list_first(store, settler, old)
     chain.jobs[JOBS[0]] = replace(chain.jobs[JOBS[0]], status="completed")
     alt.deactivate_lost = True
     clock[0] += 60
@@ -845,9 +847,7 @@ def test_a_table_mostly_of_ended_jobs_is_compacted(tmp_path, chain, clock, alt):
     feed(intake, JOBS[:5])
     settler.settle_now()
     old = _full_table_of(alt, JOBS[:5])
-    state = json.loads(store.get_meta(LOOKUP_TABLES_META))
-    store.set_meta(LOOKUP_TABLES_META, json.dumps({**state, "tables": [str(old), *state["tables"]]}))
-    settler._tables = None
+    _list_first(store, settler, old)
     for j in JOBS[1:4]:
         chain.jobs[j] = replace(chain.jobs[j], status="completed")
     clock[0] += 60
