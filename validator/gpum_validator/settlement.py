@@ -114,7 +114,8 @@ RETRYABLE_CHAIN_ERRORS = frozenset({"WindowEndInFuture"})
 """Program errors that may pass later (clock skew); retried ``max_chain_error_attempts``."""
 SETTLEABLE_STATUSES = ("running", "finishing")
 LOOKUP_TABLES_META = "settle_lookup_tables"
-"""Store meta key: JSON ``{"tables": [base58, ...], "pending": {"address", "slot", "at"} | null}``."""
+"""Store meta key: JSON ``{"tables": [base58, ...], "pending": {"address", "slot", "at"} | null,
+"retiring": {base58: deactivation slot}}``."""
 LOOKUP_TABLE_CLOSE_SLOTS = 513
 """Slots after its deactivation before a lookup table can be closed: its deactivation slot
 must have left the SlotHashes sysvar (512 entries)."""
@@ -617,7 +618,6 @@ class Settler:
             self._send_v0(api, [ready[i] for i in group], [prepared[i] for i in group],
                           group_tables, slot, report)
 
-
     def _pack_by_home(self, api: LookupTableApi, me: Pubkey, prepared: list[Any],
                       tables: list[Any], slot: int) -> list[tuple[list[int], list[Any]]]:
         """Groups of ``prepared`` (indexes) and the tables each group's transaction loads
@@ -799,12 +799,9 @@ class Settler:
                         break
                     tables.append(target)
                 chunk, missing = missing[:target.room], missing[target.room:]
-                sigs = api.extend(self.authority, target.address, chunk)
-                report.table_transactions += len(sigs)
+                self._extend(api, target.address, chunk, report)
                 if target.address not in touched:
                     touched.append(target.address)
-                log.info("lookup table %s: %d address(es) added in %d transaction(s)",
-                         target.address, len(chunk), len(sigs))
                 # read back before the next round: its room changed
                 fresh = api.fetch(target.address)
                 tables = [fresh if t.address == target.address and fresh is not None else t
@@ -813,6 +810,13 @@ class Settler:
             log.warning("cannot extend the lookup tables (%s: %s); packing with the entries "
                         "usable now", type(e).__name__, e)
         return self._await_usable(api, tables, touched)
+
+    def _extend(self, api: LookupTableApi, table: Pubkey, addresses: list[Pubkey],
+                report: SettleReport) -> None:
+        sigs = api.extend(self.authority, table, addresses)
+        report.table_transactions += len(sigs)
+        log.info("lookup table %s: %d address(es) added in %d transaction(s)",
+                 table, len(addresses), len(sigs))
 
     def _await_usable(self, api: LookupTableApi, tables: list[Any],
                       touched: list[Pubkey]) -> list[Any]:
@@ -857,13 +861,9 @@ class Settler:
                     need = [a for a in wanted if not holds(home, a)]
                 adds.setdefault(home.address, []).extend(need)
             for address, new in adds.items():
-                if not new:
-                    continue
-                sigs = api.extend(self.authority, address, new)
-                report.table_transactions += len(sigs)
-                touched.append(address)
-                log.info("lookup table %s: %d address(es) added in %d transaction(s)",
-                         address, len(new), len(sigs))
+                if new:
+                    self._extend(api, address, new, report)
+                    touched.append(address)
         except Exception as e:  # noqa: BLE001 - settlement goes on with what is usable
             log.warning("cannot extend the lookup tables (%s: %s); packing with the entries "
                         "usable now", type(e).__name__, e)
@@ -880,9 +880,9 @@ class Settler:
         slot left SlotHashes (``LOOKUP_TABLE_CLOSE_SLOTS``). The live jobs' accounts and the
         shared ones (market, providers, ...) are added to the newest table by their next
         settlement. So a few long jobs cannot pin a table's rent: whoever wants to hold
-        one must keep more than a tenth of its jobs running. Tables without job accounts (the node's default before job
-        accounts went in, or ``lookup_table_job_accounts`` off) are never retired: their
-        entries serve every future settlement."""
+        one must keep more than a tenth of its jobs running. Tables without job accounts
+        (the node's default before job accounts went in, or ``lookup_table_job_accounts``
+        off) are never retired: their entries serve every future settlement."""
         api = self._lookup_api()
         now = self.clock()
         if api is None or now - self._retire_checked_at < self.policy.lookup_table_retire_seconds:
@@ -934,7 +934,7 @@ class Settler:
                 if table.is_active:  # the deactivation never landed: send it again
                     api.deactivate(self.authority, table.address)
                     report.table_transactions += 1
-                    state["retiring"][address] = api.slot()
+                    state["retiring"][address] = api.slot()  # after the send: it landed by then
                     self._save_table_state(state)
                     continue
                 api.close(self.authority, table.address)
