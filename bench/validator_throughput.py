@@ -182,6 +182,12 @@ def verify_baseline(seconds: float = 1.0) -> float:
     return n / (time.perf_counter() - t0)
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def pct(xs: list[float], q: float) -> float:
     s = sorted(xs)
     return s[min(len(s) - 1, int(q * len(s)))]
@@ -218,9 +224,12 @@ def main() -> None:
         try:
             assert child.stdout is not None
             port = int(child.stdout.readline())
+            cpu0, own0 = cpu_seconds(child.pid), time.process_time()
             t0 = time.perf_counter()
             lat, accepted, other = drive(port, bodies, args.batch)
             elapsed = time.perf_counter() - t0
+            cpu_validator = cpu_seconds(child.pid) - cpu0
+            cpu_load = time.process_time() - own0
         finally:
             assert child.stdin is not None
             child.stdin.close()
@@ -239,6 +248,8 @@ def main() -> None:
         "accepted": accepted,
         "not_accepted": other,
         "db_mb": round(db_mb, 1),
+        "validator_cpu_us_per_proof": round(cpu_validator / total * 1e6, 1),
+        "load_cpu_us_per_proof": round(cpu_load / total * 1e6, 1),
     }
     print(f"{'proofs':>8} {'accepted':>9} {'seconds':>8} {'proofs/s':>9} {'p50 ms':>8} "
           f"{'p99 ms':>8} {'verify/s':>9}")

@@ -26,11 +26,11 @@ class Metrics:
         self.downtime_reports: Counter[str] = Counter()
         self.validator_equivocation_reports: Counter[str] = Counter()
 
-    def proof(self, result: str, reason: str = "") -> None:
-        """result: accepted | duplicate | rejected (final) | retry (retryable rejection) |
-        unavailable (chain or database)."""
+    def proof(self, result: str, reason: str = "", n: int = 1) -> None:
+        """``n`` proofs of result accepted | duplicate | rejected (final) | retry (retryable
+        rejection) | unavailable (chain or database)."""
         with self._lock:
-            self.proofs[(result, reason)] += 1
+            self.proofs[(result, reason)] += n
 
     def rejection_unstored(self, why: str) -> None:
         """A rejected, authenticated proof that was answered but not stored: ``ahead`` (seq

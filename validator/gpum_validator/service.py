@@ -45,6 +45,7 @@ from typing import Any
 from gpu_market.proof import ZERO_HASH
 from solders.pubkey import Pubkey
 
+from . import fastlane
 from .chain import (
     DEFAULT_JOB_TTL,
     DEFAULT_PROVIDER_CACHE,
@@ -161,10 +162,15 @@ class GroupCommit:
 class _Item:
     """One proof of a request on its way through the pipeline."""
 
-    __slots__ = ("answer", "auth", "job", "raw", "verdict", "view")
+    __slots__ = ("answer", "auth", "facts", "fast", "job", "raw", "verdict", "view")
 
     def __init__(self, raw: object) -> None:
         self.raw = raw
+        self.fast: tuple | None = None
+        """The screened proof (``fastlane.screen``) when it passed the chain checks in
+        ``_fast_chain``: the fast lane may decide it (``auth`` is then built only if the
+        reference path has to)."""
+        self.facts: fastlane.JobFacts | None = None
         self.auth: Authenticated | None = None
         self.job: bytes | None = None
         self.answer: tuple[int, dict[str, Any]] | None = None
@@ -206,6 +212,16 @@ class Intake:
         self.jobs = JobAccounts(client, job_ttl)
         self.on_equivocation = on_equivocation
         self._group = GroupCommit(self._commit_group)
+        self._memo: dict[bytes, fastlane.Memo] = {}
+        """The fast lane's copy of stored job states (``fastlane.Memo``; the group commit's
+        leader only)."""
+        self._job_facts = fastlane.FactsCache(lambda v: fastlane.JobFacts.of(v, cfg),
+                                              self.jobs.max_entries)
+        self._provider_facts = fastlane.FactsCache(
+            lambda v: fastlane.ProviderFacts.of(v, cfg), provider_cache_size)
+        self._chain_notes: dict[bytes, Any] = {}
+        """Jobs the fast lane accepted a proof of in this group, with the view judged against
+        (their chain facts are stored after the lane's rows, ``_flush``)."""
         self._chain_written: dict[bytes, Any] = {}
         """Per job, the job account whose chain facts were last stored (``_judge``, under the
         group commit: one thread at a time)."""
@@ -236,7 +252,41 @@ class Intake:
     # ------------------------------------------------------------------ core
 
     def _handle(self, items: list[_Item], batch: bool) -> None:
-        """Decide every item (``item.answer``); see the class docstring for the phases."""
+        """Decide every item (``item.answer``); see the class docstring for the phases. Items
+        the fast lane screens and whose chain checks pass (``_fast_chain``) skip the
+        reference path's phases 1 and 2."""
+        slow = [it for it, s in zip(items, fastlane.screen([it.raw for it in items], self.cfg))
+                if s is None or not self._fast_chain(it, s)]
+        self._authenticate(slow)
+        self._chain_phase([it for it in slow if it.answer is None])
+        self._store_phase(items)
+        for it in items:
+            assert it.answer is not None
+
+    def _fast_chain(self, it: _Item, s: tuple) -> bool:
+        """True (and ``it`` marked for the fast lane) when the screened proof passes
+        ``check_assignment``, ``check_committee`` and ``check_worker_key`` with the current
+        key, from the cached accounts; False leaves everything to the reference path."""
+        job, provider = s[fastlane.JOB], s[fastlane.PROVIDER]
+        try:
+            view = self.jobs.get(job)
+            if view is None:
+                return False
+            facts = self._job_facts.get(job, view)
+            if not facts.eligible or facts.provider != provider:
+                return False
+            account = self.providers.get(provider)
+        except ChainUnavailable:
+            return False
+        if account is None or not self._provider_facts.get(provider, account).signs(
+                s[fastlane.WORKER_KEY], s[fastlane.WINDOW_END]):
+            return False
+        it.fast, it.facts, it.view, it.job = s, facts, view, job
+        return True
+
+    def _authenticate(self, items: list[_Item]) -> None:
+        """Phase 1 of the reference path: schema and authentication (``it.auth`` or
+        ``it.answer``)."""
         signed: list[SignedProof] = []
         pending: list[_Item] = []
         for it in items:
@@ -250,10 +300,6 @@ class Intake:
                 it.answer = self._answer(res)
             else:
                 it.auth, it.job = res, res.proof.job
-        self._chain_phase([it for it in pending if it.answer is None])
-        self._store_phase(items)
-        for it in items:
-            assert it.answer is not None
 
     def _chain_phase(self, items: list[_Item]) -> None:
         """Job assignment, committee membership and key validity, before anything is stored
@@ -306,18 +352,30 @@ class Intake:
         of it was kept); answers of accepted proofs are only read after the commit."""
         decided_before = [[it.answer is not None for it in req] for req in requests]
         equivocations: list[tuple[Authenticated, StoredProof]] = []
+        lane: fastlane.FastLane | None = None
         try:
             with self.store.batch():
+                enabled = self.store.serial_writers
+                if not (enabled and self.store.intake_memo_valid()):
+                    self._memo.clear()  # another connection wrote: the copies may be stale
+                lane = fastlane.FastLane(self._memo, self.store, enabled, self.clock,
+                                         self.jobs.max_entries)
+                self._chain_notes = {}
                 for req in requests:
-                    self._judge_request(req, equivocations)
+                    self._judge_request(req, equivocations, lane)
+                self._flush(lane)
         except StoreError as e:
             self._chain_written.clear()  # rolled back with the rest
+            self._memo.clear()
             failed = self._unavailable_store(e)
             for req, before in zip(requests, decided_before):
                 for it, was in zip(req, before):
                     if not was or it.answer is None:
                         it.answer = failed
             return
+        lane.committed()
+        if lane.accepted:
+            self.metrics.proof("accepted", n=lane.accepted)
         for req in requests:
             for it in req:
                 if it.verdict is not None:
@@ -327,7 +385,8 @@ class Intake:
                 self.on_equivocation(auth, other)
 
     def _judge_request(self, items: list[_Item],
-                       equivocations: list[tuple[Authenticated, StoredProof]]) -> None:
+                       equivocations: list[tuple[Authenticated, StoredProof]],
+                       lane: fastlane.FastLane) -> None:
         """A job's later windows never overtake an earlier one: after a retryable answer for a
         job, the request's remaining items of that job get the same answer; after a 503
         every remaining item does."""
@@ -341,7 +400,7 @@ class Intake:
                 it.answer = held[it.job]
                 continue
             if it.answer is None:
-                it.answer = self._judge(it, equivocations)
+                it.answer = self._judge_item(it, equivocations, lane)
             status, body = it.answer
             if status == 503:
                 everything = it.answer
@@ -350,6 +409,49 @@ class Intake:
                 # A state that can heal (the job not started or not found yet on this node's
                 # RPC): the retry reads the job afresh.
                 self.jobs.forget(it.job)
+
+    def _judge_item(self, it: _Item, equivocations: list[tuple[Authenticated, StoredProof]],
+                    lane: fastlane.FastLane) -> tuple[int, dict]:
+        """The fast lane's answer when it can give it, else the reference path's (``_judge``,
+        after the lane's queued rows are written, so it reads what the lane decided). The
+        lane's memo follows what the reference path decided."""
+        if it.fast is not None:
+            assert it.facts is not None and it.job is not None
+            body = lane.try_accept(it.fast, it.facts)
+            if body is not None:
+                self._chain_notes[it.job] = it.view
+                return 200, body
+            if it.auth is None and not self._authenticate_one(it):
+                assert it.answer is not None
+                return it.answer
+        self._flush(lane)
+        answer = self._judge(it, equivocations)
+        assert it.auth is not None
+        lane.forget(it.auth.proof.job)
+        return answer
+
+    def _flush(self, lane: fastlane.FastLane) -> None:
+        """Write the lane's queued rows, then the chain facts of their jobs (their rows exist
+        only once the rows are written)."""
+        lane.flush()
+        notes, self._chain_notes = self._chain_notes, {}
+        for job, view in notes.items():
+            self._note_chain_facts(job, view)
+
+    def _authenticate_one(self, it: _Item) -> bool:
+        """The reference path's ``auth`` of a screened item the lane left (screening accepts
+        only what ``authenticate`` accepts, so this is a Rejection only if they disagree)."""
+        self._authenticate([it])
+        return it.answer is None
+
+    def _note_chain_facts(self, job: bytes, view: Any) -> None:
+        """Store the job's chain facts when its account was read again since they were last
+        stored (they change only then: written once per read, not once per proof)."""
+        if self._chain_written.get(job) is not view:
+            self.store.update_chain_info(job, job_info(view), self.clock())
+            self._chain_written[job] = view
+            while len(self._chain_written) > self.jobs.max_entries:
+                self._chain_written.pop(next(iter(self._chain_written)))
 
     def _judge(self, it: _Item,
                equivocations: list[tuple[Authenticated, StoredProof]]) -> tuple[int, dict]:
@@ -376,13 +478,7 @@ class Intake:
             return self._answer(r, auth)
         now = self.clock()
         self.store.record_accepted(auth, verdict, None if local is None else local.last_seq, now)
-        if self._chain_written.get(p.job) is not job:
-            # The chain facts change only when the job account is read again (JobAccounts):
-            # written once per read, not once per proof.
-            self.store.update_chain_info(p.job, job_info(job), now)
-            self._chain_written[p.job] = job
-            while len(self._chain_written) > self.jobs.max_entries:
-                self._chain_written.pop(next(iter(self._chain_written)))
+        self._note_chain_facts(p.job, job)
         self.metrics.proof("accepted")
         it.verdict = verdict
         return 200, {"status": "accepted", **ok, "approved_seconds": verdict.approved_seconds,

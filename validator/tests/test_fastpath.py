@@ -12,12 +12,14 @@ dataclasses) is the Python code itself.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import random
 import struct
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -41,9 +43,11 @@ from gpu_market.receipt import (
     sign,
     verify,
 )
+from gpum_validator import fastlane
 from gpum_validator import verify as verify_mod
+from gpum_validator.config import HealthThresholds
 from gpum_validator.errors import Rejection
-from gpum_validator.schema import SignedProof
+from gpum_validator.schema import SignedProof, parse_signed_proof
 from gpum_validator.verify import Authenticated
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -627,3 +631,110 @@ def test_wrong_arguments_raise() -> None:
         gpum_fastpath.authenticate_many(vt.PROGRAM, vt.MARKET, [item[:2]])
     with pytest.raises(TypeError):
         gpum_fastpath.authenticate_many(vt.PROGRAM, vt.MARKET, "not a list")
+
+
+# ---------------------------------------------------------------------------- screen_many
+# The intake's fast lane (gpum_validator.fastlane): raw SignedProof JSON objects in, the
+# fields the window checks need out, or None where the reference path must decide.
+
+
+def as_json(s: SignedProof) -> dict[str, Any]:
+    return {"proof": base64.b64encode(s.proof).decode(),
+            "proof_signature": base64.b64encode(s.proof_signature).decode(),
+            "receipt_signature": base64.b64encode(s.receipt_signature).decode(),
+            "worker_key": vt.b58(s.worker_key)}
+
+
+def reference_screen(obj: object) -> Authenticated | None:
+    """``parse_signed_proof`` then ``authenticate``: the Authenticated, or None if either
+    refuses."""
+    try:
+        return verify_mod.authenticate(parse_signed_proof(obj), CFG)
+    except Rejection:
+        return None
+
+
+THRESHOLDS = [HealthThresholds(temp_critical_c=t, ecc_uncorrected_max=e)
+              for t in (0, 70, 90, 65_535) for e in (0, 1, 2**64 - 1)]
+
+
+def assert_screen_same(objs: list[Any]) -> list[tuple | None]:
+    """Every item ``screen`` passes is accepted by the reference with equal fields (and the
+    same health bound under any thresholds); every valid item is passed."""
+    fast()
+    got = fastlane.screen(objs, CFG)
+    assert len(got) == len(objs)
+    for i, (obj, g) in enumerate(zip(objs, got, strict=True)):
+        want = reference_screen(obj)
+        if want is None:
+            assert g is None, f"item {i}: screened, the reference refuses {obj!r}"
+            continue
+        assert g is not None, f"item {i}: the reference accepts, screening refused {obj!r}"
+        p, sp = want.proof, want.signed
+        assert g == (p.job, p.seq, p.provider, p.worker_key, p.window_start, p.window_end,
+                     p.cumulative_seconds, p.billable_seconds, p.prev_proof_hash, want.hash,
+                     tuple(sorted(x.uuid for x in p.gpus)), g[fastlane.HEALTH], sp.proof,
+                     sp.proof_signature, sp.receipt_signature), f"item {i}"
+        length = p.window_end - p.window_start
+        for th in THRESHOLDS:
+            facts = SimpleNamespace(temp_critical_c=th.temp_critical_c,
+                                    ecc_uncorrected_max=th.ecc_uncorrected_max)
+            assert fastlane.health_bound(g[fastlane.HEALTH], length, facts) == \
+                verify_mod.health_bound(p, th), f"item {i}, {th}"
+    return got
+
+
+def json_mutations(obj: dict[str, str]) -> list[object]:
+    """Request objects that ``parse_signed_proof`` refuses or that differ in one field."""
+    out: list[object] = [dict(obj, extra="x"), {k: v for k, v in obj.items() if k != "proof"},
+                         dict(obj, proof=1), dict(obj, worker_key=None), [obj], "proof",
+                         dict(obj, proof=""), dict(obj, proof=obj["proof"] + "\n"),
+                         dict(obj, proof=obj["proof"].rstrip("=")),
+                         dict(obj, proof=" " + obj["proof"]),
+                         dict(obj, receipt_signature=base64.b64encode(bytes(63)).decode()),
+                         dict(obj, proof_signature=base64.b64encode(bytes(65)).decode()),
+                         dict(obj, worker_key="1" + obj["worker_key"]),
+                         dict(obj, worker_key=obj["worker_key"][:-1]),
+                         dict(obj, worker_key=vt.b58(vt.OTHER_PUB)),
+                         dict(obj, receipt_signature=obj["proof_signature"])]
+    sig = obj["receipt_signature"]  # trailing bits set in the last base64 digit: not canonical
+    if sig.endswith("=="):
+        last = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+        i = last.index(sig[-3])
+        if i % 16 == 0:
+            out.append(dict(obj, receipt_signature=sig[:-3] + last[i + 1] + "=="))
+    return out
+
+
+@PROPERTY
+@given(proofs(max_gpus=8), st.data())
+def test_screening_matches_the_reference(p: WindowProof, data: Any) -> None:
+    p = replace(p, program_id=vt.PROGRAM, market=vt.MARKET)
+    raw = encode_proof(p)
+    good = as_json(signed(raw))
+    objs: list[object] = [good, as_json(signed(raw, vt.OTHER_KEY))]
+    muts = mutations(p, raw)
+    for _ in range(6):
+        objs.append(as_json(signed(data.draw(st.sampled_from(muts))(data))))
+    got = assert_screen_same(objs + json_mutations(good))
+    assert got[0] is not None and got[1] is None
+
+
+def test_screening_refuses_every_schema_problem_and_keeps_item_order() -> None:
+    good = as_json(signed(encode_proof(vt.make_proof())))
+    bad = json_mutations(good)
+    got = assert_screen_same([good, *bad, good])
+    assert got[0] is not None and got[-1] == got[0]
+    assert got[1:-1] == [None] * len(bad)
+    assert fastlane.screen([], CFG) == []
+
+
+def test_a_known_key_still_refuses_a_bad_signature() -> None:
+    """Keys that verified once are kept decompressed across calls; that must not let a
+    later bad signature by the same key pass."""
+    raw = encode_proof(vt.make_proof())
+    good = as_json(signed(raw))
+    assert assert_screen_same([good])[0] is not None  # the key is now known
+    forged = dict(good, receipt_signature=base64.b64encode(bytes(64)).decode())
+    stale = as_json(signed(encode_proof(vt.make_proof(seq=2)), receipt_of=raw))
+    assert assert_screen_same([forged, stale, good])[:2] == [None, None]

@@ -54,7 +54,8 @@ def test_a_subscription_seeing_the_job_change_makes_the_next_proof_read_it(tmp_p
 
 
 class FailingStore(SQLiteStore):
-    """Fails the n-th accepted write of its life with a database error."""
+    """Fails the write of the n-th accepted proof of its life with a database error (by the
+    reference path, or in the fast lane's rows)."""
 
     def __init__(self, path, fail_at: int) -> None:
         super().__init__(path)
@@ -65,6 +66,12 @@ class FailingStore(SQLiteStore):
         if self.writes == self.fail_at:
             raise StoreError("disk I/O error (injected)")
         return super().record_accepted(*a, **kw)
+
+    def record_accepted_rows(self, new_job_rows, job_rows, proof_rows):
+        super().record_accepted_rows(new_job_rows, job_rows, proof_rows)  # written, then lost
+        self.writes += len(proof_rows)
+        if self.writes >= self.fail_at > self.writes - len(proof_rows):
+            raise StoreError("disk I/O error (injected)")
 
 
 def test_a_database_failure_inside_a_batch_keeps_nothing_of_it_and_answers_503_to_all(

@@ -44,6 +44,13 @@
 //! non-canonical points and non-canonical S are refused, so the validator never approves a
 //! receipt the chain would refuse. Decoding and verification run with the GIL released.
 //!
+//! `screen_many(program_id: bytes, market: bytes, objs: list) -> list[tuple | None]`: the
+//! intake's fast lane on raw SignedProof JSON objects: `None` for an item unless
+//! `parse_signed_proof` and `authenticate` both accept it, else `(job, seq, provider,
+//! worker_key, window_start, window_end, cumulative_seconds, billable_seconds,
+//! prev_proof_hash, proof_hash, sorted uuids, health, proof, proof_signature,
+//! receipt_signature)` (layout and `health` in validator/fastpath/README.md; `screen`).
+//!
 //! `verify_strict_one(pubkey: bytes, sig: bytes, msg: bytes) -> bool`: `verify_strict` of one
 //! signature; False for a key that is not a 32-byte curve point or a signature that is not 64
 //! bytes. For tests and benchmarks.
@@ -54,12 +61,13 @@
 //! that is not a 3-tuple raises `ValueError`).
 
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyList, PyTuple};
+use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 use pyo3::{intern, IntoPyObjectExt};
 
 pub mod auth;
 pub mod proof;
 pub mod receipt;
+pub mod screen;
 pub mod sig;
 
 use auth::Accepted;
@@ -130,6 +138,69 @@ fn authenticate_many<'py>(
     Ok(out)
 }
 
+/// The four fields of a SignedProof JSON object, if it is a dict of exactly those four keys
+/// with string values (else the reference path judges it).
+fn raw_fields(obj: &Bound<'_, PyAny>) -> Option<screen::RawFields> {
+    let d = obj.cast::<PyDict>().ok()?;
+    if d.len() != 4 {
+        return None;
+    }
+    let get = |k: &str| -> Option<String> {
+        let v = d.get_item(k).ok()??;
+        let s = v.cast::<PyString>().ok()?;
+        s.to_str().ok().map(str::to_owned)
+    };
+    Some(screen::RawFields {
+        proof: get("proof")?,
+        proof_signature: get("proof_signature")?,
+        receipt_signature: get("receipt_signature")?,
+        worker_key: get("worker_key")?,
+    })
+}
+
+fn screened<'py>(
+    py: Python<'py>,
+    a: &Accepted<'_>,
+    d: &screen::Decoded,
+) -> PyResult<Bound<'py, PyTuple>> {
+    let p = &a.proof;
+    let mut uuids: Vec<&str> = p.gpus.iter().map(|g| g.uuid).collect();
+    uuids.sort_unstable();
+    let h = screen::health(p);
+    let health = py_tuple!(py; h.workload_billable, h.zero_samples, h.max_ecc, h.ecc_flag,
+                           h.min_covered, h.max_temp)?;
+    let b = |k: &[u8]| PyBytes::new(py, k);
+    py_tuple!(py; b(p.job), p.seq, b(p.provider), b(p.worker_key), p.window_start,
+              p.window_end, p.cumulative_seconds, p.billable_seconds, b(p.prev_proof_hash),
+              b(&a.hash), PyTuple::new(py, uuids)?, health, b(&d.proof),
+              b(&d.proof_signature), b(&d.receipt_signature))
+}
+
+/// The intake's fast lane (see the crate documentation for the result layout).
+#[pyfunction]
+fn screen_many<'py>(
+    py: Python<'py>,
+    program_id: &[u8],
+    market: &[u8],
+    objs: &Bound<'py, PyList>,
+) -> PyResult<Bound<'py, PyList>> {
+    let raw: Vec<Option<screen::RawFields>> = objs.iter().map(|o| raw_fields(&o)).collect();
+    let decoded: Vec<Option<screen::Decoded>> = py.detach(|| {
+        raw.iter()
+            .map(|r| r.as_ref().and_then(screen::decode_fields))
+            .collect()
+    });
+    let results = py.detach(|| screen::screen_many(program_id, market, &decoded));
+    let out = PyList::empty(py);
+    for (r, d) in results.iter().zip(&decoded) {
+        match (r, d) {
+            (Some(a), Some(d)) => out.append(screened(py, a, d)?)?,
+            _ => out.append(py.None())?,
+        }
+    }
+    Ok(out)
+}
+
 /// ed25519-dalek 2.x `verify_strict` of one signature (never raises).
 #[pyfunction]
 fn verify_strict_one(py: Python<'_>, pubkey: &[u8], sig: &[u8], msg: &[u8]) -> bool {
@@ -140,6 +211,7 @@ fn verify_strict_one(py: Python<'_>, pubkey: &[u8], sig: &[u8], msg: &[u8]) -> b
 fn gpum_fastpath(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(authenticate_many, m)?)?;
     m.add_function(wrap_pyfunction!(verify_strict_one, m)?)?;
+    m.add_function(wrap_pyfunction!(screen_many, m)?)?;
     m.add("MAX_PROOF_BYTES", proof::MAX_PROOF_BYTES)?;
     m.add("RECEIPT_MESSAGE_LEN", receipt::RECEIPT_MESSAGE_LEN)?;
     Ok(())

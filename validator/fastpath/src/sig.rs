@@ -12,9 +12,38 @@
 //! the 2-core dev machine (`cargo run --release --example sigbench`) `verify_strict` takes
 //! ~46 us, `verify_batch` ~23 us per signature at 64 (~18 us at 256) and the R check ~38 us,
 //! so a batch that gives `verify_strict`'s answer (~61 us) is slower than no batch.
-//! What is shared instead: a key repeated in one call is decompressed once.
+//! What is shared instead: a key repeated in one call is decompressed once, and a key that
+//! has verified a signature is kept decompressed for later calls (`KNOWN_KEYS`: a worker
+//! signs a window a minute, so its key recurs in every batch it is part of; decompression is
+//! a field square root, about 15 us of the ~60 a signature costs).
+
+use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock};
 
 use ed25519_dalek::{Signature, VerifyingKey};
+
+/// Most keys `KNOWN_KEYS` holds (~200 bytes each); when full it starts over, so memory is
+/// bounded whatever keys are sent. Only keys that verified a signature enter it.
+pub const KNOWN_KEYS_CAPACITY: usize = 65_536;
+
+static KNOWN_KEYS: OnceLock<Mutex<HashMap<[u8; 32], VerifyingKey>>> = OnceLock::new();
+
+fn known_keys() -> &'static Mutex<HashMap<[u8; 32], VerifyingKey>> {
+    KNOWN_KEYS.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+fn known(key: &[u8; 32]) -> Option<VerifyingKey> {
+    known_keys().lock().ok()?.get(key).copied()
+}
+
+fn remember(key: &[u8; 32], vk: VerifyingKey) {
+    if let Ok(mut keys) = known_keys().lock() {
+        if keys.len() >= KNOWN_KEYS_CAPACITY {
+            keys.clear();
+        }
+        keys.insert(*key, vk);
+    }
+}
 
 /// `verify_strict` of `sig` over `msg` by `key`; false for a key that is not 32 bytes or not a
 /// curve point, or a signature that is not 64 bytes (never panics).
@@ -44,20 +73,28 @@ pub struct KeyCache {
 impl KeyCache {
     const CAPACITY: usize = 16;
 
-    /// `verify_strict_one(key, sig, msg)`, decompressing `key` at most once per cache life.
+    /// `verify_strict_one(key, sig, msg)`, decompressing `key` at most once per cache life
+    /// (and not at all when it verified a signature before, in any call).
     pub fn verify(&mut self, key: &[u8; 32], sig: &[u8], msg: &[u8]) -> bool {
-        let vk = match self.keys.iter().position(|(k, _)| k == key) {
-            Some(i) => self.keys[i].1,
+        let (vk, was_known) = match self.keys.iter().position(|(k, _)| k == key) {
+            Some(i) => (self.keys[i].1, true),
             None => {
-                let vk = VerifyingKey::from_bytes(key).ok();
+                let hit = known(key);
+                let vk = hit.or_else(|| VerifyingKey::from_bytes(key).ok());
                 if self.keys.len() == Self::CAPACITY {
                     self.keys.pop();
                 }
                 self.keys.insert(0, (*key, vk));
-                vk
+                (vk, hit.is_some())
             }
         };
-        vk.is_some_and(|vk| verify_with(&vk, sig, msg))
+        let ok = vk.is_some_and(|vk| verify_with(&vk, sig, msg));
+        if ok && !was_known {
+            if let Some(vk) = vk {
+                remember(key, vk);
+            }
+        }
+        ok
     }
 }
 
