@@ -31,6 +31,7 @@ Guarantees (validator/tests/test_fastlane.py checks them against the reference p
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -118,23 +119,25 @@ class ProviderFacts:
 
 
 class FactsCache:
-    """``of(view)`` per address, recomputed when the cached view object changes; at most
-    ``max_entries`` (oldest dropped)."""
+    """``make(view)`` per address, recomputed when the cached view object changes; at most
+    ``max_entries`` (oldest dropped). Thread-safe (the request threads share it)."""
 
     def __init__(self, make: Callable[[Any], Any], max_entries: int) -> None:
         self.make = make
         self.max_entries = max_entries
         self._map: dict[bytes, tuple[Any, Any]] = {}
+        self._lock = threading.Lock()
 
     def get(self, address: bytes, view: Any) -> Any:
         hit = self._map.get(address)
         if hit is not None and hit[0] is view:
             return hit[1]
         facts = self.make(view)
-        self._map.pop(address, None)
-        self._map[address] = (view, facts)
-        while len(self._map) > self.max_entries:
-            self._map.pop(next(iter(self._map)))
+        with self._lock:
+            self._map.pop(address, None)
+            self._map[address] = (view, facts)
+            while len(self._map) > self.max_entries:
+                self._map.pop(next(iter(self._map)))
         return facts
 
 

@@ -192,6 +192,12 @@ class Intake:
     commit: one fsync per request, not two per proof). Answers are built only after the
     commit, so an accepted proof is on disk before its 200; a database failure in phase 3
     answers 503 to every proof of that phase (nothing of it was kept).
+
+    The fast lane (``fastlane``) takes the common proof through all three phases with less
+    work (screened in Rust from the raw JSON, chain facts per cached account, judged against
+    the job's stored state kept in memory, rows written per group); it only ever accepts
+    what the reference path (``_authenticate``, ``_chain_phase``, ``_judge``) would accept,
+    with the same answer and rows, and leaves everything else to it.
     """
 
     def __init__(self, cfg: VerifyConfig, store: Store, client: ChainClient,

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from gpu_market.proof import ZERO_HASH, encode_proof, proof_hash
+from gpum_validator import fastlane
 from gpum_validator.chain import job_info
 from gpum_validator.errors import StoreError
 from gpum_validator.service import Intake
@@ -333,3 +334,14 @@ def test_a_window_overlapping_the_last_accepted_one_is_left_to_the_reference(tmp
     assert twin.send([w.window(rng) for _ in range(3)])[-1]["status"] == "accepted"
     assert twin.send([w.window(rng, "overlap")])[0]["error"] == "window_overlap"
     twin.assert_same_rows()
+
+
+def test_facts_are_computed_once_per_view_and_bounded():
+    made = []
+    cache = fastlane.FactsCache(lambda v: made.append(v) or len(made), max_entries=2)
+    a, b = object(), object()
+    assert cache.get(b"x", a) == 1 and cache.get(b"x", a) == 1
+    assert cache.get(b"x", b) == 2  # the account was read again: new view, new facts
+    cache.get(b"y", a)
+    cache.get(b"z", a)
+    assert len(cache._map) == 2 and b"x" not in cache._map

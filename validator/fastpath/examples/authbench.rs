@@ -76,8 +76,11 @@ fn main() {
         .iter()
         .map(|b| {
             let p = proof::decode(b).unwrap();
-            sk.sign(&receipt::receipt_digest(&receipt::receipt_message(&p, &receipt::proof_hash(b))))
-                .to_bytes()
+            sk.sign(&receipt::receipt_digest(&receipt::receipt_message(
+                &p,
+                &receipt::proof_hash(b),
+            )))
+            .to_bytes()
         })
         .collect();
     let items: Vec<auth::Item<'_>> = proofs
@@ -107,7 +110,10 @@ fn main() {
     });
     let msg = {
         let p = proof::decode(&proofs[0]).unwrap();
-        receipt::receipt_digest(&receipt::receipt_message(&p, &receipt::proof_hash(&proofs[0])))
+        receipt::receipt_digest(&receipt::receipt_message(
+            &p,
+            &receipt::proof_hash(&proofs[0]),
+        ))
     };
     let strict = best(|| {
         for _ in 0..64 {

@@ -37,6 +37,12 @@ pub fn receipt_message(p: &Proof<'_>, hash: &[u8; 32]) -> [u8; RECEIPT_MESSAGE_L
     m
 }
 
+/// `sha256(receipt message)`: the 32 bytes the worker key signs (Python `receipt_digest`, the
+/// program's `Receipt::digest`).
+pub fn receipt_digest(message: &[u8; RECEIPT_MESSAGE_LEN]) -> [u8; 32] {
+    Sha256::digest(message).into()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -45,10 +51,4 @@ mod tests {
     fn message_is_173_bytes() {
         assert_eq!(RECEIPT_MESSAGE_LEN, 173);
     }
-}
-
-/// `sha256(receipt message)`: the 32 bytes the worker key signs (Python `receipt_digest`, the
-/// program's `Receipt::digest`).
-pub fn receipt_digest(message: &[u8; RECEIPT_MESSAGE_LEN]) -> [u8; 32] {
-    Sha256::digest(message).into()
 }

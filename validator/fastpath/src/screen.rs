@@ -89,8 +89,15 @@ pub fn health(p: &Proof<'_>) -> Health {
         workload_billable: w.state != WORKLOAD_FAILED && w.foreign_processes == 0,
         zero_samples: p.gpus.iter().any(|g| g.samples == 0),
         max_ecc: p.gpus.iter().filter_map(|g| g.ecc_uncorrected_delta).max(),
-        ecc_flag: p.gpus.iter().any(|g| g.health_flags & HEALTH_ECC_UNCORRECTED != 0),
-        min_covered: p.gpus.iter().map(|g| g.covered_seconds.min(g.samples)).min(),
+        ecc_flag: p
+            .gpus
+            .iter()
+            .any(|g| g.health_flags & HEALTH_ECC_UNCORRECTED != 0),
+        min_covered: p
+            .gpus
+            .iter()
+            .map(|g| g.covered_seconds.min(g.samples))
+            .min(),
         max_temp: p.gpus.iter().filter_map(|g| g.temp_max_c).max(),
     }
 }
@@ -104,7 +111,13 @@ pub fn screen_many<'a>(
     let items: Vec<auth::Item<'a>> = decoded
         .iter()
         .flatten()
-        .map(|d| (d.proof.as_slice(), d.receipt_signature.as_slice(), &d.worker_key[..]))
+        .map(|d| {
+            (
+                d.proof.as_slice(),
+                d.receipt_signature.as_slice(),
+                &d.worker_key[..],
+            )
+        })
         .collect();
     let mut results = auth::authenticate_many(program_id, market, &items).into_iter();
     decoded
