@@ -127,6 +127,7 @@ class Twin:
     """The same traffic into an intake with the lane and one without."""
 
     def __init__(self, tmp: Path, chain: FakeChain, clock: list[float]) -> None:
+        self.chain, self.clock = chain, clock
         self.paths = (tmp / "lane.sqlite", tmp / "reference.sqlite")
         self.stores = (SQLiteStore(self.paths[0]), ReferenceStore(self.paths[1]))
         self.intakes = tuple(Intake(cfg(), s, chain, clock=lambda: clock[0], job_ttl=0)
@@ -235,18 +236,21 @@ def test_randomized_hostile_traffic_is_decided_and_stored_as_the_reference_does(
     assert twin.reference_calls[0] < twin.reference_calls[1]  # the lane decided some itself
 
 
-def test_the_lane_decides_a_jobs_steady_windows_without_the_reference_path(tmp_path):
+def one_job(tmp_path: Path, seed: int) -> tuple[Twin, Worker, random.Random]:
+    """A twin on a fresh chain with one job, that job's worker, a seeded random source."""
     chain = FakeChain()
     clock = [float(T0 + 10**5)]
-    twin = Twin(tmp_path, chain, clock)
-    w = Worker(JOB)
-    rng = random.Random(1)
+    return Twin(tmp_path, chain, clock), Worker(JOB), random.Random(seed)
+
+
+def test_the_lane_decides_a_jobs_steady_windows_without_the_reference_path(tmp_path):
+    twin, w, rng = one_job(tmp_path, seed=1)
     for _ in range(5):
         assert twin.send([w.window(rng)])[0]["status"] == "accepted"
     assert twin.send([w.window(rng) for _ in range(6)]) and twin.reference_calls[0] == 0
     twin.assert_same_rows()
     # A new intake on the same database (a restart) loads the job's state from the store.
-    again = Intake(cfg(), SQLiteStore(twin.paths[0]), chain, clock=lambda: clock[0])
+    again = Intake(cfg(), SQLiteStore(twin.paths[0]), twin.chain, clock=lambda: twin.clock[0])
     again._judge = None  # the reference path is never needed for the next window
     assert again.submit(w.window(rng))[1]["status"] == "accepted"
 
@@ -315,22 +319,14 @@ def test_rows_whose_job_moved_behind_the_memo_fail_the_group(tmp_path):
 def test_a_first_window_stored_as_rejected_is_seen_by_the_lane(tmp_path):
     """A job with no state row but a rejected first window stored: the honest first window is
     then an equivocation (the reference's answer), not the job's fresh start."""
-    chain = FakeChain()
-    clock = [float(T0 + 10**5)]
-    twin = Twin(tmp_path, chain, clock)
-    w = Worker(JOB)
-    rng = random.Random(4)
+    twin, w, rng = one_job(tmp_path, seed=4)
     assert twin.send([w.window(rng, "three")])[0]["error"] == "gpu_count_mismatch"
     assert twin.send([w.other_version(1)])[0]["error"] == "equivocation"
     twin.assert_same_rows()
 
 
 def test_a_window_overlapping_the_last_accepted_one_is_left_to_the_reference(tmp_path):
-    chain = FakeChain()
-    clock = [float(T0 + 10**5)]
-    twin = Twin(tmp_path, chain, clock)
-    w = Worker(JOB)
-    rng = random.Random(5)
+    twin, w, rng = one_job(tmp_path, seed=5)
     assert twin.send([w.window(rng) for _ in range(3)])[-1]["status"] == "accepted"
     assert twin.send([w.window(rng, "overlap")])[0]["error"] == "window_overlap"
     twin.assert_same_rows()
