@@ -6,8 +6,8 @@ reads or per-proof statements.
 rules, decoding, ``verify_strict``; no dataclasses) and ``JobFacts``/``ProviderFacts``
 (the chain checks of ``check_assignment``, ``check_committee`` and ``check_worker_key``,
 computed once per cached account). Under the group commit, ``FastLane.try_accept`` then
-decides a proof from ``Memo``, this process's copy of the job's stored state, and queues its
-two rows; ``FastLane.flush`` writes the queued rows with one ``executemany`` per table.
+decides a proof from ``Memo``, a copy of the job's stored state, and queues its two
+rows; ``FastLane.flush`` writes the queued rows with one ``executemany`` per table.
 
 Guarantees (validator/tests/test_fastlane.py checks them against the reference path):
 
@@ -15,13 +15,16 @@ Guarantees (validator/tests/test_fastlane.py checks them against the reference p
   would accept with the same approved seconds and total and the same rows; whatever it
   does not accept goes to the reference path unchanged (so every rejection, duplicate and
   equivocation keeps its reason, message and evidence);
-* ``Memo`` holds a job only while this process knows the job's stored state exactly: set
-  from an accepted proof written in a committed group, dropped when the reference path
-  decides anything else for the job, and cleared when the group fails or another
-  connection wrote the database since (``Store.intake_memo_valid``: SQLite's
-  ``data_version``; never valid on PostgreSQL, where processes share the tables and the
-  lane stays off). Its invariant: the stored job row is (``last_seq``, ...), the accepted
-  proof at ``last_seq`` has ``last_hash``, and nothing is stored above ``last_seq``;
+* ``Memo`` holds a job only while the job's stored state is known exactly: loaded from the
+  store inside the group's transaction (``Store.intake_memo``) or set by the lane's own
+  accepted rows, dropped when the reference path decides anything for the job, and cleared
+  when a group fails or another connection wrote the database since
+  (``Store.intake_memo_valid``: SQLite's ``data_version``). It lives with the store's
+  connection (``Store.lane_memo``), so intakes sharing a store share it. The lane runs only
+  on stores whose transactions exclude every other writer (``Store.serial_writers``:
+  SQLite, not PostgreSQL). Its invariant: the stored job row is (``last_seq``, ...), the
+  accepted proof at ``last_seq`` has ``last_hash``, and nothing is stored above
+  ``last_seq`` (or, for a job with nothing stored, its state is the chain's);
 * the rows are written with the reference path's compare-and-set: the job row moves only
   from the ``last_seq`` the proof was judged against, and the proof row is a plain insert,
   so a state changed behind the memo fails the whole group (503, retryable, nothing kept)
@@ -173,8 +176,9 @@ _FRESH = Memo(-1, 0, 0, None, 0, b"", row=False)
 
 class FastLane:
     """One group commit's use of the memo (``Intake._commit_group``): decisions and rows of
-    this group overlay ``memo`` until ``committed`` (or all is dropped by ``failed``). A job
-    missing from both is loaded from the store (one query, ``Store.intake_memo``)."""
+    this group overlay ``memo`` until ``committed`` (the caller clears the memo if the group
+    fails). A job missing from both is loaded from the store (one query,
+    ``Store.intake_memo``)."""
 
     def __init__(self, memo: dict[bytes, Memo], store: Store, enabled: bool,
                  clock: Callable[[], float] = time.time, max_entries: int = 32_768) -> None:
@@ -270,14 +274,12 @@ class FastLane:
         self.memo.pop(job, None)
 
     def committed(self) -> None:
-        """The group is durable: its overlay becomes the memo."""
+        """The group's rows are all written (its transaction about to commit): its overlay
+        becomes the memo. If the commit fails, the caller clears the memo (nothing of it, nor
+        the memo, can be trusted then)."""
         for job, m in self.overlay.items():
             self.memo.pop(job, None)
             if m is not None and m is not _FRESH:
                 self.memo[job] = m
         while len(self.memo) > self.max_entries:
             self.memo.pop(next(iter(self.memo)))
-
-    def failed(self) -> None:
-        """The group was rolled back: nothing of it, nor the memo, can be trusted."""
-        self.memo.clear()

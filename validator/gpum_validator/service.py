@@ -218,9 +218,10 @@ class Intake:
         self.jobs = JobAccounts(client, job_ttl)
         self.on_equivocation = on_equivocation
         self._group = GroupCommit(self._commit_group)
-        self._memo: dict[bytes, fastlane.Memo] = {}
-        """The fast lane's copy of stored job states (``fastlane.Memo``; the group commit's
-        leader only)."""
+        self._memo: dict[bytes, fastlane.Memo] = store.lane_memo if store.serial_writers else {}
+        """The fast lane's copies of stored job states (``fastlane.Memo``; used by the group
+        commit's leader only, under the store's transaction). They live with the store's
+        connection, so every intake on one store shares them."""
         self._job_facts = fastlane.FactsCache(lambda v: fastlane.JobFacts.of(v, cfg),
                                               self.jobs.max_entries)
         self._provider_facts = fastlane.FactsCache(
@@ -370,6 +371,9 @@ class Intake:
                 for req in requests:
                     self._judge_request(req, equivocations, lane)
                 self._flush(lane)
+                # Still under the store's lock: no other intake's group sees the memo between
+                # this group's writes and its overlay (a failed COMMIT clears it below).
+                lane.committed()
         except StoreError as e:
             self._chain_written.clear()  # rolled back with the rest
             self._memo.clear()
@@ -379,7 +383,10 @@ class Intake:
                     if not was or it.answer is None:
                         it.answer = failed
             return
-        lane.committed()
+        except BaseException:
+            self._memo.clear()  # whatever failed, the copies may be ahead of the database
+            raise
+        assert lane is not None
         if lane.accepted:
             self.metrics.proof("accepted", n=lane.accepted)
         for req in requests:

@@ -526,6 +526,7 @@ class Store(Protocol):
     def intake_memo(self, job: bytes) -> tuple[int, JobState | None]: ...
     def intake_memo_valid(self) -> bool: ...
     serial_writers: bool
+    lane_memo: dict[bytes, Any]
     def record_equivocation(self, auth: Authenticated, other_hash: bytes, now: float) -> bool: ...
     def update_chain_info(self, job: bytes, info: ChainJobInfo, now: float) -> None: ...
     def chain_info(self, job: bytes) -> tuple[ChainJobInfo | None, float]: ...
@@ -1498,6 +1499,9 @@ class SQLiteStore(SQLStore):
         """> 0 while the thread holding ``_lock`` is inside ``batch()``."""
         self._data_version: int | None = None
         """``PRAGMA data_version`` at the previous ``intake_memo_valid``."""
+        self.lane_memo: dict[bytes, Any] = {}
+        """The intake's fast-lane copies of stored job states (``fastlane.Memo``), kept with
+        the connection whose writes they follow: every intake on this store shares them."""
 
     def intake_memo_valid(self) -> bool:
         """``PRAGMA data_version`` changes exactly when another connection (another

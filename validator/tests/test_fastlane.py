@@ -341,3 +341,21 @@ def test_facts_are_computed_once_per_view_and_bounded():
     cache.get(b"y", a)
     cache.get(b"z", a)
     assert len(cache._map) == 2 and b"x" not in cache._map
+
+
+def test_two_intakes_on_one_store_share_what_the_lane_knows(tmp_path):
+    """Two intakes on one store object (one connection: ``data_version`` never moves
+    between them): a rejected window the second one stores is seen by the first."""
+    chain = FakeChain()
+    clock = [float(T0 + 10**5)]
+    store = SQLiteStore(tmp_path / "v.sqlite")
+    mine, theirs = (Intake(cfg(), store, chain, clock=lambda: clock[0]) for _ in range(2))
+    w = Worker(JOB)
+    rng = random.Random(6)
+    for _ in range(3):
+        assert mine.submit(w.window(rng))[1]["status"] == "accepted"
+    honest = make_proof(4, prev=w.prev, cumulative=4 * WINDOW)
+    status, body = theirs.submit(signed_json(replace(honest, cumulative_seconds=4 * WINDOW + 1)))
+    assert (status, body["error"]) == (422, "cumulative_mismatch")
+    status, body = mine.submit(signed_json(honest))
+    assert (status, body["error"]) == (409, "equivocation")
