@@ -384,7 +384,9 @@ class Intake:
                         it.answer = failed
             return
         except BaseException:
-            self._memo.clear()  # whatever failed, the copies may be ahead of the database
+            # Whatever failed, the copies may be ahead of the database.
+            self._chain_written.clear()
+            self._memo.clear()
             raise
         assert lane is not None
         if lane.accepted:
