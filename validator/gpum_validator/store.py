@@ -637,16 +637,23 @@ class SQLStore:
 
     # ------------------------------------------------------------------ proofs, job state
 
-    def job_state(self, job: bytes) -> JobState | None:
-        rows = self._q("SELECT last_seq, cumulative_seconds, last_window_end, gpu_uuids, "
-                       "approved_total FROM jobs WHERE job=?", (job,))
-        if not rows:
+    _JOB_STATE_COLS = ("j.last_seq, j.cumulative_seconds, j.last_window_end, j.gpu_uuids, "
+                       "j.approved_total, (SELECT hash FROM proofs p WHERE p.job=j.job "
+                       "AND p.seq=j.last_seq AND p.decision='accepted')")
+    """The columns of a ``JobState`` of the ``jobs`` row ``j`` (``_job_state``)."""
+
+    @staticmethod
+    def _job_state(row: Sequence[Any]) -> JobState | None:
+        """The ``JobState`` of ``_JOB_STATE_COLS`` values (None when the row is all NULL: an
+        outer join found no job)."""
+        s, c, w, u, a, h = row
+        if s is None:
             return None
-        s, c, w, u, a = rows[0]
-        h = self._q("SELECT hash FROM proofs WHERE job=? AND seq=? AND decision='accepted'",
-                    (job, s))
-        return JobState(s, c, w, tuple(json.loads(u)) if u else None, int(a),
-                        h[0][0] if h else None)
+        return JobState(s, c, w, tuple(json.loads(u)) if u else None, int(a), h)
+
+    def job_state(self, job: bytes) -> JobState | None:
+        rows = self._q(f"SELECT {self._JOB_STATE_COLS} FROM jobs j WHERE j.job=?", (job,))
+        return self._job_state(rows[0]) if rows else None
 
     _PROOF_COLS = ("job, seq, hash, proof, proof_signature, receipt_signature, worker_key, "
                    "cumulative_seconds, window_end, received_at, decision, reason, "
@@ -663,14 +670,7 @@ class SQLStore:
         rows = self._q(f"SELECT {self._PROOF_COLS} FROM proofs WHERE job=? AND seq IN (?, ?) "
                        "ORDER BY received_at", (job, seq, seq - 1))
         proofs = [StoredProof(*r) for r in rows]
-        jrows = self._q("SELECT last_seq, cumulative_seconds, last_window_end, gpu_uuids, "
-                        "approved_total, (SELECT hash FROM proofs p WHERE p.job=j.job "
-                        "AND p.seq=j.last_seq AND p.decision='accepted') FROM jobs j "
-                        "WHERE j.job=?", (job,))
-        state = None
-        if jrows:
-            s, c, w, u, a, h = jrows[0]
-            state = JobState(s, c, w, tuple(json.loads(u)) if u else None, int(a), h)
+        state = self.job_state(job)
         return IntakeView(state, [x for x in proofs if x.seq == seq],
                           [x for x in proofs if x.seq == seq - 1])
 
@@ -819,15 +819,10 @@ class SQLStore:
         (``job_state``; None without a row), in one query: what the fast lane's memo is
         loaded from."""
         rows = self._q(
-            "SELECT (SELECT COALESCE(MAX(seq), 0) FROM proofs WHERE job=?), j.last_seq, "
-            "j.cumulative_seconds, j.last_window_end, j.gpu_uuids, j.approved_total, "
-            "(SELECT hash FROM proofs p WHERE p.job=j.job AND p.seq=j.last_seq "
-            "AND p.decision='accepted') FROM (SELECT 1 AS one) o LEFT JOIN jobs j ON j.job=?",
+            "SELECT (SELECT COALESCE(MAX(seq), 0) FROM proofs WHERE job=?), "
+            f"{self._JOB_STATE_COLS} FROM (SELECT 1 AS one) o LEFT JOIN jobs j ON j.job=?",
             (job, job))
-        m, s, c, w, u, a, h = rows[0]
-        if s is None:
-            return int(m), None
-        return int(m), JobState(s, c, w, tuple(json.loads(u)) if u else None, int(a), h)
+        return int(rows[0][0]), self._job_state(rows[0][1:])
 
     serial_writers = False
     """Whether ``batch()`` excludes every other writer of the database, of any process, until

@@ -64,10 +64,11 @@ fn verify_with(vk: &VerifyingKey, sig: &[u8], msg: &[u8]) -> bool {
     }
 }
 
-/// Decompressed keys of one call, most recent first (a request is usually one worker's).
+/// Decompressed keys of one call, most recent first (a request is usually one worker's),
+/// each with whether it is in `KNOWN_KEYS` already.
 #[derive(Default)]
 pub struct KeyCache {
-    keys: Vec<([u8; 32], Option<VerifyingKey>)>,
+    keys: Vec<([u8; 32], Option<VerifyingKey>, bool)>,
 }
 
 impl KeyCache {
@@ -76,23 +77,25 @@ impl KeyCache {
     /// `verify_strict_one(key, sig, msg)`, decompressing `key` at most once per cache life
     /// (and not at all when it verified a signature before, in any call).
     pub fn verify(&mut self, key: &[u8; 32], sig: &[u8], msg: &[u8]) -> bool {
-        let (vk, was_known) = match self.keys.iter().position(|(k, _)| k == key) {
-            Some(i) => (self.keys[i].1, true),
+        let i = match self.keys.iter().position(|(k, _, _)| k == key) {
+            Some(i) => i,
             None => {
                 let hit = known(key);
                 let vk = hit.or_else(|| VerifyingKey::from_bytes(key).ok());
                 if self.keys.len() == Self::CAPACITY {
                     self.keys.pop();
                 }
-                self.keys.insert(0, (*key, vk));
-                (vk, hit.is_some())
+                self.keys.insert(0, (*key, vk, hit.is_some()));
+                0
             }
         };
+        let (_, vk, is_known) = &mut self.keys[i];
         let ok = vk.is_some_and(|vk| verify_with(&vk, sig, msg));
-        if ok && !was_known {
+        if ok && !*is_known {
             if let Some(vk) = vk {
-                remember(key, vk);
+                remember(key, *vk);
             }
+            *is_known = true;
         }
         ok
     }
