@@ -45,7 +45,7 @@ from solders.pubkey import Pubkey
 
 from .chain import baseline_state
 from .config import VerifyConfig
-from .store import Store
+from .store import UPDATED_AT_GRAIN_SECONDS, Store
 from .verify import JobState, _pk, committee_of, field_of, job_rules, status_of
 
 try:
@@ -155,6 +155,8 @@ class Memo(NamedTuple):
     gpu_uuids: tuple[str, ...] | None
     approved_total: int
     last_hash: bytes
+    updated_at: float = 0.0
+    """The row's ``updated_at`` (``Store.UPDATED_AT_GRAIN_SECONDS``)."""
     row: bool = True
 
 
@@ -210,13 +212,13 @@ class FastLane:
         return m
 
     def _load(self, job: bytes) -> Memo | None:
-        max_seq, state = self.store.intake_memo(job)
+        max_seq, state, updated_at = self.store.intake_memo(job)
         if state is None:
             return _FRESH if max_seq == 0 else None
         if max_seq != state.last_seq or state.last_hash is None or state.gpu_uuids is None:
             return None
         return Memo(state.last_seq, state.cumulative_seconds, state.last_window_end,
-                    state.gpu_uuids, state.approved_total, state.last_hash)
+                    state.gpu_uuids, state.approved_total, state.last_hash, updated_at)
 
     def try_accept(self, s: tuple, facts: JobFacts) -> dict[str, Any] | None:
         """The accepted answer for screened proof ``s`` when the reference path would give
@@ -248,14 +250,18 @@ class FastLane:
         approved = max(0, min(s[BILLABLE], health_bound(s[HEALTH], length, facts)))
         total = m.approved_total + approved
         if m.row:
-            self.job_rows.append((seq, s[CUMULATIVE], end, now, total, job, m.last_seq))
+            # ``record_accepted``'s rule: updated_at only when the stored one is a grain old.
+            stamp = now if m.updated_at <= now - UPDATED_AT_GRAIN_SECONDS else None
+            self.job_rows.append((seq, s[CUMULATIVE], end, total, stamp, job, m.last_seq))
+            updated_at = m.updated_at if stamp is None else now
         else:
             self.new_job_rows.append((job, seq, s[CUMULATIVE], end, json.dumps(list(uuids)),
                                       now, total))
+            updated_at = now
         self.proof_rows.append((job, seq, s[HASH], s[PROOF], s[PROOF_SIGNATURE],
                                 s[RECEIPT_SIGNATURE], s[WORKER_KEY], s[CUMULATIVE], end, now,
                                 "accepted", None, approved, total))
-        self.overlay[job] = Memo(seq, s[CUMULATIVE], end, uuids, total, s[HASH])
+        self.overlay[job] = Memo(seq, s[CUMULATIVE], end, uuids, total, s[HASH], updated_at)
         self.accepted += 1
         return {"status": "accepted", "job": str(Pubkey.from_bytes(job)), "seq": seq,
                 "approved_seconds": approved, "approved_total": total}

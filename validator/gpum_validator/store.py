@@ -53,6 +53,11 @@ from .store_sql import SQLITE, Conn, Dialect, as_int
 from .verify import Authenticated, JobState, Verdict
 
 SCHEMA_VERSION = 4
+UPDATED_AT_GRAIN_SECONDS = 600.0
+"""An accepted proof sets its job's ``updated_at`` only when the stored one is this much
+older: ``jobs.updated_at`` is the time of the job's last write to within this grain. It is read
+only against cutoffs days old (``stale_open_jobs``, ``prune``), and setting it at every window
+moves the job's entry in ``jobs_open`` (one more random page written per proof)."""
 MAX_PROOFS_PER_SEQ = 2
 """Different proofs kept for one (job, seq): the first and one conflicting (the evidence)."""
 
@@ -82,7 +87,6 @@ CREATE TABLE IF NOT EXISTS proofs (
     approved_total INTEGER,
     PRIMARY KEY (job, seq, hash)
 );
-CREATE INDEX IF NOT EXISTS proofs_accepted ON proofs (job, decision, seq);
 CREATE TABLE IF NOT EXISTS jobs (
     job BLOB PRIMARY KEY,
     last_seq INTEGER NOT NULL,
@@ -262,11 +266,18 @@ CREATE INDEX IF NOT EXISTS jobs_open ON jobs (updated_at)
     WHERE chain_status IS NULL OR chain_status NOT IN {_TERMINAL_SQL};
 CREATE INDEX IF NOT EXISTS intents_by_status_time ON intents (status, updated_at);
 DROP INDEX IF EXISTS proofs_by_decision;
+DROP INDEX IF EXISTS proofs_accepted;
+CREATE INDEX IF NOT EXISTS proofs_rejected ON proofs (job, seq) WHERE decision = 'rejected';
 """
 """Schema v4 (issue 9): the counters of ``summary`` and the indexes of the settle pass,
 /health and pruning (the ``jobs`` columns they use are in ``_V4_COLUMNS``). The v1-v3 index
-``proofs_by_decision`` (decision, job) served whole-table counts that ``counters`` replaced;
-``proofs_accepted`` (job, decision, seq) serves every per-job lookup, so it is dropped."""
+``proofs_by_decision`` (decision, job) served whole-table counts that ``counters`` replaced,
+so it is dropped. Per-job lookups of accepted proofs read the primary key (job, seq, hash):
+they are ranges of a few seqs. The index ``proofs_accepted`` (job, decision, seq) that served
+them until the intake's fast lane cost one more random page per accepted proof written (a
+fifth of the intake's throughput, validator/README.md *Throughput*), so it is dropped too;
+only rejected proofs, which the per-job caps count whatever their seqs, keep an index of
+their own, ``proofs_rejected`` (the intake writes accepted proofs, which never enter it)."""
 
 COUNTED = (("proofs", "decision"), ("intents", "status"), ("jobs", None),
            ("missed_windows", None), ("attestations_given", None),
@@ -523,7 +534,7 @@ class Store(Protocol):
                         stored_last_seq: int | None, now: float) -> None: ...
     def record_accepted_rows(self, new_job_rows: list[tuple], job_rows: list[tuple],
                              proof_rows: list[tuple]) -> None: ...
-    def intake_memo(self, job: bytes) -> tuple[int, JobState | None]: ...
+    def intake_memo(self, job: bytes) -> tuple[int, JobState | None, float]: ...
     def intake_memo_valid(self) -> bool: ...
     serial_writers: bool
     lane_memo: dict[bytes, Any]
@@ -779,12 +790,15 @@ class SQLStore:
             else:
                 cur = db.execute(
                     "UPDATE jobs SET last_seq=?, cumulative_seconds=?, last_window_end=?, "
-                    "gpu_uuids=?, accepted_windows=accepted_windows+1, updated_at=?, "
+                    "gpu_uuids=?, accepted_windows=accepted_windows+1, "
                     "approved_total=? WHERE job=? AND last_seq=?",
-                    (p.seq, p.cumulative_seconds, p.window_end, uuids, now,
+                    (p.seq, p.cumulative_seconds, p.window_end, uuids,
                      verdict.approved_total, p.job, stored_last_seq))
             if cur.rowcount != 1:
                 raise StoreError("job state changed during verification; resubmit")
+            if stored_last_seq is not None:
+                db.execute("UPDATE jobs SET updated_at=? WHERE job=? AND updated_at<=?",
+                           (now, p.job, now - UPDATED_AT_GRAIN_SECONDS))
             self._upsert_proof(db, auth, "accepted", None, now, verdict.approved_seconds,
                                verdict.approved_total)
             db.executemany("INSERT OR IGNORE INTO missed_windows VALUES (?,?,?)",
@@ -796,33 +810,43 @@ class SQLStore:
         stored (the fast lane, ``fastlane.FastLane``), in this order: the first rows of jobs
         (``job, last_seq, cumulative_seconds, last_window_end, gpu_uuids, updated_at,
         approved_total``), the moves of job rows (``last_seq, cumulative_seconds,
-        last_window_end, updated_at, approved_total, job, previous last_seq``), the proofs (in
-        ``_PROOF_COLS`` order). The same compare-and-set as ``record_accepted``: a job row
-        that exists already or is not at its previous ``last_seq``, or a proof row stored
-        already, raises StoreError (the caller's transaction is rolled back)."""
+        last_window_end, approved_total, updated_at, job, previous last_seq``; ``updated_at``
+        None where the stored one is within ``UPDATED_AT_GRAIN_SECONDS``, so it is left as
+        it is), the proofs (in ``_PROOF_COLS`` order). The same compare-and-set as
+        ``record_accepted``: a job row that exists already or is not at its previous
+        ``last_seq``, or a proof row stored already, raises StoreError (the caller's
+        transaction is rolled back)."""
+        touched = [r for r in job_rows if r[4] is not None]
+        kept = [r[:4] + r[5:] for r in job_rows if r[4] is None]
         with self._tx() as db:
             db.executemany(
                 "INSERT INTO jobs (job, last_seq, cumulative_seconds, last_window_end, "
                 "gpu_uuids, accepted_windows, updated_at, approved_total) "
                 "VALUES (?,?,?,?,?,1,?,?)", new_job_rows)
-            cur = db.executemany(
-                "UPDATE jobs SET last_seq=?, cumulative_seconds=?, last_window_end=?, "
-                "accepted_windows=accepted_windows+1, updated_at=?, approved_total=? "
-                "WHERE job=? AND last_seq=?", job_rows)
-            if job_rows and cur.rowcount != len(job_rows):
+            moved = 0
+            # Never ``SET updated_at`` when it stays: SQLite rewrites the index entries of
+            # every column set, changed or not (``jobs_open``: one more page per proof).
+            for sql, rows in ((", updated_at=?", touched), ("", kept)):
+                if rows:
+                    moved += db.executemany(
+                        "UPDATE jobs SET last_seq=?, cumulative_seconds=?, last_window_end=?, "
+                        f"accepted_windows=accepted_windows+1, approved_total=?{sql} "
+                        "WHERE job=? AND last_seq=?", rows).rowcount
+            if moved != len(job_rows):
                 raise StoreError("job state changed during verification; resubmit")
             db.executemany(f"INSERT INTO proofs ({self._PROOF_COLS}) "
                            "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)", proof_rows)
 
-    def intake_memo(self, job: bytes) -> tuple[int, JobState | None]:
-        """The highest seq stored for ``job`` (any decision; 0 if none) and its stored state
-        (``job_state``; None without a row), in one query: what the fast lane's memo is
-        loaded from."""
+    def intake_memo(self, job: bytes) -> tuple[int, JobState | None, float]:
+        """The highest seq stored for ``job`` (any decision; 0 if none), its stored state
+        (``job_state``; None without a row) and its row's ``updated_at`` (0 without one), in
+        one query: what the fast lane's memo is loaded from."""
         rows = self._q(
-            "SELECT (SELECT COALESCE(MAX(seq), 0) FROM proofs WHERE job=?), "
+            "SELECT (SELECT COALESCE(MAX(seq), 0) FROM proofs WHERE job=?), j.updated_at, "
             f"{self._JOB_STATE_COLS} FROM (SELECT 1 AS one) o LEFT JOIN jobs j ON j.job=?",
             (job, job))
-        return int(rows[0][0]), self._job_state(rows[0][1:])
+        r = rows[0]
+        return int(r[0]), self._job_state(r[2:]), float(r[1] or 0)
 
     serial_writers = False
     """Whether ``batch()`` excludes every other writer of the database, of any process, until

@@ -312,8 +312,8 @@ def test_rows_whose_job_moved_behind_the_memo_fail_the_group(tmp_path):
         store.record_accepted_rows([(JOB, 1, 60, T0 + 60, '["GPU-aaaa"]', 1.0, 60)], [], [])
     with pytest.raises(StoreError), store.batch():
         store.record_accepted_rows([(JOB, 1, 60, T0 + 60, '["GPU-aaaa"]', 1.0, 60)], [], [])
-    assert store.intake_memo(JOB) == (0, store.job_state(JOB))
-    assert store.intake_memo(bytes(32)) == (0, None)
+    assert store.intake_memo(JOB)[:2] == (0, store.job_state(JOB))
+    assert store.intake_memo(bytes(32)) == (0, None, 0.0)
 
 
 def test_a_first_window_stored_as_rejected_is_seen_by_the_lane(tmp_path):

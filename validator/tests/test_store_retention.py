@@ -217,3 +217,30 @@ def test_counters_match_the_tables(store_db):
     store.close()
     store = store_db.open()  # and survive a restart
     assert summary_counts(store) == table_counts(store)
+
+
+def test_an_accept_moves_updated_at_only_once_it_is_a_grain_old(store_db):
+    """``jobs.updated_at`` is the last write to within ``UPDATED_AT_GRAIN_SECONDS`` (so most
+    accepts leave ``jobs_open`` alone); a job accepting windows again is not stale."""
+    from gpum_validator.store import UPDATED_AT_GRAIN_SECONDS as GRAIN
+
+    store = store_db.open()
+    job = job_key(31)
+    ps = chain_of(4, job=job)
+    start = BEFORE - GRAIN - 10
+
+    def updated_at() -> float:
+        return store._q("SELECT updated_at FROM jobs WHERE job=?", (job,))[0][0]
+
+    accept(store, ps[0], start)
+    assert updated_at() == start  # the first row
+    accept(store, ps[1], start + GRAIN - 1)
+    assert updated_at() == start  # within the grain: left as it is
+    store.update_chain_info(job, info("running", 0), start)
+    assert store.stale_open_jobs(BEFORE, 10) == [job]  # no write since before the cutoff
+    accept(store, ps[2], BEFORE + 10)
+    assert updated_at() == BEFORE + 10  # a grain old: moved
+    assert store.stale_open_jobs(BEFORE, 10) == []
+    accept(store, ps[3], BEFORE + 11)
+    assert updated_at() == BEFORE + 10
+    assert store.job_state(job).last_seq == 4
