@@ -178,3 +178,27 @@ def test_program_watcher_calls_back_for_matching_accounts_and_survives_a_dead_no
     finally:
         w.stop()
         dead.stop()
+
+
+def test_the_validator_keeps_account_reads_while_its_subscriptions_are_live(chain) -> None:
+    """``gpum-validator run`` subscribes to the program's Job and Provider accounts and, while
+    a subscription is confirmed, keeps the reads it covers for ``SUBSCRIBED_TTL``; when the
+    subscription ends, back to the short TTL."""
+    from types import SimpleNamespace
+
+    from gpum_validator.chain import SUBSCRIBED_TTL, JobAccounts, ProviderKeys
+    from gpum_validator.cli import _watch_accounts
+
+    client, _ = chain
+    intake = SimpleNamespace(providers=ProviderKeys(client), jobs=JobAccounts(client))
+    watchers = _watch_accounts(client.url, bytes(client.program_id), intake)
+    try:
+        assert [w.name for w in watchers] == ["provider-watch", "job-watch"]
+        assert all(w.subscribed.wait(10) for w in watchers)
+        for cache in (intake.providers, intake.jobs):
+            assert cache.live_ttl == SUBSCRIBED_TTL
+            assert cache._live_since() is not None
+    finally:
+        for w in watchers:
+            w.stop()
+    assert intake.jobs._live_since() is None and intake.providers._live_since() is None

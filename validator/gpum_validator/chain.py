@@ -126,7 +126,16 @@ class AccountCache:
     an LRU of at most ``max_entries``; ``get(..., refresh=True)`` re-reads, ``forget`` drops
     one entry (a subscription saw the account change). Thread-safe. Memory is bounded
     whatever addresses are asked for; a read failure is ``ChainUnavailable`` (nothing is
-    cached)."""
+    cached).
+
+    With ``follow(live_since, live_ttl)`` (a PubSub subscription to these accounts), a read
+    is kept for ``live_ttl`` instead of ``ttl`` while it stays covered by the subscription:
+    it began after the subscription was confirmed (``live_since()``, on this cache's clock;
+    None while there is none), that subscription is still the live one, and no ``forget``
+    happened while it was in flight (a change notified during a read may not be in it).
+    Any change after such a read is notified and drops it, so it is as fresh as the
+    notifications; without a subscription, or after it drops and comes back, reads fall back
+    to ``ttl``."""
 
     def __init__(self, fetch: Callable[[Pubkey], Any | None], what: str, ttl: float,
                  clock: Callable[[], float] = time.monotonic,
@@ -140,10 +149,22 @@ class AccountCache:
         self.max_entries = max_entries
         self.reads = 0
         """Chain reads made (cache misses and refreshes)."""
-        self._cache: OrderedDict[bytes, tuple[float, Any | None]] = OrderedDict()
+        self._cache: OrderedDict[bytes, tuple[float, Any | None, bool]] = OrderedDict()
+        """Per address: when it was read, what was read, whether no ``forget`` happened
+        during the read."""
         self._forced: OrderedDict[bytes, float] = OrderedDict()
         """When each address was last read because ``refresh`` forced it (bounded too)."""
         self._lock = threading.Lock()
+        self._live_since: Callable[[], float | None] = lambda: None
+        self.live_ttl = ttl
+        self._forgets = 0
+        """``forget`` calls so far: a read during which it moved is not covered."""
+
+    def follow(self, live_since: Callable[[], float | None], live_ttl: float) -> None:
+        """Keep reads covered by a subscription (see the class) for ``live_ttl`` seconds.
+        ``live_since()``: when the current subscription was confirmed, on this cache's
+        clock; None while there is none."""
+        self._live_since, self.live_ttl = live_since, max(live_ttl, self.ttl)
 
     def __len__(self) -> int:
         with self._lock:
@@ -153,7 +174,18 @@ class AccountCache:
         """Drop ``address``'s entry: the next use reads it afresh instead of waiting out the
         TTL."""
         with self._lock:
+            self._forgets += 1
             self._cache.pop(bytes(address), None)
+
+    def _fresh(self, entry: tuple[float, Any | None, bool], now: float) -> bool:
+        read_at, _, covered = entry
+        age = now - read_at
+        if age < self.ttl:
+            return True
+        if not covered or age >= self.live_ttl:
+            return False
+        since = self._live_since()
+        return since is not None and read_at >= since
 
     def get(self, address: bytes, refresh: bool = False) -> Any | None:
         """The cached account, or a fresh read. ``refresh`` forces a read, but at most once per
@@ -172,13 +204,14 @@ class AccountCache:
                     self._forced.move_to_end(address)
                     while len(self._forced) > self.max_entries:
                         self._forced.popitem(last=False)
-            if hit is not None and not refresh and now - hit[0] < self.ttl:
+            if hit is not None and not refresh and self._fresh(hit, now):
                 self._cache.move_to_end(address)
                 return hit[1]
             self.reads += 1
+            forgets = self._forgets
         view = read(self.what, lambda: self.fetch(Pubkey.from_bytes(address)))
         with self._lock:
-            self._cache[address] = (now, view)
+            self._cache[address] = (now, view, forgets == self._forgets)
             self._cache.move_to_end(address)
             while len(self._cache) > self.max_entries:
                 self._cache.popitem(last=False)
@@ -198,6 +231,11 @@ class ProviderKeys(AccountCache):
 
 DEFAULT_JOB_TTL = 2.0
 """How long a Job account read by the intake is reused (``JobAccounts``)."""
+SUBSCRIBED_TTL = 300.0
+"""How long the intake reuses a Job or Provider account read while a PubSub subscription to
+them covers it (``AccountCache.follow``): a change drops it at once, so this bounds only what
+a notification the node lost could cost. With one window a minute, a job is read once per
+five proofs instead of once per proof (``DEFAULT_JOB_TTL``)."""
 DEFAULT_JOB_CACHE = 32_768
 """Job accounts the intake keeps (a few KiB each): more than the running jobs of any one
 validator's committees, so a busy node does not thrash."""

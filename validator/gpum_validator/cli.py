@@ -291,12 +291,16 @@ def _watch_accounts(url: str, program_id: bytes, intake: Any) -> list[Any]:
     """PubSub subscriptions to the program's Provider and Job accounts: a change (a key
     rotation, a slash; a job finishing, settled, topped up) drops that account from the
     intake's cache (``ProviderKeys``, ``JobAccounts``), so the next proof sees it at once
-    instead of after the cache TTL, which stays the fallback without PubSub."""
+    instead of after the cache TTL, which stays the fallback without PubSub. While a
+    subscription is live, what it covers is kept ``SUBSCRIBED_TTL`` (``AccountCache.follow``):
+    the intake no longer reads a job's account at every window."""
     import base64
     import hashlib
 
     from gpu_market.pubsub import ProgramWatcher, pubsub_url
     from solders.pubkey import Pubkey as _Pk
+
+    from .chain import SUBSCRIBED_TTL
 
     try:
         ws = pubsub_url(url)
@@ -308,10 +312,12 @@ def _watch_accounts(url: str, program_id: bytes, intake: Any) -> list[Any]:
         disc = hashlib.sha256(b"account:" + kind.encode()).digest()[:8]
         flt = [{"memcmp": {"offset": 0, "bytes": base64.b64encode(disc).decode(),
                            "encoding": "base64"}}]
-        watchers.append(ProgramWatcher(
+        watcher = ProgramWatcher(
             ws, _Pk.from_bytes(program_id), flt,
             lambda address, _data, cache=cache: cache.forget(bytes(address)),
-            name=f"{kind.lower()}-watch").start())
+            name=f"{kind.lower()}-watch")
+        cache.follow(lambda w=watcher: w.live_since, SUBSCRIBED_TTL)  # both time.monotonic
+        watchers.append(watcher.start())
     return watchers
 
 

@@ -196,6 +196,54 @@ def test_provider_cache_forget_rereads_at_once(chain):
     assert len(reads) == 2
 
 
+def test_job_cache_keeps_reads_a_live_subscription_covers(chain):
+    """While a subscription is live, a job read after it was confirmed is kept for the
+    subscribed TTL (one read per five windows, not one per window); a read from before it,
+    or once it dropped or came back, or during which a change was notified, keeps only the
+    short TTL."""
+    from gpum_validator.chain import JobAccounts
+
+    now = [1000.0]
+    reads = []
+    real = chain.fetch_job
+
+    def fetch(address):
+        reads.append(address)
+        for hook in during_read:
+            hook()
+        return real(address)
+
+    during_read: list = []
+    chain.fetch_job = fetch
+    jobs = JobAccounts(chain, ttl=2.0, clock=lambda: now[0])
+    live: list = [None]
+    jobs.follow(lambda: live[0], 300.0)
+
+    def read_after(seconds: float) -> int:
+        now[0] += seconds
+        before = len(reads)
+        jobs.get(JOB)
+        return len(reads) - before
+
+    assert read_after(0) == 1 and read_after(1) == 0 and read_after(2) == 1  # no subscription
+    live[0] = now[0] + 0.5  # confirmed after that read: it stays short
+    assert read_after(1) == 0 and read_after(2) == 1  # read at live_since + 2.5: covered
+    assert [read_after(60) for _ in range(5)] == [0, 0, 0, 0, 1]  # 300 s later: read again
+    assert read_after(60) == 0
+    jobs.forget(JOB)  # a notification
+    assert read_after(0) == 1
+    live[0] = None  # the subscription dropped: back to the short TTL
+    assert read_after(3) == 1
+    live[0] = now[0] + 1  # and came back: the read before it is not covered
+    assert read_after(2) == 1
+    assert read_after(60) == 0  # that one is
+    during_read.append(lambda: jobs.forget(bytes([7] * 32)))  # a change notified mid-read
+    jobs.forget(JOB)
+    assert read_after(0) == 1
+    during_read.clear()
+    assert read_after(2) == 1  # that read was not covered: only the short TTL
+
+
 def test_equivocation_stores_one_pair_per_seq(node, chain):
     node.post(chain_of(1)[0])
     for b in range(1, 6):

@@ -17,6 +17,7 @@ import base64
 import json
 import logging
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -57,6 +58,10 @@ class ProgramWatcher:
         self.name = name
         self.subscribed = threading.Event()
         """Set while the subscription is confirmed by the node."""
+        self.live_since: float | None = None
+        """``time.monotonic()`` when the current subscription was confirmed; None while there
+        is none. Every change after it is notified (until it drops): a cache may keep a read
+        made after it for as long as the same subscription lasts."""
         self.notifications = 0
         self._stop = threading.Event()
         self._ws: Any = None
@@ -90,10 +95,12 @@ class ProgramWatcher:
                     ws.send(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "programSubscribe",
                                         "params": [str(self.program_id),
                                                    {"encoding": "base64",
+                                                    "commitment": "confirmed",
                                                     "filters": self.filters}]}))
                     answer = json.loads(ws.recv(timeout=10))
                     if "result" not in answer:
                         raise RuntimeError(f"programSubscribe refused: {answer.get('error')}")
+                    self.live_since = time.monotonic()
                     self.subscribed.set()
                     log.info("%s: subscribed to %s accounts at %s", self.name, self.program_id,
                              self.ws_url)
@@ -106,6 +113,7 @@ class ProgramWatcher:
                                 self.name, self.ws_url, e)
                     warned = True
             finally:
+                self.live_since = None
                 self.subscribed.clear()
                 self._ws = None
             if self._stop.wait(backoff):
