@@ -391,10 +391,13 @@ class Intake:
         assert lane is not None
         if lane.accepted:
             self.metrics.proof("accepted", n=lane.accepted)
+        debug = log.isEnabledFor(logging.DEBUG)
         for req in requests:
             for it in req:
                 if it.verdict is not None:
                     self._log_accepted(it)
+                elif debug and it.fast is not None and it.auth is None:
+                    self._log_lane_accepted(it)
         if self.on_equivocation is not None:
             for auth, other in equivocations:
                 self.on_equivocation(auth, other)
@@ -510,6 +513,17 @@ class Intake:
             log.debug("accepted job=%s seq=%d billable=%d approved=%d cumulative=%d "
                       "approved_total=%d", _b58(p.job), p.seq, p.billable_seconds,
                       verdict.approved_seconds, p.cumulative_seconds, verdict.approved_total)
+
+    @staticmethod
+    def _log_lane_accepted(it: _Item) -> None:
+        """``_log_accepted``'s debug line for a proof the fast lane accepted (it is the next
+        window of its job, so it missed no window)."""
+        assert it.fast is not None and it.answer is not None
+        s, body = it.fast, it.answer[1]
+        if body.get("status") == "accepted":
+            log.debug("accepted job=%s seq=%d billable=%d approved=%d cumulative=%d "
+                      "approved_total=%d", body["job"], s[fastlane.SEQ], s[fastlane.BILLABLE],
+                      body["approved_seconds"], s[fastlane.CUMULATIVE], body["approved_total"])
 
     def _answer(self, r: Rejection, auth: Authenticated | None = None
                 ) -> tuple[int, dict[str, Any]]:

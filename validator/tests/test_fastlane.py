@@ -255,6 +255,19 @@ def test_the_lane_decides_a_jobs_steady_windows_without_the_reference_path(tmp_p
     assert again.submit(w.window(rng))[1]["status"] == "accepted"
 
 
+def test_lane_accepts_are_logged_at_debug_as_the_reference_logs_them(tmp_path, caplog):
+    import logging
+
+    caplog.set_level(logging.DEBUG, logger="gpum_validator")
+    twin, w, rng = one_job(tmp_path, seed=2)
+    for _ in range(3):  # each goes to the lane's intake, then to the reference's
+        twin.send([w.window(rng)])
+    assert twin.reference_calls[0] == 0 and twin.reference_calls[1] == 3
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("accepted ")]
+    assert len(lines) == 6 and lines[0::2] == lines[1::2]
+    assert "seq=3 " in lines[-1]
+
+
 def test_another_process_storing_a_rejected_window_is_seen_before_the_next_accept(tmp_path):
     """The lane's memo says nothing is stored above the job's last seq; another process
     sharing the SQLite file may store a (rejected) window there. The honest window for that
