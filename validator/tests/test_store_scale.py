@@ -54,8 +54,9 @@ def fill(store: Any, kind: int, n: int, per: int, settled: Callable[[int], int],
             job = hashlib.sha256(bytes([kind]) + i.to_bytes(4, "little")).digest()
             top = settled(i)
             for s in range(1, per + 1):
-                proofs.append((job, s, hashlib.sha256(job + bytes([s])).digest(), blob, sig,
-                               sig, worker, 60 * s, 60 * s, NOW, "accepted", None, 60, 60 * s))
+                digest = hashlib.sha256(job + s.to_bytes(4, "little")).digest()
+                proofs.append((job, s, digest, blob, sig, sig, worker, 60 * s, 60 * s, NOW,
+                               "accepted", None, 60, 60 * s))
             jobs.append((job, per, 60 * per, 60 * per, "[]", per, status, top, 60 * top, 10,
                          10**9, int(NOW) if status == "completed" else 0, NOW, NOW, 60,
                          60 * per, "[]"))
@@ -150,3 +151,32 @@ def test_settle_pass_and_health_read_only_active_jobs(store_db):
     if isinstance(store, SQLiteStore):
         assert statements(store, store.settle_candidates) == 1  # not one per job
     json.dumps(h_big)  # /health's numbers are plain JSON
+
+
+def test_a_rejected_proof_costs_the_same_whatever_its_job_has_accepted(store_db):
+    """The per-job caps of ``record_rejected`` count the job's rejected proofs through their
+    own index (``proofs_rejected``), not by reading every proof of the job: a stranger's junk
+    for a long-running job costs what it costs for a new one."""
+    from storekit import auth_of
+    from vtestkit import make_proof
+
+    store = store_db.open()
+
+    def job_of(kind: int) -> bytes:
+        return hashlib.sha256(bytes([kind]) + (0).to_bytes(4, "little")).digest()
+
+    def reject(kind: int, seq: int) -> int:
+        p = make_proof(seq, job=job_of(kind), billable=7)
+        cost, out = work(store, lambda: store.record_rejected(auth_of(p), "ahead", NOW))
+        assert out is None
+        return cost
+
+    fill(store, 4, 1, 20, lambda i: 20, "running")
+    fill(store, 5, 1, 5_000, lambda i: 5_000, "running")
+    small = [reject(4, s) for s in (30, 31, 32)][-1]
+    big = [reject(5, s) for s in (5_010, 5_011, 5_012)][-1]
+    assert big <= 1.5 * small + 2_000, (small, big)
+    # The measure does see a read of the job's proofs.
+    whole, _ = work(store, lambda: store._q("SELECT COUNT(*) FROM proofs WHERE job=? "
+                                            "AND reason IS NULL", (job_of(5),)))
+    assert whole > 3 * big
