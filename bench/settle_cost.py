@@ -168,7 +168,10 @@ def validator_main(argv: list[str]) -> None:
     setup_logging("info")
     policy = SettlePolicy(settle_every_windows=a.settle_every, lookup_table=not a.legacy)
     policy.validate()
-    _run(a.url, a.keypair, a.market, None, a.listen, False, a.db, policy, a.settle_interval, None)
+    # The feeder stands for every job's worker but is one source (127.0.0.1): the per-source
+    # budget of job reads is lifted, it is not what this measures.
+    _run(a.url, a.keypair, a.market, None, a.listen, False, a.db, policy, a.settle_interval, None,
+         job_reads_per_source=1e9)
 
 
 # ----------------------------------------------------------------------------- the run

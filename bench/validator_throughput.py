@@ -67,6 +67,7 @@ def uuids(i: int, gpus: int) -> tuple[str, ...]:
 def serve(args: argparse.Namespace) -> None:
     import vtestkit as vt
     from gpu_market.receipt import private_key_from_seed, public_key_bytes
+    from gpum_validator.chain import ReadBudget
     from gpum_validator.server import ValidatorHTTPServer, serve_in_thread
     from gpum_validator.service import Intake
     from gpum_validator.store import SQLiteStore
@@ -84,7 +85,10 @@ def serve(args: argparse.Namespace) -> None:
             gpu_count=args.gpus, started_at=args.started_at, last_window_end=args.started_at,
             created_at=args.started_at - 10, deposited=10**15)
     store = SQLiteStore(Path(args.db))
-    intake = Intake(vt.cfg(), store, chain)
+    # The load generator stands for thousands of workers but is one source (127.0.0.1):
+    # the per-source budget of job reads (``--job-reads-per-source``) is not what this
+    # measures, so it is lifted.
+    intake = Intake(vt.cfg(), store, chain, job_reads=ReadBudget(1e9, 1e9))
     server = ValidatorHTTPServer(("127.0.0.1", 0), intake, store, lambda: True)
     serve_in_thread(server)
     print(server.server_port, flush=True)

@@ -121,6 +121,47 @@ REFRESH_INTERVAL = 5.0
 """Seconds within which a forced re-read of one account is served from the read before."""
 
 
+class ReadBudget:
+    """Chain reads each request source may cause: a token bucket per source (an IPv4
+    address, an IPv6 /64, ``server.source_of``) refilled at ``rate`` per second up to
+    ``burst``. ``take(source)`` spends one read, False when the source has none left. At most
+    ``max_sources`` buckets (the least recently used dropped: a dropped source starts full
+    again, which only gives back what the bound costs). Thread-safe.
+
+    What it bounds: a proof signed by any key for a job address nobody cached costs one job
+    read before anything can be refused, so a stranger naming fresh random addresses could
+    otherwise spend the node's RPC quota without limit and starve honest reads."""
+
+    def __init__(self, rate: float, burst: float, clock: Callable[[], float] = time.monotonic,
+                 max_sources: int = 65_536) -> None:
+        if rate <= 0 or burst < 1:
+            raise ValueError("a read budget needs rate > 0 and burst >= 1")
+        self.rate, self.burst, self.clock, self.max_sources = rate, burst, clock, max_sources
+        self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()
+        self._lock = threading.Lock()
+        self.refused = 0
+        """Reads refused so far."""
+
+    def take(self, source: str) -> bool:
+        now = self.clock()
+        with self._lock:
+            tokens, at = self._buckets.pop(source, (self.burst, now))
+            tokens = min(self.burst, tokens + (now - at) * self.rate)
+            ok = tokens >= 1
+            if ok:
+                tokens -= 1
+            else:
+                self.refused += 1
+            self._buckets[source] = (tokens, now)
+            while len(self._buckets) > self.max_sources:
+                self._buckets.popitem(last=False)
+            return ok
+
+
+class ReadRefused(Exception):
+    """A read a ``ReadBudget`` refused (nothing was read)."""
+
+
 class AccountCache:
     """Accounts (or their absence) read by ``fetch(Pubkey)`` and cached for ``ttl`` seconds in
     an LRU of at most ``max_entries``; ``get(..., refresh=True)`` re-reads, ``forget`` drops
@@ -187,11 +228,13 @@ class AccountCache:
         since = self._live_since()
         return since is not None and read_at >= since
 
-    def get(self, address: bytes, refresh: bool = False) -> Any | None:
+    def get(self, address: bytes, refresh: bool = False,
+            budget: Callable[[], bool] | None = None) -> Any | None:
         """The cached account, or a fresh read. ``refresh`` forces a read, but at most once per
         ``REFRESH_INTERVAL`` seconds per address: a stream of proofs signed by unknown keys
         for a real provider costs one read per interval, not one each (they are retryable,
-        so a genuine rotation is still seen within the interval)."""
+        so a genuine rotation is still seen within the interval). ``budget``: called before
+        a read; False raises ``ReadRefused`` instead (a cached account costs nothing)."""
         now = self.clock()
         with self._lock:
             hit = self._cache.get(address)
@@ -207,6 +250,8 @@ class AccountCache:
             if hit is not None and not refresh and self._fresh(hit, now):
                 self._cache.move_to_end(address)
                 return hit[1]
+            if budget is not None and not budget():
+                raise ReadRefused(self.what)
             self.reads += 1
             forgets = self._forgets
         view = read(self.what, lambda: self.fetch(Pubkey.from_bytes(address)))
@@ -236,6 +281,10 @@ SUBSCRIBED_TTL = 300.0
 them covers it (``AccountCache.follow``): a change drops it at once, so this bounds only what
 a notification the node lost could cost. With one window a minute, a job is read once per
 five proofs instead of once per proof (``DEFAULT_JOB_TTL``)."""
+JOB_READS_PER_SOURCE = (20.0, 200.0)
+"""The intake's ``ReadBudget`` of job reads per request source (per second, burst): an honest
+worker's job is read at most once per window (2 s TTL without PubSub; once per five with
+it), so even a thousand workers behind one NAT stay under it."""
 DEFAULT_JOB_CACHE = 32_768
 """Job accounts the intake keeps (a few KiB each): more than the running jobs of any one
 validator's committees, so a busy node does not thrash."""

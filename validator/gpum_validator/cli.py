@@ -20,6 +20,7 @@ import click
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 
+from .chain import JOB_READS_PER_SOURCE, ReadBudget
 from .config import (
     DEFAULT_LISTEN,
     DEFAULT_SETTLE_EVERY,
@@ -146,6 +147,10 @@ def main() -> None:
 @click.option("--max-in-flight-per-source", default=32, show_default=True, type=int,
               help="requests per client IP handled or queued for a handler at once; the "
                    "next ones wait their turn")
+@click.option("--job-reads-per-source", default=JOB_READS_PER_SOURCE[0], show_default=True,
+              type=float,
+              help="chain reads of jobs not read yet that one client IP's proofs may cause per "
+                   "second (bursts of ten times as many); past it: 429 chain_read_budget")
 @click.option("--trusted-proxy", "trusted_proxies", multiple=True,
               default=("127.0.0.1", "::1"), show_default=True,
               help="the TLS proxy's IP: no connection cap, its requests count per client of "
@@ -156,6 +161,7 @@ def run(url: str, keypair_path: Path, market: str, program_id: str | None, liste
         ecc_uncorrected_max: int | None, log_level: str,
         retention_days: float = DEFAULT_RETENTION_DAYS, max_connections: int = 4096,
         max_connections_per_source: int = 256, max_in_flight_per_source: int = 32,
+        job_reads_per_source: float = JOB_READS_PER_SOURCE[0],
         trusted_proxies: tuple[str, ...] = ("127.0.0.1", "::1")) -> None:
     """Serve the proof intake and the committee endpoints, lead settle rounds and report
     equivocation and downtime, until SIGINT/SIGTERM."""
@@ -174,6 +180,9 @@ def run(url: str, keypair_path: Path, market: str, program_id: str | None, liste
         policy.validate()
         if retention_days < 0:
             raise ConfigError("--retention-days must be 0 (keep everything) or more")
+        if not job_reads_per_source > 0:
+            raise ConfigError("--job-reads-per-source must be more than 0 (a source that may "
+                              "cause no job read could never send a new job's first proof)")
         from .server import HttpLimits
 
         limits = HttpLimits(max_connections=max_connections,
@@ -183,7 +192,8 @@ def run(url: str, keypair_path: Path, market: str, program_id: str | None, liste
         limits.validate()
         _run(url, keypair_path, market, program_id, listen, allow_remote,
              db_path or str(default_db()), policy, settle_interval, own,
-             retention_days=retention_days, http_limits=limits)
+             retention_days=retention_days, http_limits=limits,
+             job_reads_per_source=job_reads_per_source)
     except ValidatorError as e:
         _fail(e)
 
@@ -206,7 +216,8 @@ def _connect(url: str, payer: Keypair, program_id: Pubkey | None) -> Any:
 def _run(url: str, keypair_path: Path, market_s: str, program_id_s: str | None, listen: str,
          allow_remote: bool, db_path: str, policy: SettlePolicy, settle_interval: float,
          own_health: HealthThresholds | None, *,
-         retention_days: float = DEFAULT_RETENTION_DAYS, http_limits: Any = None) -> None:
+         retention_days: float = DEFAULT_RETENTION_DAYS, http_limits: Any = None,
+         job_reads_per_source: float = JOB_READS_PER_SOURCE[0]) -> None:
     from gpu_market import PROGRAM_ID
 
     from .dashboard import Dashboard
@@ -248,7 +259,8 @@ def _run(url: str, keypair_path: Path, market_s: str, program_id_s: str | None, 
     metrics = Metrics()
     peers = Peers(client, cfg.market, policy.peer_timeout_seconds, policy.endpoint_ttl_seconds)
     reporter = EquivocationReporter(client, authority, store, cfg.program_id, policy, metrics)
-    intake = Intake(cfg, store, client, metrics, on_equivocation=reporter.notify)
+    intake = Intake(cfg, store, client, metrics, on_equivocation=reporter.notify,
+                    job_reads=ReadBudget(job_reads_per_source, 10 * job_reads_per_source))
     settler = Settler(client, authority, store, policy, metrics, peers=peers)
     member = Member(cfg, authority, store, client, metrics)
     tasks = (ValidatorEquivocationReporter(client, authority, store, policy,

@@ -792,6 +792,7 @@ class _Front:
                 continue
             client = _forwarded_for(req.headers) if proxy else None
             client = client or conn.source
+            req.source = client  # whose limits and budgets the request counts against
             adm = await self._admit(client)
             try:
                 length = int(req.headers.get("content-length") or 0)
@@ -965,6 +966,8 @@ class _Exchange:
         self.path = req.path
         self.headers = req.headers
         self.body = req.body
+        self.source = req.source or "unknown"
+        """Who sent it (``source_of``; behind a trusted proxy, the client it names)."""
         self.response: Response | None = None
 
     def _send(self, status: int, body: bytes, ctype: str, close: bool = False,
@@ -1050,7 +1053,10 @@ class _Exchange:
         obj = self._read_json()
         if obj is _NO_BODY:
             return
-        status, body = handler(obj)
+        if self.path.startswith("/v1/proofs"):  # the intake: its job reads are the source's
+            status, body = handler(obj, source=self.source)  # type: ignore[call-arg]
+        else:
+            status, body = handler(obj)
         self._json(status, body)
 
     def _read_json(self) -> Any:

@@ -49,9 +49,12 @@ from . import fastlane
 from .chain import (
     DEFAULT_JOB_TTL,
     DEFAULT_PROVIDER_CACHE,
+    JOB_READS_PER_SOURCE,
     ChainClient,
     JobAccounts,
     ProviderKeys,
+    ReadBudget,
+    ReadRefused,
     baseline_state,
     job_info,
 )
@@ -206,7 +209,8 @@ class Intake:
                  on_equivocation: EquivocationHook | None = None,
                  limits: StoreLimits = DEFAULT_LIMITS,
                  provider_cache_size: int = DEFAULT_PROVIDER_CACHE,
-                 job_ttl: float = DEFAULT_JOB_TTL) -> None:
+                 job_ttl: float = DEFAULT_JOB_TTL,
+                 job_reads: ReadBudget | None = None) -> None:
         cfg.validate()
         self.cfg = cfg
         self.store = store
@@ -216,6 +220,8 @@ class Intake:
         self.limits = limits
         self.providers = ProviderKeys(client, provider_ttl, max_entries=provider_cache_size)
         self.jobs = JobAccounts(client, job_ttl)
+        self.job_reads = job_reads or ReadBudget(*JOB_READS_PER_SOURCE)
+        """Job reads each request source may cause (``submit``'s ``source``)."""
         self.on_equivocation = on_equivocation
         self._group = GroupCommit(self._commit_group)
         self._memo: dict[bytes, fastlane.Memo] = store.lane_memo if store.serial_writers else {}
@@ -235,14 +241,16 @@ class Intake:
 
     # ------------------------------------------------------------------ HTTP-shaped API
 
-    def submit(self, obj: object) -> tuple[int, dict[str, Any]]:
-        """Handle one SignedProof JSON object."""
+    def submit(self, obj: object, source: str = "") -> tuple[int, dict[str, Any]]:
+        """Handle one SignedProof JSON object. ``source``: who sent it (``server.source_of``),
+        whose ``job_reads`` budget pays for its job reads; "" (in-process callers) pays
+        none."""
         item = _Item(obj)
-        self._handle([item], batch=False)
+        self._handle([item], batch=False, source=source)
         assert item.answer is not None
         return item.answer
 
-    def submit_batch(self, obj: object) -> tuple[int, dict[str, Any]]:
+    def submit_batch(self, obj: object, source: str = "") -> tuple[int, dict[str, Any]]:
         """Handle ``{"proofs": [...]}``: each proof is handled in order, independently,
         except that a job's later windows never overtake an earlier one: after a retryable
         answer for a job, that job's remaining items get the same answer, and after a 503
@@ -253,37 +261,39 @@ class Intake:
             self.metrics.proof("rejected", r.reason)
             return r.http_status, r.body()
         items = [_Item(x) for x in raw]
-        self._handle(items, batch=True)
+        self._handle(items, batch=True, source=source)
         return 200, {"results": [it.answer[1] for it in items if it.answer is not None]}
 
     # ------------------------------------------------------------------ core
 
-    def _handle(self, items: list[_Item], batch: bool) -> None:
+    def _handle(self, items: list[_Item], batch: bool, source: str = "") -> None:
         """Decide every item (``item.answer``); see the class docstring for the phases. Items
         the fast lane screens and whose chain checks pass (``_fast_chain``) skip the
         reference path's phases 1 and 2."""
+        budget = (lambda: self.job_reads.take(source)) if source else None
         slow = [it for it, s in zip(items, fastlane.screen([it.raw for it in items], self.cfg))
-                if s is None or not self._fast_chain(it, s)]
+                if s is None or not self._fast_chain(it, s, budget)]
         self._authenticate(slow)
-        self._chain_phase([it for it in slow if it.answer is None])
+        self._chain_phase([it for it in slow if it.answer is None], budget)
         self._store_phase(items)
         for it in items:
             assert it.answer is not None
 
-    def _fast_chain(self, it: _Item, s: tuple) -> bool:
+    def _fast_chain(self, it: _Item, s: tuple, budget: Callable[[], bool] | None = None
+                    ) -> bool:
         """True (and ``it`` marked for the fast lane) when the screened proof passes
         ``check_assignment``, ``check_committee`` and ``check_worker_key`` with the current
         key, from the cached accounts; False leaves everything to the reference path."""
         job, provider = s[fastlane.JOB], s[fastlane.PROVIDER]
         try:
-            view = self.jobs.get(job)
+            view = self.jobs.get(job, budget=budget)
             if view is None:
                 return False
             facts = self._job_facts.get(job, view)
             if not facts.eligible or facts.provider != provider:
                 return False
             account = self.providers.get(provider)
-        except ChainUnavailable:
+        except (ChainUnavailable, ReadRefused):
             return False
         if account is None or not self._provider_facts.get(provider, account).signs(
                 s[fastlane.WORKER_KEY], s[fastlane.WINDOW_END]):
@@ -308,16 +318,25 @@ class Intake:
             else:
                 it.auth, it.job = res, res.proof.job
 
-    def _chain_phase(self, items: list[_Item]) -> None:
+    def _chain_phase(self, items: list[_Item], budget: Callable[[], bool] | None = None
+                     ) -> None:
         """Job assignment, committee membership and key validity, before anything is stored
         or compared. A proof already accepted here (same job, seq, hash) is a duplicate and
-        needs no chain read."""
+        needs no chain read. A job read its source's budget refuses is a retryable 429
+        ``chain_read_budget``."""
         for it in items:
             auth = it.auth
             assert auth is not None
             p = auth.proof
             try:
-                it.view = self.jobs.get(p.job)
+                try:
+                    it.view = self.jobs.get(p.job, budget=budget)
+                except ReadRefused:
+                    raise Rejection("chain_read_budget", "this source has sent proofs for more "
+                                    "jobs this node has not read yet than it reads per second "
+                                    f"({self.job_reads.rate:g}, bursts of "
+                                    f"{self.job_reads.burst:g}); retry later", 429,
+                                    retry_after=1) from None
                 check_assignment(auth, it.view, self.cfg)
                 check_committee(it.view, self.cfg)
                 self._check_key(auth)

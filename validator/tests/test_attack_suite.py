@@ -656,6 +656,52 @@ def test_a_trusted_proxy_is_not_capped_and_its_clients_are_told_apart(tmp_path):
         t.close()
 
 
+def self_signed_for_a_random_job(seq: int = 1) -> dict[str, str]:
+    """A proof that authenticates (signed by its own key) for a job address nobody has read."""
+    key = private_key_from_seed(os.urandom(32))
+    return signed_json(make_proof(seq, job=os.urandom(32), provider=os.urandom(32),
+                                  worker_key=public_key_bytes(key)), key)
+
+
+def test_job_reads_a_source_causes_are_budgeted(tmp_path):
+    """Proofs for fresh random job addresses cost one chain read each before anything can be
+    refused: past its budget a source gets 429 ``chain_read_budget`` (retryable) and no read,
+    single proofs or batches alike, while other sources and already-read jobs are served."""
+    from gpum_validator.chain import ReadBudget
+
+    t = limited(tmp_path)
+    t.intake.job_reads = ReadBudget(1.0, 5.0, clock=lambda: 1000.0)  # no refill: exact counts
+    try:
+        s = connect_from("127.0.0.2", t.port)
+        honest = chain_of(2, job=HONEST_JOBS[0])
+        assert httpx.post(t.url + "/v1/proofs", json=signed_json(honest[0])).json()[
+            "status"] == "accepted"  # from 127.0.0.1: reads the honest job
+        before = t.chain.job_reads
+        answers = [exchange(s, request("POST", "/v1/proofs", json.dumps(
+            self_signed_for_a_random_job()).encode())) for _ in range(12)]
+        assert t.chain.job_reads - before == 5
+        refused = [json.loads(a[2]) for a in answers if a[0] == 429]
+        assert len(refused) == 7 and {r["error"] for r in refused} == {"chain_read_budget"}
+        assert all(r["retry"] is True for r in refused)
+        assert all(a[1].get("retry-after") == "1" for a in answers if a[0] == 429)
+        # A batch from another source: its own budget, five reads.
+        other = connect_from("127.0.0.3", t.port)
+        body = json.dumps({"proofs": [self_signed_for_a_random_job(i) for i in range(1, 11)]})
+        status, _, raw = exchange(other, request("POST", "/v1/proofs/batch", body.encode()))
+        results = json.loads(raw)["results"]
+        assert status == 200 and t.chain.job_reads - before == 10
+        assert [r.get("error") for r in results[5:]] == ["chain_read_budget"] * 5
+        # The exhausted source is still served for a job already read (no read needed).
+        status, _, raw = exchange(s, request("POST", "/v1/proofs",
+                                             json.dumps(signed_json(honest[1])).encode()))
+        assert status == 200 and json.loads(raw)["status"] == "accepted"
+        assert t.chain.job_reads - before == 10
+        s.close()
+        other.close()
+    finally:
+        t.close()
+
+
 def test_requests_over_the_per_source_in_flight_cap_wait_their_turn(tmp_path):
     t = limited(tmp_path, handler_threads=16, max_in_flight_per_source=4)
     slow = bytes([77] * 32)

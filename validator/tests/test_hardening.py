@@ -381,3 +381,20 @@ def test_head_bad_job_address_is_400(node):
     r = node.http.get("/v1/jobs/not-base58!/head")
     assert r.status_code == 400 and r.json()["error"] == "bad_request"
     assert node.http.get("/v1/jobs/x/y/head").status_code == 404
+
+
+def test_read_budget_is_a_bounded_token_bucket_per_source():
+    from gpum_validator.chain import ReadBudget
+
+    now = [0.0]
+    b = ReadBudget(2.0, 3.0, clock=lambda: now[0], max_sources=2)
+    assert [b.take("a") for _ in range(4)] == [True, True, True, False]
+    assert b.take("b")  # another source has its own
+    now[0] += 1.0  # two reads back, never more than the burst
+    assert [b.take("a") for _ in range(3)] == [True, True, False]
+    now[0] += 100.0
+    assert [b.take("a") for _ in range(4)] == [True, True, True, False]
+    b.take("c")  # a third source: the least recently used ("b") is dropped
+    assert set(b._buckets) == {"a", "c"} and b.refused == 3
+    with pytest.raises(ValueError):
+        ReadBudget(0, 1)

@@ -119,6 +119,8 @@ def test_idle_connections_hold_no_handler_thread(tmp_path, chain, clock):
     (["--trusted-proxy", "my-proxy"], "trusted proxy 'my-proxy' is not an IP address"),
     (["--max-connections-per-source", "0"], "max-connections-per-source must be at least 1"),
     (["--max-in-flight-per-source", "300"], "must be below the handler threads"),
+    (["--job-reads-per-source", "0"], "--job-reads-per-source must be more than 0"),
+    (["--job-reads-per-source", "nan"], "--job-reads-per-source must be more than 0"),
 ])
 def test_run_refuses_bad_http_limits(tmp_path, args, fragment):
     from click.testing import CliRunner
