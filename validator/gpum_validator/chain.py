@@ -172,8 +172,9 @@ class AccountCache:
     With ``follow(live_since, live_ttl)`` (a PubSub subscription to these accounts), a read
     is kept for ``live_ttl`` instead of ``ttl`` while it stays covered by the subscription:
     it began after the subscription was confirmed (``live_since()``, on this cache's clock;
-    None while there is none), that subscription is still the live one, and no ``forget``
-    happened while it was in flight (a change notified during a read may not be in it).
+    None while there is none), that subscription is still the live one, and no ``forget`` of
+    that address happened while it was in flight (a change notified during a read may not be
+    in it).
     Any change after such a read is notified and drops it, so it is as fresh as the
     notifications; without a subscription, or after it drops and comes back, reads fall back
     to ``ttl``."""
@@ -198,8 +199,10 @@ class AccountCache:
         self._lock = threading.Lock()
         self._live_since: Callable[[], float | None] = lambda: None
         self.live_ttl = ttl
-        self._forgets = 0
-        """``forget`` calls so far: a read during which it moved is not covered."""
+        self._reading: dict[bytes, list[list[bool]]] = {}
+        """Per address being read, one flag per read in flight: still covered (no ``forget``
+        of that address since it began). Only the address's own notifications count, so
+        nobody can uncover other reads by causing forgets of other addresses."""
 
     def follow(self, live_since: Callable[[], float | None], live_ttl: float) -> None:
         """Keep reads covered by a subscription (see the class) for ``live_ttl`` seconds.
@@ -214,9 +217,11 @@ class AccountCache:
     def forget(self, address: bytes) -> None:
         """Drop ``address``'s entry: the next use reads it afresh instead of waiting out the
         TTL."""
+        address = bytes(address)
         with self._lock:
-            self._forgets += 1
-            self._cache.pop(bytes(address), None)
+            for flag in self._reading.get(address, ()):
+                flag[0] = False
+            self._cache.pop(address, None)
 
     def _fresh(self, entry: tuple[float, Any | None, bool], now: float) -> bool:
         read_at, _, covered = entry
@@ -253,10 +258,18 @@ class AccountCache:
             if budget is not None and not budget():
                 raise ReadRefused(self.what)
             self.reads += 1
-            forgets = self._forgets
-        view = read(self.what, lambda: self.fetch(Pubkey.from_bytes(address)))
+            flag = [True]
+            self._reading.setdefault(address, []).append(flag)
+        try:
+            view = read(self.what, lambda: self.fetch(Pubkey.from_bytes(address)))
+        finally:
+            with self._lock:
+                flags = self._reading[address]
+                del flags[next(i for i, f in enumerate(flags) if f is flag)]
+                if not flags:
+                    del self._reading[address]
         with self._lock:
-            self._cache[address] = (now, view, forgets == self._forgets)
+            self._cache[address] = (now, view, flag[0])
             self._cache.move_to_end(address)
             while len(self._cache) > self.max_entries:
                 self._cache.popitem(last=False)

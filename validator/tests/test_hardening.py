@@ -237,11 +237,16 @@ def test_job_cache_keeps_reads_a_live_subscription_covers(chain):
     live[0] = now[0] + 1  # and came back: the read before it is not covered
     assert read_after(2) == 1
     assert read_after(60) == 0  # that one is
-    during_read.append(lambda: jobs.forget(bytes([7] * 32)))  # a change notified mid-read
+    during_read.append(lambda: jobs.forget(bytes([7] * 32)))  # another account changed
+    jobs.forget(JOB)
+    assert read_after(0) == 1
+    assert read_after(60) == 0  # still covered: only the job's own notifications count
+    during_read[:] = [lambda: jobs.forget(JOB)]  # this job changed while it was being read
     jobs.forget(JOB)
     assert read_after(0) == 1
     during_read.clear()
     assert read_after(2) == 1  # that read was not covered: only the short TTL
+    assert jobs._reading == {}
 
 
 def test_equivocation_stores_one_pair_per_seq(node, chain):
