@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 from solders.pubkey import Pubkey
 
-from .errors import ChainUnavailable
+from .errors import ChainUnavailable, Rejection
 from .store import ChainJobInfo
 from .verify import JobState, committee_of, field_of, quorum_of, status_of
 
@@ -160,6 +160,13 @@ class ReadBudget:
 
 class ReadRefused(Exception):
     """A read a ``ReadBudget`` refused (nothing was read)."""
+
+
+def read_refused(budget: ReadBudget) -> Rejection:
+    """The answer to a request whose job read its source's budget refused: retryable 429."""
+    return Rejection("chain_read_budget", "this source named more jobs this node has not read "
+                     f"yet than it reads per second ({budget.rate:g}, bursts of "
+                     f"{budget.burst:g}); retry later", 429, retry_after=1)
 
 
 class AccountCache:

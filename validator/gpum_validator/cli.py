@@ -262,7 +262,8 @@ def _run(url: str, keypair_path: Path, market_s: str, program_id_s: str | None, 
     intake = Intake(cfg, store, client, metrics, on_equivocation=reporter.notify,
                     job_reads=ReadBudget(job_reads_per_source, 10 * job_reads_per_source))
     settler = Settler(client, authority, store, policy, metrics, peers=peers)
-    member = Member(cfg, authority, store, client, metrics)
+    member = Member(cfg, authority, store, client, metrics, jobs=intake.jobs,
+                    job_reads=intake.job_reads)
     tasks = (ValidatorEquivocationReporter(client, authority, store, policy,
                                            metrics).report_pending,
              DowntimeReporter(client, authority, store, peers, policy, metrics).report_pending,

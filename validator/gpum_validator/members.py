@@ -56,7 +56,14 @@ from .attest import (
     receipt_message_of,
     sign_request_message,
 )
-from .chain import read
+from .chain import (
+    JOB_READS_PER_SOURCE,
+    AccountCache,
+    ReadBudget,
+    ReadRefused,
+    read,
+    read_refused,
+)
 from .config import VerifyConfig
 from .errors import (
     UNAVAILABLE_RETRY_AFTER_SECONDS,
@@ -112,7 +119,9 @@ class Member:
     """Answers other committee members; ``authority`` is this validator's Keypair."""
 
     def __init__(self, cfg: VerifyConfig, authority: Any, store: Store, client: Any,
-                 metrics: Metrics | None = None, clock: Callable[[], float] = time.time) -> None:
+                 metrics: Metrics | None = None, clock: Callable[[], float] = time.time,
+                 jobs: AccountCache | None = None, job_reads: ReadBudget | None = None
+                 ) -> None:
         self.cfg = cfg
         self.authority = authority
         self.me = bytes(authority.pubkey())
@@ -122,22 +131,32 @@ class Member:
         self.client = client
         self.metrics = metrics or Metrics()
         self.clock = clock
+        self.jobs = jobs
+        """Where job accounts are read (``gpum-validator run``: the intake's ``JobAccounts``,
+        so a job's reads are shared and kept as long as the intake keeps them); None reads
+        the chain at every request."""
+        self.job_reads = job_reads or ReadBudget(*JOB_READS_PER_SOURCE)
+        """Job reads each request source may cause (the intake's budget, under ``run``)."""
 
     # ------------------------------------------------------------------ HTTP-shaped API
+    # ``source``: who sent the request (``server.source_of``); the job reads it causes are
+    # paid from that source's ``job_reads`` budget ("": in-process callers, none).
 
-    def query(self, obj: object) -> tuple[int, dict[str, Any]]:
-        return self._answer("query", self._query, obj)
+    def query(self, obj: object, source: str = "") -> tuple[int, dict[str, Any]]:
+        return self._answer("query", self._query, obj, source)
 
-    def sign(self, obj: object) -> tuple[int, dict[str, Any]]:
-        return self._answer("sign", self._sign, obj)
+    def sign(self, obj: object, source: str = "") -> tuple[int, dict[str, Any]]:
+        return self._answer("sign", self._sign, obj, source)
 
-    def downtime_sign(self, obj: object) -> tuple[int, dict[str, Any]]:
-        return self._answer("downtime_sign", self._downtime_sign, obj)
+    def downtime_sign(self, obj: object, source: str = "") -> tuple[int, dict[str, Any]]:
+        return self._answer("downtime_sign", self._downtime_sign, obj, source)
 
-    def _answer(self, what: str, fn: Callable[[object], dict[str, Any]],
-                obj: object) -> tuple[int, dict[str, Any]]:
+    def _answer(self, what: str, fn: Callable[[object, Callable[[], bool] | None],
+                                              dict[str, Any]],
+                obj: object, source: str) -> tuple[int, dict[str, Any]]:
+        budget = (lambda: self.job_reads.take(source)) if source else None
         try:
-            body = fn(obj)
+            body = fn(obj, budget)
         except Rejection as r:
             self.metrics.member_request(what, r.reason)
             return r.http_status, r.body()
@@ -155,9 +174,19 @@ class Member:
 
     # ------------------------------------------------------------------ checks
 
-    def _job(self, job: bytes) -> Any:
-        """The job's account, after checking this validator is on its committee."""
-        view = read("the job account", lambda: self.client.fetch_job(Pubkey.from_bytes(job)))
+    def _job(self, job: bytes, budget: Callable[[], bool] | None) -> Any:
+        """The job's account, after checking this validator is on its committee. A read
+        ``budget`` refuses is a retryable 429 ``chain_read_budget``."""
+        if self.jobs is not None:
+            try:
+                view = self.jobs.get(job, budget=budget)
+            except ReadRefused:
+                raise read_refused(self.job_reads) from None
+        elif budget is not None and not budget():
+            raise read_refused(self.job_reads)
+        else:
+            view = read("the job account",
+                        lambda: self.client.fetch_job(Pubkey.from_bytes(job)))
         if view is None or bytes(field_of(view, "market")) != self.cfg.market:
             raise Rejection("job_not_found", "no job of this market at that address", 404)
         if self.me not in committee_of(view):
@@ -177,11 +206,11 @@ class Member:
 
     # ------------------------------------------------------------------ handlers
 
-    def _query(self, obj: object) -> dict[str, Any]:
+    def _query(self, obj: object, budget: Callable[[], bool] | None) -> dict[str, Any]:
         o = _fields(obj, ("job", "seq"))
         job = b58_pubkey(o["job"], "job")
         seq = _int(o, "seq", 1, U64_MAX)
-        self._job(job)
+        self._job(job, budget)
         stored = self._accepted(job, seq)
         given = self.store.given_attestation(job, seq)
         return {"job": o["job"], "seq": seq, "approved_seconds": int(stored.approved_total or 0),
@@ -189,7 +218,7 @@ class Member:
                             "window_end": stored.window_end, "proof_hash": stored.hash.hex()},
                 "signed_approved_seconds": None if given is None else given.approved_seconds}
 
-    def _sign(self, obj: object) -> dict[str, Any]:
+    def _sign(self, obj: object, budget: Callable[[], bool] | None) -> dict[str, Any]:
         o = _fields(obj, ("job", "seq", "approved_seconds", "leader", "leader_signature",
                           "leader_attestation"))
         job = b58_pubkey(o["job"], "job")
@@ -207,7 +236,7 @@ class Member:
                                                                          leader)):
             raise Rejection("bad_request_signature", "leader_signature is not the leader's "
                             "signature over this request", 403)
-        view = self._job(job)
+        view = self._job(job, budget)
         if leader not in committee_of(view):
             raise not_member
         stored = self._accepted(job, seq)
@@ -241,12 +270,13 @@ class Member:
         return {"authority": str(Pubkey.from_bytes(self.me)),
                 "signature": base64.b64encode(given.signature).decode()}
 
-    def _downtime_sign(self, obj: object) -> dict[str, Any]:
+    def _downtime_sign(self, obj: object, budget: Callable[[], bool] | None
+                       ) -> dict[str, Any]:
         o = _fields(obj, ("job", "last_proof_window_end", "message"))
         job = b58_pubkey(o["job"], "job")
         lpwe = _int(o, "last_proof_window_end", I64_MIN, I64_MAX)
         raw = _b64(o, "message", 1232)
-        view = self._job(job)
+        view = self._job(job, budget)
         try:
             message = Message.from_bytes(raw)
             check_downtime_message(message, self.cfg.program_id, job, lpwe, self.me,

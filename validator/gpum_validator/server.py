@@ -1053,10 +1053,7 @@ class _Exchange:
         obj = self._read_json()
         if obj is _NO_BODY:
             return
-        if self.path.startswith("/v1/proofs"):  # the intake: its job reads are the source's
-            status, body = handler(obj, source=self.source)  # type: ignore[call-arg]
-        else:
-            status, body = handler(obj)
+        status, body = handler(obj, source=self.source)  # job reads paid by the source
         self._json(status, body)
 
     def _read_json(self) -> Any:

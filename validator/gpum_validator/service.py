@@ -57,6 +57,7 @@ from .chain import (
     ReadRefused,
     baseline_state,
     job_info,
+    read_refused,
 )
 from .config import VerifyConfig
 from .errors import (
@@ -332,11 +333,7 @@ class Intake:
                 try:
                     it.view = self.jobs.get(p.job, budget=budget)
                 except ReadRefused:
-                    raise Rejection("chain_read_budget", "this source has sent proofs for more "
-                                    "jobs this node has not read yet than it reads per second "
-                                    f"({self.job_reads.rate:g}, bursts of "
-                                    f"{self.job_reads.burst:g}); retry later", 429,
-                                    retry_after=1) from None
+                    raise read_refused(self.job_reads) from None
                 check_assignment(auth, it.view, self.cfg)
                 check_committee(it.view, self.cfg)
                 self._check_key(auth)

@@ -933,6 +933,40 @@ def test_a_sign_request_with_a_bad_signature_costs_no_chain_read(tmp_path):
         t.close()
 
 
+
+def test_member_queries_share_the_intakes_job_reads_and_its_budget(tmp_path):
+    """``/v1/attestations/query`` and ``/v1/downtime/sign`` name a job anyone may pick: under
+    ``run`` they read it through the intake's cache (a job asked about again costs nothing)
+    and within the asking source's budget (fresh random jobs: 429 past it, no read)."""
+    from gpum_validator.chain import ReadBudget
+
+    t = Target(tmp_path, member=True)
+    member = t.server.member
+    member.jobs, member.job_reads = t.intake.jobs, ReadBudget(1.0, 3.0, clock=lambda: 1000.0)
+    try:
+        s = connect_from("127.0.0.2", t.port)
+
+        def query(job: bytes) -> tuple[int, dict]:
+            body = json.dumps({"job": b58(job), "seq": 1}).encode()
+            status, _, raw = exchange(s, request("POST", "/v1/attestations/query", body))
+            return status, json.loads(raw)
+
+        assert [query(HONEST_JOBS[0])[1]["error"] for _ in range(5)] == ["job_unknown"] * 5
+        assert t.chain.job_reads == 1  # read once, then from the cache
+        answers = [query(os.urandom(32)) for _ in range(4)]
+        assert [a[1]["error"] for a in answers] == ["job_not_found"] * 2 + [
+            "chain_read_budget"] * 2
+        assert {a[0] for a in answers[2:]} == {429} and t.chain.job_reads == 3
+        body = json.dumps({"job": b58(os.urandom(32)), "last_proof_window_end": 0,
+                           "message": "AA=="}).encode()
+        status, _, raw = exchange(s, request("POST", "/v1/downtime/sign", body))
+        assert (status, json.loads(raw)["error"]) == (429, "chain_read_budget")
+        assert t.chain.job_reads == 3
+        s.close()
+    finally:
+        t.close()
+
+
 if __name__ == "__main__":
     _child_main(sys.argv[1])
     sys.exit(0)
