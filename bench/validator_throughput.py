@@ -88,7 +88,7 @@ def serve(args: argparse.Namespace) -> None:
     # The load generator stands for thousands of workers but is one source (127.0.0.1):
     # the per-source budget of job reads (``--job-reads-per-source``) is not what this
     # measures, so it is lifted.
-    intake = Intake(vt.cfg(), store, chain, job_reads=ReadBudget(1e9, 1e9))
+    intake = Intake(vt.cfg(), store, chain, job_reads=ReadBudget(1e9))
     server = ValidatorHTTPServer(("127.0.0.1", 0), intake, store, lambda: True)
     serve_in_thread(server)
     print(server.server_port, flush=True)

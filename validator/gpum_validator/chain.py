@@ -132,8 +132,10 @@ class ReadBudget:
     read before anything can be refused, so a stranger naming fresh random addresses could
     otherwise spend the node's RPC quota without limit and starve honest reads."""
 
-    def __init__(self, rate: float, burst: float, clock: Callable[[], float] = time.monotonic,
-                 max_sources: int = 65_536) -> None:
+    def __init__(self, rate: float, burst: float | None = None,
+                 clock: Callable[[], float] = time.monotonic, max_sources: int = 65_536) -> None:
+        if burst is None:
+            burst = rate * READ_BURST_SECONDS
         if rate <= 0 or burst < 1:
             raise ValueError("a read budget needs rate > 0 and burst >= 1")
         self.rate, self.burst, self.clock, self.max_sources = rate, burst, clock, max_sources
@@ -156,6 +158,11 @@ class ReadBudget:
             while len(self._buckets) > self.max_sources:
                 self._buckets.popitem(last=False)
             return ok
+
+    def payer(self, source: str) -> Callable[[], bool] | None:
+        """What ``AccountCache.get(budget=)`` charges for a request from ``source``; None for
+        "" (in-process callers, which pay nothing)."""
+        return (lambda: self.take(source)) if source else None
 
 
 class ReadRefused(Exception):
@@ -301,10 +308,12 @@ SUBSCRIBED_TTL = 300.0
 them covers it (``AccountCache.follow``): a change drops it at once, so this bounds only what
 a notification the node lost could cost. With one window a minute, a job is read once per
 five proofs instead of once per proof (``DEFAULT_JOB_TTL``)."""
-JOB_READS_PER_SOURCE = (20.0, 200.0)
-"""The intake's ``ReadBudget`` of job reads per request source (per second, burst): an honest
-worker's job is read at most once per window (2 s TTL without PubSub; once per five with
-it), so even a thousand workers behind one NAT stay under it."""
+JOB_READS_PER_SOURCE = 20.0
+"""The intake's ``ReadBudget`` of job reads per request source and second: an honest worker's
+job is read at most once per window (2 s TTL without PubSub; once per five with it), so even
+a thousand workers behind one NAT stay under it."""
+READ_BURST_SECONDS = 10.0
+"""A ``ReadBudget``'s burst, in seconds of its rate, unless given."""
 DEFAULT_JOB_CACHE = 32_768
 """Job accounts the intake keeps (a few KiB each): more than the running jobs of any one
 validator's committees, so a busy node does not thrash."""

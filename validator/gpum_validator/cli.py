@@ -147,7 +147,7 @@ def main() -> None:
 @click.option("--max-in-flight-per-source", default=32, show_default=True, type=int,
               help="requests per client IP handled or queued for a handler at once; the "
                    "next ones wait their turn")
-@click.option("--job-reads-per-source", default=JOB_READS_PER_SOURCE[0], show_default=True,
+@click.option("--job-reads-per-source", default=JOB_READS_PER_SOURCE, show_default=True,
               type=float,
               help="chain reads of jobs not read yet that one client IP's proofs may cause per "
                    "second (bursts of ten times as many); past it: 429 chain_read_budget")
@@ -161,7 +161,7 @@ def run(url: str, keypair_path: Path, market: str, program_id: str | None, liste
         ecc_uncorrected_max: int | None, log_level: str,
         retention_days: float = DEFAULT_RETENTION_DAYS, max_connections: int = 4096,
         max_connections_per_source: int = 256, max_in_flight_per_source: int = 32,
-        job_reads_per_source: float = JOB_READS_PER_SOURCE[0],
+        job_reads_per_source: float = JOB_READS_PER_SOURCE,
         trusted_proxies: tuple[str, ...] = ("127.0.0.1", "::1")) -> None:
     """Serve the proof intake and the committee endpoints, lead settle rounds and report
     equivocation and downtime, until SIGINT/SIGTERM."""
@@ -217,7 +217,7 @@ def _run(url: str, keypair_path: Path, market_s: str, program_id_s: str | None, 
          allow_remote: bool, db_path: str, policy: SettlePolicy, settle_interval: float,
          own_health: HealthThresholds | None, *,
          retention_days: float = DEFAULT_RETENTION_DAYS, http_limits: Any = None,
-         job_reads_per_source: float = JOB_READS_PER_SOURCE[0]) -> None:
+         job_reads_per_source: float = JOB_READS_PER_SOURCE) -> None:
     from gpu_market import PROGRAM_ID
 
     from .dashboard import Dashboard
@@ -260,7 +260,7 @@ def _run(url: str, keypair_path: Path, market_s: str, program_id_s: str | None, 
     peers = Peers(client, cfg.market, policy.peer_timeout_seconds, policy.endpoint_ttl_seconds)
     reporter = EquivocationReporter(client, authority, store, cfg.program_id, policy, metrics)
     intake = Intake(cfg, store, client, metrics, on_equivocation=reporter.notify,
-                    job_reads=ReadBudget(job_reads_per_source, 10 * job_reads_per_source))
+                    job_reads=ReadBudget(job_reads_per_source))
     settler = Settler(client, authority, store, policy, metrics, peers=peers)
     member = Member(cfg, authority, store, client, metrics, jobs=intake.jobs,
                     job_reads=intake.job_reads)

@@ -156,7 +156,7 @@ class Memo(NamedTuple):
     approved_total: int
     last_hash: bytes
     updated_at: float = 0.0
-    """The row's ``updated_at`` (``Store.UPDATED_AT_GRAIN_SECONDS``)."""
+    """The row's ``updated_at`` (``store.UPDATED_AT_GRAIN_SECONDS``)."""
     row: bool = True
 
 

@@ -59,9 +59,9 @@ from .attest import (
 from .chain import (
     JOB_READS_PER_SOURCE,
     AccountCache,
+    JobAccounts,
     ReadBudget,
     ReadRefused,
-    read,
     read_refused,
 )
 from .config import VerifyConfig
@@ -131,11 +131,11 @@ class Member:
         self.client = client
         self.metrics = metrics or Metrics()
         self.clock = clock
-        self.jobs = jobs
+        self.jobs = jobs or JobAccounts(client, ttl=0, max_entries=1)
         """Where job accounts are read (``gpum-validator run``: the intake's ``JobAccounts``,
-        so a job's reads are shared and kept as long as the intake keeps them); None reads
-        the chain at every request."""
-        self.job_reads = job_reads or ReadBudget(*JOB_READS_PER_SOURCE)
+        so a job's reads are shared and kept as long as the intake keeps them); by default
+        the chain is read at every request (TTL 0)."""
+        self.job_reads = job_reads or ReadBudget(JOB_READS_PER_SOURCE)
         """Job reads each request source may cause (the intake's budget, under ``run``)."""
 
     # ------------------------------------------------------------------ HTTP-shaped API
@@ -154,9 +154,8 @@ class Member:
     def _answer(self, what: str, fn: Callable[[object, Callable[[], bool] | None],
                                               dict[str, Any]],
                 obj: object, source: str) -> tuple[int, dict[str, Any]]:
-        budget = (lambda: self.job_reads.take(source)) if source else None
         try:
-            body = fn(obj, budget)
+            body = fn(obj, self.job_reads.payer(source))
         except Rejection as r:
             self.metrics.member_request(what, r.reason)
             return r.http_status, r.body()
@@ -177,16 +176,10 @@ class Member:
     def _job(self, job: bytes, budget: Callable[[], bool] | None) -> Any:
         """The job's account, after checking this validator is on its committee. A read
         ``budget`` refuses is a retryable 429 ``chain_read_budget``."""
-        if self.jobs is not None:
-            try:
-                view = self.jobs.get(job, budget=budget)
-            except ReadRefused:
-                raise read_refused(self.job_reads) from None
-        elif budget is not None and not budget():
-            raise read_refused(self.job_reads)
-        else:
-            view = read("the job account",
-                        lambda: self.client.fetch_job(Pubkey.from_bytes(job)))
+        try:
+            view = self.jobs.get(job, budget=budget)
+        except ReadRefused:
+            raise read_refused(self.job_reads) from None
         if view is None or bytes(field_of(view, "market")) != self.cfg.market:
             raise Rejection("job_not_found", "no job of this market at that address", 404)
         if self.me not in committee_of(view):

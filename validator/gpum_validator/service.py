@@ -221,7 +221,7 @@ class Intake:
         self.limits = limits
         self.providers = ProviderKeys(client, provider_ttl, max_entries=provider_cache_size)
         self.jobs = JobAccounts(client, job_ttl)
-        self.job_reads = job_reads or ReadBudget(*JOB_READS_PER_SOURCE)
+        self.job_reads = job_reads or ReadBudget(JOB_READS_PER_SOURCE)
         """Job reads each request source may cause (``submit``'s ``source``)."""
         self.on_equivocation = on_equivocation
         self._group = GroupCommit(self._commit_group)
@@ -271,7 +271,7 @@ class Intake:
         """Decide every item (``item.answer``); see the class docstring for the phases. Items
         the fast lane screens and whose chain checks pass (``_fast_chain``) skip the
         reference path's phases 1 and 2."""
-        budget = (lambda: self.job_reads.take(source)) if source else None
+        budget = self.job_reads.payer(source)
         slow = [it for it, s in zip(items, fastlane.screen([it.raw for it in items], self.cfg))
                 if s is None or not self._fast_chain(it, s, budget)]
         self._authenticate(slow)
