@@ -84,7 +84,7 @@ def serve(args: argparse.Namespace) -> None:
             address=vt.pk(job_key(i)), provider=vt.pk(provider_key(i % args.providers)),
             gpu_count=args.gpus, started_at=args.started_at, last_window_end=args.started_at,
             created_at=args.started_at - 10, deposited=10**15)
-    store = SQLiteStore(Path(args.db))
+    store = SQLiteStore(Path(args.db), background_checkpoints=True)  # as `gpum-validator run`
     # The load generator stands for thousands of workers but is one source (127.0.0.1):
     # the per-source budget of job reads (``--job-reads-per-source``) is not what this
     # measures, so it is lifted.

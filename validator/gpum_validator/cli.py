@@ -40,9 +40,10 @@ def default_db() -> Path:
     return Path(base) / "gpum-validator" / "validator.sqlite"
 
 
-def open_db(db: str) -> Any:
+def open_db(db: str, serving: bool = False) -> Any:
     """The store ``--db`` names: a ``postgresql://`` URL (``store_pg.PostgresStore``) or an
-    SQLite file (``store.SQLiteStore``; its directory is created)."""
+    SQLite file (``store.SQLiteStore``; its directory is created). ``serving``: for
+    ``gpum-validator run`` (SQLite's WAL checkpoints on a thread of their own)."""
     from .store import SQLiteStore
     from .store_pg import PostgresStore, is_postgres_url
 
@@ -53,7 +54,7 @@ def open_db(db: str) -> Any:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise ConfigError(f"--db {path}: cannot create its directory ({e})") from None
-    return SQLiteStore(path)
+    return SQLiteStore(path, background_checkpoints=serving)
 
 
 def describe_db(db: str) -> str:
@@ -255,7 +256,7 @@ def _run(url: str, keypair_path: Path, market_s: str, program_id_s: str | None, 
         program_id=bytes(getattr(client, "program_id", None) or program_id or PROGRAM_ID),
         market=bytes(market), authority=bytes(authority.pubkey()), own_health=own_health)
     cfg.validate()
-    store = open_db(db_path)
+    store = open_db(db_path, serving=True)
     metrics = Metrics()
     peers = Peers(client, cfg.market, policy.peer_timeout_seconds, policy.endpoint_ttl_seconds)
     reporter = EquivocationReporter(client, authority, store, cfg.program_id, policy, metrics)

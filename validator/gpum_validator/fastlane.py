@@ -36,16 +36,16 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from gpu_market.proof import ZERO_HASH
 from solders.pubkey import Pubkey
 
-from .chain import baseline_state
+from .chain import baseline_state, job_info
 from .config import VerifyConfig
-from .store import UPDATED_AT_GRAIN_SECONDS, Store
+from .store import UPDATED_AT_GRAIN_SECONDS, ChainJobInfo, Store
 from .verify import JobState, _pk, committee_of, field_of, job_rules, status_of
 
 try:
@@ -85,6 +85,8 @@ class JobFacts:
     gpu_count: int
     baseline: JobState
     """The chain's state of the job (``chain.baseline_state``)."""
+    info: ChainJobInfo
+    """The job's chain facts as the store keeps them (``chain.job_info``)."""
 
     @classmethod
     def of(cls, job: Any, cfg: VerifyConfig) -> JobFacts:
@@ -97,7 +99,7 @@ class JobFacts:
                    int(field_of(job, "ended_at")) if status == "finishing" else None,
                    rules.window_seconds, rules.max_skew_seconds,
                    rules.health.temp_critical_c, rules.health.ecc_uncorrected_max,
-                   int(field_of(job, "gpu_count")), baseline_state(job))
+                   int(field_of(job, "gpu_count")), baseline_state(job), job_info(job))
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,8 +181,8 @@ _FRESH = Memo(-1, 0, 0, None, 0, b"", row=False)
 class FastLane:
     """One group commit's use of the memo (``Intake._commit_group``): decisions and rows of
     this group overlay ``memo`` until ``committed`` (the caller clears the memo if the group
-    fails). A job missing from both is loaded from the store (one query,
-    ``Store.intake_memo``)."""
+    fails). A job missing from both is loaded from the store (``preload``: one query for
+    all of a group's jobs; else one query when first needed, ``Store.intake_memos``)."""
 
     def __init__(self, memo: dict[bytes, Memo], store: Store, enabled: bool,
                  clock: Callable[[], float] = time.time, max_entries: int = 32_768) -> None:
@@ -193,6 +195,9 @@ class FastLane:
         self.new_job_rows: list[tuple] = []
         self.job_rows: list[tuple] = []
         self.proof_rows: list[tuple] = []
+        self.inserted: dict[bytes, JobFacts] = {}
+        """Jobs whose first row the lane queued since the caller last took this, with the
+        facts whose chain facts (``JobFacts.info``) the row carries."""
         self.accepted = 0
 
     def state(self, job: bytes, facts: JobFacts) -> Memo | None:
@@ -211,8 +216,25 @@ class FastLane:
                         b.approved_total, b.last_hash or ZERO_HASH, row=False)
         return m
 
+    def preload(self, jobs: Iterable[bytes]) -> None:
+        """Load, in one query, the stored state of every job of ``jobs`` the lane does not
+        know yet. The same as loading each when first needed (``state``): until then, no
+        write of the group can change a job's rows without the lane knowing (its own rows
+        update the overlay, the reference path's ``forget`` the job, and no other writer
+        runs during the group's transaction)."""
+        if not self.enabled:
+            return
+        missing = [j for j in dict.fromkeys(jobs) if j not in self.overlay and j not in self.memo]
+        if missing:
+            for job, loaded in self.store.intake_memos(missing).items():
+                self.overlay[job] = self._memo_of(*loaded)
+
     def _load(self, job: bytes) -> Memo | None:
-        max_seq, state, updated_at = self.store.intake_memo(job)
+        return self._memo_of(*self.store.intake_memo(job))
+
+    @staticmethod
+    def _memo_of(max_seq: int, state: JobState | None, updated_at: float) -> Memo | None:
+        """The memo of what ``Store.intake_memos`` loaded for a job."""
         if state is None:
             return _FRESH if max_seq == 0 else None
         if max_seq != state.last_seq or state.last_hash is None or state.gpu_uuids is None:
@@ -256,7 +278,8 @@ class FastLane:
             updated_at = m.updated_at if stamp is None else now
         else:
             self.new_job_rows.append((job, seq, s[CUMULATIVE], end, json.dumps(list(uuids)),
-                                      now, total))
+                                      now, total, facts.info, now))
+            self.inserted[job] = facts
             updated_at = now
         self.proof_rows.append((job, seq, s[HASH], s[PROOF], s[PROOF_SIGNATURE],
                                 s[RECEIPT_SIGNATURE], s[WORKER_KEY], s[CUMULATIVE], end, now,

@@ -233,9 +233,9 @@ class Intake:
                                               self.jobs.max_entries)
         self._provider_facts = fastlane.FactsCache(
             lambda v: fastlane.ProviderFacts.of(v, cfg), provider_cache_size)
-        self._chain_notes: dict[bytes, Any] = {}
+        self._chain_notes: dict[bytes, tuple[Any, fastlane.JobFacts]] = {}
         """Jobs the fast lane accepted a proof of in this group, with the view judged against
-        (their chain facts are stored after the lane's rows, ``_flush``)."""
+        and its facts (their chain facts are stored after the lane's rows, ``_flush``)."""
         self._chain_written: dict[bytes, Any] = {}
         """Per job, the job account whose chain facts were last stored (``_judge``, under the
         group commit: one thread at a time)."""
@@ -383,6 +383,8 @@ class Intake:
                     self._memo.clear()  # another connection wrote: the copies may be stale
                 lane = fastlane.FastLane(self._memo, self.store, enabled, self.clock,
                                          self.jobs.max_entries)
+                lane.preload(it.job for req in requests for it in req
+                             if it.fast is not None and it.answer is None)
                 self._chain_notes = {}
                 for req in requests:
                     self._judge_request(req, equivocations, lane)
@@ -453,7 +455,7 @@ class Intake:
             assert it.facts is not None and it.job is not None
             body = lane.try_accept(it.fast, it.facts)
             if body is not None:
-                self._chain_notes[it.job] = it.view
+                self._chain_notes[it.job] = (it.view, it.facts)
                 return 200, body
             if it.auth is None and not self._authenticate_one(it):
                 assert it.answer is not None
@@ -465,12 +467,22 @@ class Intake:
         return answer
 
     def _flush(self, lane: fastlane.FastLane) -> None:
-        """Write the lane's queued rows, then the chain facts of their jobs (their rows exist
-        only once the rows are written)."""
+        """Write the lane's queued rows, then, in one statement, the chain facts of their jobs
+        whose account was read again since they were last stored (the rows exist only once
+        written; a job's first row carries them already)."""
         lane.flush()
+        inserted, lane.inserted = lane.inserted, {}
         notes, self._chain_notes = self._chain_notes, {}
-        for job, view in notes.items():
-            self._note_chain_facts(job, view)
+        due: list[tuple[bytes, Any, fastlane.JobFacts]] = []
+        for job, (view, facts) in notes.items():
+            if inserted.get(job) is facts:
+                self._chain_stored(job, view)
+            elif self._chain_written.get(job) is not view:
+                due.append((job, view, facts))
+        if due:
+            self.store.update_chain_infos([(job, f.info) for job, _, f in due], self.clock())
+            for job, view, _ in due:
+                self._chain_stored(job, view)
 
     def _authenticate_one(self, it: _Item) -> bool:
         """The reference path's ``auth`` of a screened item the lane left (screening accepts
@@ -483,9 +495,15 @@ class Intake:
         stored (they change only then: written once per read, not once per proof)."""
         if self._chain_written.get(job) is not view:
             self.store.update_chain_info(job, job_info(view), self.clock())
-            self._chain_written[job] = view
-            while len(self._chain_written) > self.jobs.max_entries:
-                self._chain_written.pop(next(iter(self._chain_written)))
+            self._chain_stored(job, view)
+
+    def _chain_stored(self, job: bytes, view: Any) -> None:
+        """The store holds the chain facts of ``view`` for ``job`` (rolled back with the
+        group: ``_commit_group`` clears this when the group fails)."""
+        self._chain_written.pop(job, None)
+        self._chain_written[job] = view
+        while len(self._chain_written) > self.jobs.max_entries:
+            self._chain_written.pop(next(iter(self._chain_written)))
 
     def _judge(self, it: _Item,
                equivocations: list[tuple[Authenticated, StoredProof]]) -> tuple[int, dict]:

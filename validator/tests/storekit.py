@@ -262,3 +262,16 @@ def bulk_insert(store: Any, table: str, cols: tuple[str, ...], rows: list[tuple]
         else:
             db.executemany(f"INSERT INTO {table} ({names}) VALUES "
                            f"({', '.join('?' * len(cols))})", rows)
+
+
+def generated_marks(db: Any) -> None:
+    """Put ``jobs.unsettled`` / ``unpaid`` back into schema v4's layout of before they were
+    stored: generated columns, no triggers."""
+    db.execute("DROP TRIGGER jobs_marks_ins")
+    db.execute("DROP TRIGGER jobs_marks_upd")
+    for col, seq in (("unsettled", "covered_seq"), ("unpaid", "paid_seq")):
+        db.execute(f"DROP INDEX jobs_{col}")
+        db.execute(f"ALTER TABLE jobs DROP COLUMN {col}")
+        db.execute(f"ALTER TABLE jobs ADD COLUMN {col} INTEGER GENERATED ALWAYS AS "
+                   f"(CASE WHEN last_seq > {seq} THEN 1 ELSE 0 END) VIRTUAL")
+        db.execute(f"CREATE INDEX jobs_{col} ON jobs (job) WHERE {col} = 1")

@@ -319,12 +319,15 @@ def test_rows_whose_job_moved_behind_the_memo_fail_the_group(tmp_path):
     """The compare-and-set: a job row not at the last_seq the lane judged against is never
     overwritten (StoreError, the transaction rolled back)."""
     store = SQLiteStore(tmp_path / "v.sqlite")
+    info = job_info(job_view(address=pk(JOB)))
     with pytest.raises(StoreError, match="job state changed"), store.batch():
         store.record_accepted_rows([], [(2, 120, T0 + 120, 1.0, 120, JOB, 1)], [])
     with store.batch():
-        store.record_accepted_rows([(JOB, 1, 60, T0 + 60, '["GPU-aaaa"]', 1.0, 60)], [], [])
+        store.record_accepted_rows([(JOB, 1, 60, T0 + 60, '["GPU-aaaa"]', 1.0, 60, info, 1.0)],
+                                   [], [])
     with pytest.raises(StoreError), store.batch():
-        store.record_accepted_rows([(JOB, 1, 60, T0 + 60, '["GPU-aaaa"]', 1.0, 60)], [], [])
+        store.record_accepted_rows([(JOB, 1, 60, T0 + 60, '["GPU-aaaa"]', 1.0, 60, info, 1.0)],
+                                   [], [])
     assert store.intake_memo(JOB)[:2] == (0, store.job_state(JOB))
     assert store.intake_memo(bytes(32)) == (0, None, 0.0)
 

@@ -180,3 +180,85 @@ def test_a_rejected_proof_costs_the_same_whatever_its_job_has_accepted(store_db)
     whole, _ = work(store, lambda: store._q("SELECT COUNT(*) FROM proofs WHERE job=? "
                                             "AND reason IS NULL", (job_of(5),)))
     assert whole > 3 * big
+
+
+def _wal_frames_of_windows(store: SQLiteStore, jobs: list[bytes]) -> int:
+    """WAL frames one transaction writes that moves every job of ``jobs`` one window on."""
+    store._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    with store._tx() as db:
+        db.executemany("UPDATE jobs SET last_seq=last_seq+1 WHERE job=?",
+                       [(j,) for j in jobs])
+    return store._db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()[1]
+
+
+def test_a_window_of_an_unsettled_job_leaves_the_settle_indexes_alone(tmp_path):
+    """An accepted window of a job that is unsettled already does not move its entries in
+    ``jobs_unsettled`` / ``jobs_unpaid`` (stored flags, ``store._SQLITE_MARKS``): the same
+    transaction writes fewer pages than with the generated flags of before, whose partial
+    indexes SQLite rewrote at every ``last_seq`` set."""
+    frames = []
+    for generated in (False, True):
+        store = SQLiteStore(tmp_path / f"{generated}.sqlite")
+        fill(store, 3, 2000, 2, lambda i: 1, "running")  # every job one window unsettled
+        if generated:
+            storekit.generated_marks(store._db)
+        jobs = [r[0] for r in store._q("SELECT job FROM jobs")]
+        frames.append(_wal_frames_of_windows(store, jobs))
+        assert store._q("SELECT COUNT(*) FROM jobs WHERE unsettled=1 AND unpaid=1") == [(2000,)]
+        store.close()
+    stored, generated = frames
+    assert stored * 4 < generated * 3, frames  # the two indexes: ~2/5 of the pages
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_settle_marks_follow_every_write(store_db, seed):
+    """Randomized writes of every kind that moves ``last_seq``, ``covered_seq`` or
+    ``paid_seq`` (accepts by the reference path and by the fast lane's rows, first windows,
+    intents sent, confirmed and failed, the chain's settled seq going up and down): after each, every job's ``unsettled`` / ``unpaid`` equal ``last_seq >
+    covered_seq`` / ``last_seq > paid_seq``."""
+    import random
+
+    from gpum_validator.store import ChainJobInfo
+    from storekit import accept, auth_of
+    from vtestkit import chain_of
+
+    rng = random.Random(seed)
+    store = store_db.open()
+    jobs = [hashlib.sha256(bytes([seed, i])).digest() for i in range(4)]
+    chains = {j: chain_of(40, job=j) for j in jobs}
+    check = ("SELECT COUNT(*) FROM jobs WHERE unsettled <> (CASE WHEN last_seq > covered_seq "
+             "THEN 1 ELSE 0 END) OR unpaid <> (CASE WHEN last_seq > paid_seq THEN 1 ELSE 0 END)")
+    for _ in range(120):
+        job = rng.choice(jobs)
+        st = store.job_state(job)
+        seq = st.last_seq if st else 0
+        move = rng.choice(("accept", "accept", "lane", "lane", "intent", "chain"))
+        if move in ("accept", "lane") and seq < 40:
+            p = chains[job][seq]
+            if move == "accept":
+                accept(store, p, NOW)
+            else:
+                a = auth_of(p)
+                total = (st.approved_total if st else 0) + p.billable_seconds
+                proof = (job, p.seq, a.hash, a.proof_bytes, bytes(64), bytes(64), p.worker_key,
+                         p.cumulative_seconds, p.window_end, NOW, "accepted", None,
+                         p.billable_seconds, total)
+                if st is None:
+                    new = [(job, p.seq, p.cumulative_seconds, p.window_end, "[]", NOW, total,
+                            ChainJobInfo("running", 0, 0, 1, 10**9, 0), NOW)]
+                    store.record_accepted_rows(new, [], [proof])
+                else:
+                    moved = [(p.seq, p.cumulative_seconds, p.window_end, total, None, job, seq)]
+                    store.record_accepted_rows([], moved, [proof])
+        elif move == "intent" and seq:
+            it = store.add_intent(store.accepted_at(job, rng.randint(1, seq)), 1, NOW)
+            for status in rng.choice((("sent",), ("sent", "confirmed"), ("confirmed",),
+                                      ("failed",), ())):
+                store.mark_intent(it.id, status, NOW)
+        elif move == "chain":
+            last = rng.randint(0, seq)  # the chain's settled seq, also below what it was
+            store.update_chain_info(job, ChainJobInfo(
+                status="running", last_seq=last, paid_seconds=60 * last, rate_per_second=1,
+                escrow_remaining=10**9, ended_at=0, window_seconds=60, committee=()), NOW)
+        assert store._q(check)[0][0] == 0, move
+    store.close()

@@ -137,6 +137,40 @@ def test_v1_database_is_migrated_in_place(tmp_path, chain, clock):
     store.close()
 
 
+def test_generated_marks_become_stored_and_stay_right(tmp_path, chain, clock):
+    """A v4 database with generated ``unsettled`` / ``unpaid`` (SQLite only) is converted on
+    open, keeping what the settle pass and /health read; from then on every write keeps the
+    stored flags equal to what the generated ones would hold, a write of a flag included."""
+    store = SQLiteStore(tmp_path / "v.sqlite")
+    intake = Intake(cfg(), store, chain, clock=lambda: clock[0])
+    feed(intake, chain_of(2))
+    storekit.generated_marks(store._db)
+    before = (store.settle_candidates(), store.pending_windows())
+    assert before[1] == 2
+    store.close()
+    store = SQLiteStore(tmp_path / "v.sqlite")
+    hidden = {r[1]: r[6] for r in store._db.execute("PRAGMA table_xinfo(jobs)")}
+    assert (hidden["unsettled"], hidden["unpaid"]) == (0, 0)  # stored, not generated
+    assert (store.settle_candidates(), store.pending_windows()) == before
+    assert store.summary()["schema_version"] == SCHEMA_VERSION
+
+    def flags() -> tuple[int, int]:
+        return store._db.execute("SELECT unsettled, unpaid FROM jobs").fetchone()
+
+    assert flags() == (1, 1)
+    settler = make_settler(chain, store, clock, SettlePolicy(settle_every_windows=1))
+    assert settler.settle_now().confirmed == 1
+    assert flags() == (0, 0) and store.settle_candidates() == [] and store.pending_windows() == 0
+    store._db.execute("UPDATE jobs SET unsettled=1, unpaid=1")  # a stray write of the flags
+    assert flags() == (0, 0)
+    intake = Intake(cfg(), store, chain, clock=lambda: clock[0])
+    feed(intake, chain_of(3)[2:])
+    assert flags() == (1, 1) and store.pending_windows() == 1
+    (c,) = store.settle_candidates()
+    assert c.unsettled_windows == 1
+    store.close()
+
+
 def test_unwritable_db_is_store_error(tmp_path):
     with pytest.raises(StoreError, match="cannot open"):
         SQLiteStore(tmp_path / "missing-dir" / "v.sqlite")
