@@ -13,6 +13,13 @@ connections, each owning a slice of the jobs and sending its jobs' windows in se
 one proof per request, as a worker with one job does). Latency is per request, from the
 first byte sent to the whole answer read.
 
+The default run is 2,000 jobs x 30 windows (60,000 proofs, about 6 s of load): the rate a
+validator sustains. A job's first window costs the intake more than its next ones (the job's
+account read and facts computed, its stored state loaded, its row inserted), and a run of 10
+windows (2 s) spent a tenth of its proofs, and its slowest requests, on that start; on a
+shared 2-core VM a 2 s run also swings with the neighbours' load. ``--windows 10`` runs the
+shorter measurement (validator/README.md *Throughput* gives both).
+
 Baseline, measured in the same run on the same machine: the raw rate of one ed25519 verify
 (``gpu_market.receipt.verify``, OpenSSL through ``cryptography``, single-threaded), the cost
 the intake paid twice per proof before issue 9.
@@ -203,7 +210,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--jobs", type=int, default=2000)
     ap.add_argument("--providers", type=int, default=200)
-    ap.add_argument("--windows", type=int, default=10, help="windows per job")
+    ap.add_argument("--windows", type=int, default=30, help="windows per job")
     ap.add_argument("--gpus", type=int, default=8, help="GPUs per job (per proof)")
     ap.add_argument("--connections", type=int, default=8)
     ap.add_argument("--batch", type=int, default=64,

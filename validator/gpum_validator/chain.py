@@ -255,6 +255,18 @@ class AccountCache:
         so a genuine rotation is still seen within the interval). ``budget``: called before
         a read; False raises ``ReadRefused`` instead (a cached account costs nothing)."""
         now = self.clock()
+        if not refresh:
+            # A hit needs no lock (every proof asks twice, from many threads: a lock taken
+            # and released per call convoyed the request threads and the group commit's
+            # leader on the GIL). Each dict operation is atomic under the GIL; an entry
+            # dropped or replaced meanwhile makes this the answer of a call just before.
+            hit = self._cache.get(address)
+            if hit is not None and self._fresh(hit, now):
+                try:
+                    self._cache.move_to_end(address)
+                except KeyError:  # evicted meanwhile
+                    pass
+                return hit[1]
         with self._lock:
             hit = self._cache.get(address)
             if refresh:

@@ -50,7 +50,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from .errors import StoreError
-from .store_sql import SQLITE, Conn, Dialect, as_int
+from .store_sql import SQLITE, STATEMENT_CACHE, Conn, Dialect, as_int
 from .verify import Authenticated, JobState, Verdict
 from .wal import WalCheckpointer
 
@@ -1602,7 +1602,8 @@ class SQLiteStore(SQLStore):
         self.path = Path(path)
         try:
             self._db = sqlite3.connect(str(self.path), isolation_level=None,
-                                       check_same_thread=False, timeout=30)
+                                       check_same_thread=False, timeout=30,
+                                       cached_statements=STATEMENT_CACHE)
             _enter_wal(self._db)
             self._db.execute("PRAGMA synchronous=FULL")
             self._db.execute("PRAGMA foreign_keys=ON")

@@ -177,6 +177,32 @@ def test_provider_cache_is_a_bounded_lru(chain):
     assert len(keys) == 2
 
 
+def test_a_cache_hit_takes_no_lock(chain):
+    """Every proof asks the caches twice, from many request threads: a fresh entry is
+    answered without the cache's lock (held here by another thread), an LRU touch
+    included; a miss still waits for it."""
+    import threading
+
+    from gpum_validator.chain import ProviderKeys
+
+    keys = ProviderKeys(chain, ttl=3600, max_entries=2)
+    a, b = bytes([1] * 32), bytes([2] * 32)
+    keys.get(a)
+    keys.get(b)
+    out = []
+    with keys._lock:
+        t = threading.Thread(target=lambda: out.append(keys.get(a)))
+        t.start()
+        t.join(10)
+        assert not t.is_alive() and out == [chain.providers.get(a)]
+        miss = threading.Thread(target=lambda: keys.get(bytes([3] * 32)))
+        miss.start()
+        miss.join(0.2)
+        assert miss.is_alive()  # a read waits for the lock
+    miss.join(10)
+    assert a in keys._cache and b not in keys._cache  # the hit moved a to the LRU's end
+
+
 def test_provider_cache_forget_rereads_at_once(chain):
     # A subscription saw the provider's account change: the next read goes to the chain
     # instead of waiting out the TTL.

@@ -8,6 +8,7 @@ import logging
 import sqlite3
 import threading
 import time
+from contextlib import contextmanager
 
 from gpum_validator.store import SQLiteStore
 from gpum_validator.wal import WalCheckpointer
@@ -23,6 +24,20 @@ def wal_bytes(path) -> int:
     """The WAL file's size: it grows while transactions append to it and stays as it is once
     they write from its start again (a restarted WAL is overwritten, not truncated)."""
     return (path.parent / (path.name + "-wal")).stat().st_size
+
+
+@contextmanager
+def checkpointed(tmp_path, restart_frames: int):
+    """A store whose connection does not checkpoint, and a checkpointer not started."""
+    path = tmp_path / "v.sqlite"
+    store = SQLiteStore(path)
+    store._db.execute("PRAGMA wal_autocheckpoint=0")
+    ck = WalCheckpointer(path, lambda: store._lock, restart_frames=restart_frames)
+    try:
+        yield path, store, ck
+    finally:
+        ck.close()
+        store.close()
 
 
 def test_a_serving_store_leaves_checkpoints_to_its_thread(tmp_path):
@@ -47,11 +62,7 @@ def test_the_wal_restarts_only_between_transactions(tmp_path):
     """Under writes that never pause, a checkpoint running beside them never lets the WAL
     restart; ``run_once`` copies the rest holding the writers' lock, waiting for an open
     transaction to end, and the next transaction writes from the WAL's start."""
-    path = tmp_path / "v.sqlite"
-    store = SQLiteStore(path)
-    store._db.execute("PRAGMA wal_autocheckpoint=0")
-    ck = WalCheckpointer(path, lambda: store._lock, restart_frames=40)
-    try:
+    with checkpointed(tmp_path, 40) as (path, store, ck):
         write(store, 60)
         with store.batch():
             store.set_meta("open", "y" * 3000)  # a transaction in progress
@@ -67,24 +78,14 @@ def test_the_wal_restarts_only_between_transactions(tmp_path):
         write(store, 3)
         assert wal_bytes(path) == size  # restarted: written over from the start
         assert store.get_meta("open") == "y" * 3000 and store.get_meta("k59") == "x" * 3000
-    finally:
-        ck.close()
-        store.close()
 
 
 def test_a_small_wal_is_copied_without_the_writers_lock(tmp_path):
-    path = tmp_path / "v.sqlite"
-    store = SQLiteStore(path)
-    store._db.execute("PRAGMA wal_autocheckpoint=0")
-    ck = WalCheckpointer(path, lambda: store._lock, restart_frames=1000)
-    try:
+    with checkpointed(tmp_path, 1000) as (_path, store, ck):
         write(store, 10)
         with store.batch():  # held by a writer: the pass must not wait for it
             ck.run_once()
         assert (ck.passes, ck.restarts) == (1, 0)
-    finally:
-        ck.close()
-        store.close()
 
 
 def test_a_failed_checkpoint_is_logged_and_tried_again(tmp_path, caplog):
