@@ -121,34 +121,53 @@ def _unavailable(reason: str, message: str) -> tuple[int, dict[str, Any]]:
 
 class GroupCommit:
     """Group commit across requests (leader/follower, no extra thread): a request's work is
-    queued; if no commit is running, the caller becomes the leader, takes everything queued
-    (its own and other requests') and runs ``commit(requests)`` once for all of it; callers
-    whose work a leader took wait until that commit is over. At most one commit runs at a
-    time, so requests arriving during a commit share the next one: one fsync per round, not
-    per request, whatever the number of concurrent workers. Work is taken in arrival order.
+    queued; if no leader is writing, the caller becomes the leader, takes everything queued
+    (its own and other requests') and runs ``commit(requests, release)`` once for all of it;
+    callers whose work a leader took wait until that commit is over. Requests arriving
+    during a commit share the next one: one transaction and one fsync per round, not per
+    request, whatever the number of concurrent workers. Work is taken in arrival order.
+
+    ``commit`` calls ``release()`` once its transaction is committed and before it waits for
+    the fsync (``Store.make_durable``): the next leader takes the queue and writes its group
+    while this one's reaches the disk. A group's callers are answered only when its
+    ``commit`` returns.
     """
 
-    def __init__(self, commit: Callable[[list[list[_Item]]], None]) -> None:
+    def __init__(self, commit: Callable[[list[list[_Item]], Callable[[], None]], None]
+                 ) -> None:
         self.commit = commit
         self._cv = threading.Condition()
         self._queue: list[list[_Item]] = []
+        self._taken: set[int] = set()
+        """Work a leader took and has not finished."""
         self._done: set[int] = set()
         self._busy = False
+        """A leader is writing (until its ``release`` or the end of its commit)."""
         self.rounds = 0
         """Commits run so far (for tests and metrics)."""
 
     def run(self, work: list[_Item]) -> None:
         with self._cv:
             self._queue.append(work)
-            while id(work) not in self._done and self._busy:
+            while id(work) not in self._done and (self._busy or id(work) in self._taken):
                 self._cv.wait()
             if id(work) in self._done:
                 self._done.discard(id(work))
                 return
             self._busy = True
             taken, self._queue = self._queue, []
+            self._taken.update(id(req) for req in taken)
+        released = False
+
+        def release() -> None:
+            nonlocal released
+            with self._cv:
+                if not released:
+                    released, self._busy = True, False
+                    self._cv.notify_all()
+
         try:
-            self.commit(taken)
+            self.commit(taken, release)
         finally:
             for req in taken:
                 for it in req:
@@ -158,8 +177,10 @@ class GroupCommit:
                                                     UNAVAILABLE_RETRY_AFTER_SECONDS)
             with self._cv:
                 self.rounds += 1
+                self._taken.difference_update(id(req) for req in taken)
                 self._done.update(id(req) for req in taken if req is not work)
-                self._busy = False
+                if not released:
+                    self._busy = False
                 self._cv.notify_all()
 
 
@@ -368,16 +389,19 @@ class Intake:
         for accepted ones, durable."""
         self._group.run(items)
 
-    def _commit_group(self, requests: list[list[_Item]]) -> None:
+    def _commit_group(self, requests: list[list[_Item]],
+                      release: Callable[[], None] = lambda: None) -> None:
         """Phase 3 of several requests (one thread at a time), in arrival order, under one
         store transaction: per request the hold-back rules, then each proof's stored checks
-        and write. If the transaction fails, every item decided here is answered 503 (nothing
-        of it was kept); answers of accepted proofs are only read after the commit."""
+        and write. Once committed, ``release()`` lets the next group start while this one's
+        fsync runs (``Store.make_durable``). If the transaction or its fsync fails, every
+        item decided here is answered 503 (nothing of it was kept, or it may be lost);
+        answers of accepted proofs are only read once durable."""
         decided_before = [[it.answer is not None for it in req] for req in requests]
         equivocations: list[tuple[Authenticated, StoredProof]] = []
         lane: fastlane.FastLane | None = None
         try:
-            with self.store.batch():
+            with self.store.batch(durable=False):
                 enabled = self.store.serial_writers
                 if not (enabled and self.store.intake_memo_valid()):
                     self._memo.clear()  # another connection wrote: the copies may be stale
@@ -406,6 +430,19 @@ class Intake:
             self._chain_written.clear()
             self._memo.clear()
             raise
+        release()  # committed: the next group may write while this one's fsync runs
+        try:
+            self.store.make_durable()
+        except StoreError as e:
+            # The store now refuses every transaction (``make_durable``), the next group's
+            # included, so the memo and the notes, which the next leader may be using, are
+            # left alone: nothing is decided against them any more.
+            failed = self._unavailable_store(e)
+            for req, before in zip(requests, decided_before):
+                for it, was in zip(req, before):
+                    if not was:
+                        it.answer = failed
+            return
         assert lane is not None
         if lane.accepted:
             self.metrics.proof("accepted", n=lane.accepted)

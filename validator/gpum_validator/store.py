@@ -3,8 +3,8 @@
 ``Store`` is the interface the rest of the validator uses. ``SQLStore`` holds every query,
 written once in SQLite's spelling (``store_sql.Dialect`` translates it for PostgreSQL), on
 top of two backends: ``SQLiteStore`` (below: the stdlib ``sqlite3`` in WAL mode with
-``synchronous=FULL``, one connection shared by the HTTP threads and the settlement thread
-under a lock) and ``store_pg.PostgresStore`` (psycopg 3, a small pool; several validator
+an fsync of the WAL after every transaction, ``make_durable``; one connection shared by the
+HTTP threads and the settlement thread under a lock) and ``store_pg.PostgresStore`` (psycopg 3, a small pool; several validator
 processes may share one database). A method that returns has its effect on disk; each public
 method is one transaction, or joins the calling thread's ``batch()``.
 
@@ -39,6 +39,7 @@ worker-key check, so what is stored for a job was signed by that job's provider.
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import threading
 import time
@@ -570,7 +571,8 @@ class Store(Protocol):
     """What the intake, the settler, the member endpoints and the reporters need from
     durable storage."""
 
-    def batch(self) -> AbstractContextManager[None]: ...
+    def batch(self, durable: bool = True) -> AbstractContextManager[None]: ...
+    def make_durable(self) -> None: ...
     def job_state(self, job: bytes) -> JobState | None: ...
     def proofs_at(self, job: bytes, seq: int) -> list[StoredProof]: ...
     def intake_view(self, job: bytes, seq: int) -> IntakeView: ...
@@ -1588,7 +1590,7 @@ SQLITE_CACHE_KIB = 65_536
 
 
 class SQLiteStore(SQLStore):
-    """``Store`` on one SQLite file (WAL, synchronous=FULL). One connection is shared by the
+    """``Store`` on one SQLite file (WAL; every transaction fsynced, ``make_durable``). One connection is shared by the
     HTTP threads and the settlement thread under a lock (SQLite serialises writers anyway)."""
 
     dialect = SQLITE
@@ -1600,18 +1602,31 @@ class SQLiteStore(SQLStore):
         (``wal.WalCheckpointer``) instead of inside the commit that fills the WAL; for the
         long-running validator (``gpum-validator run``)."""
         self.path = Path(path)
+        self._wal_fd: int | None = None
+        """The WAL file, opened at the first ``_sync`` (it exists from the first write on,
+        and SQLite removes it only once every connection to the file is closed)."""
+        self._sync_failed: str | None = None
+        self._sync_lock = threading.Lock()
+        self._committed = 0
+        """Transactions committed that changed a row (``make_durable``)."""
+        self._synced = 0
+        """Of them, how many an fsync has made durable."""
         try:
             self._db = sqlite3.connect(str(self.path), isolation_level=None,
                                        check_same_thread=False, timeout=30,
                                        cached_statements=STATEMENT_CACHE)
             _enter_wal(self._db)
-            self._db.execute("PRAGMA synchronous=FULL")
+            # NORMAL: COMMIT does not fsync the WAL; ``_sync`` does after every transaction
+            # (the durability of FULL, see there).
+            self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.execute("PRAGMA foreign_keys=ON")
             # 64 MiB of page cache instead of 2 MiB: the proofs' indexes are keyed by job, so
             # a round's inserts touch pages all over them (measured: ~15 us less CPU a proof).
             self._db.execute(f"PRAGMA cache_size=-{SQLITE_CACHE_KIB}")
             self._conn = Conn(self._db, SQLITE)
             self._migrate()
+            self._committed += 1  # the migration's statements commit on their own
+            self.make_durable()
         except sqlite3.Error as e:
             raise StoreError(f"cannot open database {self.path}: {e}; check the path exists "
                              "and is writable (--db)") from None
@@ -1717,11 +1732,13 @@ class SQLiteStore(SQLStore):
         self._db.execute("UPDATE jobs SET chain_checked_at=0")
 
     @contextmanager
-    def batch(self) -> Iterator[None]:
+    def batch(self, durable: bool = True) -> Iterator[None]:
         """Group commit: every write this thread makes inside the block joins one transaction,
-        committed (one fsync) when the block exits and rolled back if it raises; nothing
-        written inside is durable before the block ends, so answer no one before then. Other
-        threads' store calls wait until it ends. Nested use joins the outer batch."""
+        committed when the block exits and rolled back if it raises. With ``durable`` the
+        block returns once the transaction is on disk (``make_durable``); without, once it
+        is committed, and the caller calls ``make_durable`` before answering anyone for it
+        (the intake's group commit lets the next group start in between). Other threads'
+        store calls wait until the COMMIT, not the fsync. Nested use joins the outer batch."""
         with self._lock:
             if self._batch_depth:
                 self._batch_depth += 1
@@ -1730,21 +1747,29 @@ class SQLiteStore(SQLStore):
                 finally:
                     self._batch_depth -= 1
                 return
-            with self._transaction():
+            with self._transaction(durable=False):
                 self._batch_depth = 1
                 try:
                     yield
                 finally:
                     self._batch_depth = 0
+        if durable:
+            self.make_durable()
 
     @contextmanager
-    def _transaction(self) -> Iterator[None]:
-        """``BEGIN IMMEDIATE`` .. ``COMMIT``, rolled back if the block raises; a database
-        error becomes StoreError. The caller holds ``_lock``."""
+    def _transaction(self, durable: bool = True) -> Iterator[None]:
+        """``BEGIN IMMEDIATE`` .. ``COMMIT``, then (``durable``) ``make_durable``, rolled back
+        if the block raises; a database error becomes StoreError. The caller holds
+        ``_lock``."""
+        if self._sync_failed is not None:
+            raise StoreError(self._sync_failed)
+        before = self._db.total_changes
         try:
             self._db.execute("BEGIN IMMEDIATE")
             yield
             self._db.execute("COMMIT")
+            if self._db.total_changes != before:
+                self._committed += 1
         except sqlite3.Error as e:
             if self._db.in_transaction:
                 self._db.execute("ROLLBACK")
@@ -1753,6 +1778,44 @@ class SQLiteStore(SQLStore):
             if self._db.in_transaction:
                 self._db.execute("ROLLBACK")
             raise
+        if durable:
+            self.make_durable()
+
+    def make_durable(self) -> None:
+        """Return once every transaction committed so far is on disk: one fsync of the WAL,
+        or none when a call that began after them already made one.
+
+        The connection runs ``synchronous=NORMAL``, under which SQLite's COMMIT does not
+        fsync the WAL (its checkpoints still fsync it before copying, and the database file
+        after), and every transaction of this store is followed by this call: the
+        durability of ``synchronous=FULL``, with the fsync out of the COMMIT, so that the
+        intake's next group writes while this one's frames reach the disk. An fsync of the
+        file flushes what any writer wrote to it. Meanwhile other threads may read what is
+        committed and not yet flushed; none of them answers a worker for it (the intake
+        answers after this call), and what they write is flushed by their own call.
+
+        Calls are serial. If an fsync fails, what it should have flushed may be lost (Linux
+        may drop the dirty pages and report the error to one caller only), so the store
+        refuses every transaction and every later call from then on: restart the validator
+        once the disk is fixed (SQLite's recovery keeps what did reach it)."""
+        with self._sync_lock:
+            if self._sync_failed is not None:
+                raise StoreError(self._sync_failed)
+            target = self._committed
+            if self._synced >= target:
+                return
+            try:
+                fd = self._wal_fd
+                if fd is None:
+                    fd = self._wal_fd = os.open(str(self.path) + "-wal", os.O_RDONLY)
+                os.fdatasync(fd)
+            except OSError as e:
+                self._sync_failed = (f"database {self.path}: fsync of the WAL failed ({e}); "
+                                     "what was written since the last fsync may be lost, so "
+                                     "this store refuses writes: fix the disk and restart "
+                                     "the validator")
+                raise StoreError(self._sync_failed) from None
+            self._synced = target
 
     @contextmanager
     def _tx(self) -> Iterator[Conn]:
@@ -1788,6 +1851,9 @@ class SQLiteStore(SQLStore):
             self._checkpointer.close()
         with self._lock:
             self._db.close()
+            if self._wal_fd is not None:
+                os.close(self._wal_fd)
+                self._wal_fd = None
 
 
 def now_s() -> float:

@@ -237,12 +237,13 @@ class PostgresStore(SQLStore):
                 self._pool.put(raw)
 
     @contextmanager
-    def batch(self) -> Iterator[None]:
+    def batch(self, durable: bool = True) -> Iterator[None]:
         """Group commit: every store call this thread makes inside the block joins one
         transaction on one connection, committed when the block exits and rolled back if it
         raises; nothing written inside is visible to others or durable before the block ends,
         so answer no one before then. Other threads are not held up. Nested use joins the
-        outer batch."""
+        outer batch. A commit is durable when it returns (the server's
+        ``synchronous_commit``), whatever ``durable`` says (``SQLiteStore.batch``)."""
         st = self._local
         if getattr(st, "conn", None) is not None:
             st.depth += 1
@@ -263,6 +264,9 @@ class PostgresStore(SQLStore):
             raise self._error(e) from None
         finally:
             self._pool.put(raw)
+
+    def make_durable(self) -> None:
+        """Nothing to do: every commit returned durable (``SQLiteStore.make_durable``)."""
 
     def close(self) -> None:
         self._pool.close()

@@ -18,7 +18,9 @@ the answers of everything in that round (measured, validator/README.md *Throughp
   ``restart_frames`` plus what is committed during one ``interval``.
 
 Durability is unchanged: a commit is on disk once its frames are fsynced into the WAL
-(``synchronous=FULL``); a checkpoint only moves committed pages into the database file.
+(``SQLiteStore.make_durable``); a checkpoint only moves committed pages into the database
+file, and this connection (``synchronous=FULL``) fsyncs the WAL before and the database file
+after it.
 A checkpoint that fails (disk full, I/O error) is logged and tried again at the next
 interval; the WAL grows meanwhile, as it would with SQLite's own checkpoints failing.
 """

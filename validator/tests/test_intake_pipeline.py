@@ -3,11 +3,13 @@ and refreshed, one store transaction per request (group commit) that is all-or-n
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import threading
 import time
 from contextlib import contextmanager
 
+import pytest
 from gpum_validator.errors import StoreError
 from gpum_validator.service import Intake
 from gpum_validator.store import SQLiteStore
@@ -94,9 +96,9 @@ def test_answers_of_a_batch_are_given_after_its_commit(tmp_path, chain, clock):
     batches = []
     real_batch = store.batch
 
-    def counting_batch():
+    def counting_batch(durable=True):
         batches.append(1)
-        return real_batch()
+        return real_batch(durable)
 
     store.batch = counting_batch
     intake = Intake(cfg(), store, chain, clock=lambda: clock[0])
@@ -113,8 +115,8 @@ class SlowCommitStore(SQLiteStore):
     """Each transaction takes 50 ms longer to commit (a slow disk)."""
 
     @contextmanager
-    def batch(self):
-        with super().batch():
+    def batch(self, durable=True):
+        with super().batch(durable):
             yield
             time.sleep(0.05)
 
@@ -156,3 +158,80 @@ def test_a_retry_of_an_accepted_proof_is_a_duplicate_while_the_chain_is_down(
                                                     "seq": 1})
     status, body = intake.submit(signed_json(p2))  # a new window does need the chain
     assert (status, body["error"]) == (503, "chain_unavailable")
+
+
+class HeldSyncStore(SQLiteStore):
+    """The first ``make_durable`` waits until ``go`` is set (a slow fsync)."""
+
+    def __init__(self, path) -> None:
+        self.go, self.waiting, self.held = threading.Event(), threading.Event(), False
+        super().__init__(path)
+
+    def make_durable(self) -> None:
+        if not self.held and threading.current_thread().name == "first":
+            self.held = True
+            self.waiting.set()
+            assert self.go.wait(10)
+        super().make_durable()
+
+
+def test_the_next_group_writes_while_a_groups_fsync_runs(tmp_path, chain, clock):
+    """The group commit's leader releases the next group once its transaction is committed,
+    and answers its own callers only once its fsync returns."""
+    store = HeldSyncStore(tmp_path / "v.sqlite")
+    intake = Intake(cfg(), store, chain, clock=lambda: clock[0])
+    other = bytes([210] * 32)
+    chain.jobs[other] = job_view(address=pk(other))
+    first = []
+    t = threading.Thread(target=lambda: first.append(intake.submit_batch(
+        batch(chain_of(2)))), name="first")
+    t.start()
+    assert store.waiting.wait(10)  # the first group is committed, its fsync held
+    _, body = intake.submit_batch(batch(chain_of(2, job=other)))  # not held up by it
+    assert [r["status"] for r in body["results"]] == ["accepted"] * 2
+    assert first == [] and t.is_alive()  # not answered before its fsync
+    store.go.set()
+    t.join(10)
+    assert [r["status"] for r in first[0][1]["results"]] == ["accepted"] * 2
+
+
+def test_a_failed_fsync_answers_503_and_the_store_refuses_writes_from_then_on(
+        tmp_path, chain, clock, monkeypatch):
+    store = SQLiteStore(tmp_path / "v.sqlite")
+    intake = Intake(cfg(), store, chain, clock=lambda: clock[0])
+    ps = chain_of(3)
+    assert intake.submit(signed_json(ps[0]))[1]["status"] == "accepted"
+
+    def broken(fd):
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr("gpum_validator.store.os.fdatasync", broken)
+    status, body = intake.submit(signed_json(ps[1]))
+    assert (status, body["error"]) == (503, "store_unavailable") and "fsync" in body["message"]
+    monkeypatch.undo()  # the disk answers again: what was lost is unknown, so still refused
+    status, body = intake.submit(signed_json(ps[2]))
+    assert (status, body["error"]) == (503, "store_unavailable")
+    with pytest.raises(StoreError, match="restart the validator"):
+        store.set_meta("k", "v")
+
+
+def test_one_fsync_per_committed_write_and_none_for_a_read(tmp_path, monkeypatch):
+    store = SQLiteStore(tmp_path / "v.sqlite")
+    calls = []
+    real = os.fdatasync
+    monkeypatch.setattr("gpum_validator.store.os.fdatasync",
+                        lambda fd: calls.append(fd) or real(fd))
+    store.set_meta("a", "1")
+    assert len(calls) == 1  # durable when it returns
+    with store._tx():
+        pass  # a transaction that changed nothing
+    assert len(calls) == 1
+    with store.batch(durable=False):
+        store.set_meta("b", "2")
+    with store.batch(durable=False):
+        store.set_meta("c", "3")
+    assert len(calls) == 1
+    store.make_durable()  # one fsync covers both
+    store.make_durable()
+    assert len(calls) == 2
+    store.close()
