@@ -224,7 +224,7 @@ class FastLane:
         runs during the group's transaction)."""
         if not self.enabled:
             return
-        missing = [j for j in dict.fromkeys(jobs) if j not in self.overlay and j not in self.memo]
+        missing = [j for j in jobs if j not in self.overlay and j not in self.memo]
         if missing:
             for job, loaded in self.store.intake_memos(missing).items():
                 self.overlay[job] = self._memo_of(*loaded)

@@ -419,11 +419,7 @@ class Intake:
         except StoreError as e:
             self._chain_written.clear()  # rolled back with the rest
             self._memo.clear()
-            failed = self._unavailable_store(e)
-            for req, before in zip(requests, decided_before):
-                for it, was in zip(req, before):
-                    if not was or it.answer is None:
-                        it.answer = failed
+            self._fail_group(requests, decided_before, e)
             return
         except BaseException:
             # Whatever failed, the copies may be ahead of the database.
@@ -437,11 +433,7 @@ class Intake:
             # The store now refuses every transaction (``make_durable``), the next group's
             # included, so the memo and the notes, which the next leader may be using, are
             # left alone: nothing is decided against them any more.
-            failed = self._unavailable_store(e)
-            for req, before in zip(requests, decided_before):
-                for it, was in zip(req, before):
-                    if not was:
-                        it.answer = failed
+            self._fail_group(requests, decided_before, e)
             return
         assert lane is not None
         if lane.accepted:
@@ -456,6 +448,16 @@ class Intake:
         if self.on_equivocation is not None:
             for auth, other in equivocations:
                 self.on_equivocation(auth, other)
+
+    def _fail_group(self, requests: list[list[_Item]], decided_before: list[list[bool]],
+                    e: StoreError) -> None:
+        """Answer 503 to every item of the group that was not decided before its store
+        phase (what the phase decided was not kept, or may be lost)."""
+        failed = self._unavailable_store(e)
+        for req, before in zip(requests, decided_before):
+            for it, was in zip(req, before):
+                if not was or it.answer is None:
+                    it.answer = failed
 
     def _judge_request(self, items: list[_Item],
                        equivocations: list[tuple[Authenticated, StoredProof]],

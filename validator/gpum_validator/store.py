@@ -4,9 +4,10 @@
 written once in SQLite's spelling (``store_sql.Dialect`` translates it for PostgreSQL), on
 top of two backends: ``SQLiteStore`` (below: the stdlib ``sqlite3`` in WAL mode with
 an fsync of the WAL after every transaction, ``make_durable``; one connection shared by the
-HTTP threads and the settlement thread under a lock) and ``store_pg.PostgresStore`` (psycopg 3, a small pool; several validator
-processes may share one database). A method that returns has its effect on disk; each public
-method is one transaction, or joins the calling thread's ``batch()``.
+HTTP threads and the settlement thread under a lock) and ``store_pg.PostgresStore``
+(psycopg 3, a small pool; several validator processes may share one database). A method that
+returns has its effect on disk; each public method is one transaction, or joins the calling
+thread's ``batch()``.
 
 Schema version ``SCHEMA_VERSION`` is kept in ``meta``; an older database is migrated in
 place, opening one written by a newer version raises ``StoreError`` instead of guessing.
@@ -15,8 +16,9 @@ Scale (issue 9): nothing on a hot path reads a whole table. Each ``jobs`` row ca
 ``covered_seq`` (the highest seq settled on chain or named by any intent) and ``paid_seq``
 (settled on chain or by a confirmed intent), maintained by ``update_chain_info``,
 ``add_intent`` and ``mark_intent``, and the flags ``unsettled`` / ``unpaid`` (the newest
-accepted seq is above them; kept by the database, ``_SQLITE_MARKS``); partial indexes on the flags hold only those jobs, so
-``settle_candidates`` and ``pending_windows`` read the active jobs only.
+accepted seq is above them; kept by the database, ``_SQLITE_MARKS``); partial indexes on
+the flags hold only those jobs, so ``settle_candidates`` and ``pending_windows`` read the
+active jobs only.
 Row counts for ``summary`` (/health) are kept in ``counters`` by triggers. ``prune`` deletes,
 in small transactions, what jobs closed on chain more than a retention period ago no longer
 need (see ``prune``); equivocation evidence and the attestations this validator gave stay.
@@ -51,7 +53,15 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from .errors import StoreError
-from .store_sql import SQLITE, STATEMENT_CACHE, Conn, Dialect, as_int
+from .store_sql import (
+    ROWS_PER_STATEMENT,
+    SQLITE,
+    STATEMENT_CACHE,
+    Conn,
+    Dialect,
+    as_int,
+    values_list,
+)
 from .verify import Authenticated, JobState, Verdict
 from .wal import WalCheckpointer
 
@@ -253,19 +263,16 @@ that no write can forget them: generated columns in ``_SCHEMA`` (PostgreSQL stor
 has statistics of them, so its planner knows how few jobs are active), stored columns kept by
 triggers on SQLite (``_SQLITE_MARKS``)."""
 
-_SQLITE_MARKS = """
-CREATE TRIGGER IF NOT EXISTS jobs_marks_ins AFTER INSERT ON jobs
-    WHEN NEW.unsettled IS NOT (NEW.last_seq > NEW.covered_seq)
-      OR NEW.unpaid IS NOT (NEW.last_seq > NEW.paid_seq)
-    BEGIN UPDATE jobs SET unsettled = (NEW.last_seq > NEW.covered_seq),
-                          unpaid = (NEW.last_seq > NEW.paid_seq) WHERE rowid = NEW.rowid; END;
-CREATE TRIGGER IF NOT EXISTS jobs_marks_upd
-    AFTER UPDATE OF last_seq, covered_seq, paid_seq, unsettled, unpaid ON jobs
-    WHEN NEW.unsettled IS NOT (NEW.last_seq > NEW.covered_seq)
-      OR NEW.unpaid IS NOT (NEW.last_seq > NEW.paid_seq)
-    BEGIN UPDATE jobs SET unsettled = (NEW.last_seq > NEW.covered_seq),
-                          unpaid = (NEW.last_seq > NEW.paid_seq) WHERE rowid = NEW.rowid; END;
-"""
+_MARKS = "unsettled = (last_seq > covered_seq), unpaid = (last_seq > paid_seq)"
+"""The rule of the settle flags, as an ``UPDATE``'s ``SET`` of one ``jobs`` row."""
+
+_SQLITE_MARKS = "\n".join(
+    f"CREATE TRIGGER IF NOT EXISTS jobs_marks_{name} AFTER {event} ON jobs "
+    "WHEN NEW.unsettled IS NOT (NEW.last_seq > NEW.covered_seq) "
+    "OR NEW.unpaid IS NOT (NEW.last_seq > NEW.paid_seq) "
+    f"BEGIN UPDATE jobs SET {_MARKS} WHERE rowid = NEW.rowid; END;"
+    for name, event in (("ins", "INSERT"),
+                        ("upd", "UPDATE OF last_seq, covered_seq, paid_seq, unsettled, unpaid")))
 """SQLite's ``jobs.unsettled`` / ``jobs.unpaid``: stored columns that these triggers set
 whenever a write leaves either of them different from ``last_seq > covered_seq`` /
 ``last_seq > paid_seq`` (a write of the flags themselves included), so they always equal what
@@ -331,6 +338,7 @@ def _sqlite_count_triggers() -> str:
                        f"ON {table} WHEN OLD.{col} IS NOT NEW.{col} "
                        f"BEGIN {bump(old, -1)} {bump(new, 1)} END;")
     return "\n".join(out)
+
 
 def _collapse_moves(job_rows: Sequence[tuple]) -> list[tuple]:
     """The moves of ``record_accepted_rows`` (``last_seq, cumulative_seconds,
@@ -911,20 +919,17 @@ class SQLStore:
         """``intake_memos`` of one job."""
         return self.intake_memos([job])[job]
 
-    _MEMO_CHUNK = 500
-    """Jobs per query of ``intake_memos`` (SQLite allows 32,766 parameters)."""
-
     def intake_memos(self, jobs: Sequence[bytes]
                      ) -> dict[bytes, tuple[int, JobState | None, float]]:
         """Per job: the highest seq stored for it (any decision; 0 if none), its stored state
         (``job_state``; None without a row) and its row's ``updated_at`` (0 without one), in
-        one query per ``_MEMO_CHUNK`` jobs: what the fast lane's memo is loaded from."""
+        one query per ``ROWS_PER_STATEMENT`` jobs: what the fast lane's memo is loaded from."""
         out: dict[bytes, tuple[int, JobState | None, float]] = {}
         unique = list(dict.fromkeys(jobs))
-        for lo in range(0, len(unique), self._MEMO_CHUNK):
-            chunk = unique[lo:lo + self._MEMO_CHUNK]
+        for lo in range(0, len(unique), ROWS_PER_STATEMENT):
+            chunk = unique[lo:lo + ROWS_PER_STATEMENT]
             rows = self._q(
-                f"WITH k (job) AS (VALUES {','.join(['(?)'] * len(chunk))}) "
+                f"WITH k (job) AS (VALUES {values_list(len(chunk), 1)}) "
                 "SELECT k.job, (SELECT COALESCE(MAX(seq), 0) FROM proofs WHERE job=k.job), "
                 f"j.updated_at, {self._JOB_STATE_COLS} FROM k LEFT JOIN jobs j ON j.job=k.job",
                 chunk)
@@ -1590,8 +1595,9 @@ SQLITE_CACHE_KIB = 65_536
 
 
 class SQLiteStore(SQLStore):
-    """``Store`` on one SQLite file (WAL; every transaction fsynced, ``make_durable``). One connection is shared by the
-    HTTP threads and the settlement thread under a lock (SQLite serialises writers anyway)."""
+    """``Store`` on one SQLite file (WAL; every transaction fsynced, ``make_durable``). One
+    connection is shared by the HTTP threads and the settlement thread under a lock (SQLite
+    serialises writers anyway)."""
 
     dialect = SQLITE
     serial_writers = True
@@ -1603,7 +1609,7 @@ class SQLiteStore(SQLStore):
         long-running validator (``gpum-validator run``)."""
         self.path = Path(path)
         self._wal_fd: int | None = None
-        """The WAL file, opened at the first ``_sync`` (it exists from the first write on,
+        """The WAL file, opened at the first ``make_durable`` (it exists from the first write on,
         and SQLite removes it only once every connection to the file is closed)."""
         self._sync_failed: str | None = None
         self._sync_lock = threading.Lock()
@@ -1616,8 +1622,8 @@ class SQLiteStore(SQLStore):
                                        check_same_thread=False, timeout=30,
                                        cached_statements=STATEMENT_CACHE)
             _enter_wal(self._db)
-            # NORMAL: COMMIT does not fsync the WAL; ``_sync`` does after every transaction
-            # (the durability of FULL, see there).
+            # NORMAL: COMMIT does not fsync the WAL; ``make_durable`` does after every
+            # transaction (the durability of FULL, see there).
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.execute("PRAGMA foreign_keys=ON")
             # 64 MiB of page cache instead of 2 MiB: the proofs' indexes are keyed by job, so
@@ -1700,8 +1706,7 @@ class SQLiteStore(SQLStore):
             if col in hidden:
                 self._db.execute(f"ALTER TABLE jobs DROP COLUMN {col}")
             self._db.execute(f"ALTER TABLE jobs ADD COLUMN {col} INTEGER NOT NULL DEFAULT 0")
-        self._db.execute("UPDATE jobs SET unsettled = (last_seq > covered_seq), "
-                         "unpaid = (last_seq > paid_seq)")
+        self._db.execute(f"UPDATE jobs SET {_MARKS}")
 
     def _add_column(self, table: str, column: str) -> None:
         name = column.split()[0]

@@ -30,7 +30,8 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-__all__ = ["POSTGRES", "ROWS_PER_STATEMENT", "SQLITE", "STATEMENT_CACHE", "Conn", "Dialect", "as_int"]
+__all__ = ["POSTGRES", "ROWS_PER_STATEMENT", "SQLITE", "STATEMENT_CACHE", "Conn", "Dialect",
+           "as_int", "values_list"]
 
 _INSERT_OR_IGNORE = re.compile(r"^\s*INSERT\s+OR\s+IGNORE\s+INTO\b", re.IGNORECASE)
 _RETURNING = re.compile(r"\bRETURNING\b", re.IGNORECASE)
@@ -143,6 +144,11 @@ STATEMENT_CACHE = 1024
 row counts of ``Conn.execute_values`` beside the store's other statements)."""
 
 
+def values_list(rows: int, width: int) -> str:
+    """The placeholders of a ``VALUES`` list of ``rows`` rows of ``width`` values each."""
+    return ",".join(["(" + ",".join("?" * width) + ")"] * rows)
+
+
 class Conn:
     """A connection as the store's methods see it: statements in SQLite's spelling,
     translated for the server. ``raw`` is the driver's connection."""
@@ -177,8 +183,7 @@ class Conn:
         changed = 0
         for i in range(0, len(rows), ROWS_PER_STATEMENT):
             chunk = rows[i:i + ROWS_PER_STATEMENT]
-            one = "(" + ",".join("?" * len(chunk[0])) + ")"
-            cur = self.execute(sql.replace("{values}", ",".join([one] * len(chunk))),
+            cur = self.execute(sql.replace("{values}", values_list(len(chunk), len(chunk[0]))),
                                [v for r in chunk for v in r])
             changed += cur.rowcount
         return changed

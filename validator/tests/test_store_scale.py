@@ -214,8 +214,9 @@ def test_a_window_of_an_unsettled_job_leaves_the_settle_indexes_alone(tmp_path):
 def test_settle_marks_follow_every_write(store_db, seed):
     """Randomized writes of every kind that moves ``last_seq``, ``covered_seq`` or
     ``paid_seq`` (accepts by the reference path and by the fast lane's rows, first windows,
-    intents sent, confirmed and failed, the chain's settled seq going up and down): after each, every job's ``unsettled`` / ``unpaid`` equal ``last_seq >
-    covered_seq`` / ``last_seq > paid_seq``."""
+    intents sent, confirmed and failed, the chain's settled seq going up and down): after
+    each, every job's ``unsettled`` / ``unpaid`` equal ``last_seq > covered_seq`` /
+    ``last_seq > paid_seq``."""
     import random
 
     from gpum_validator.store import ChainJobInfo
