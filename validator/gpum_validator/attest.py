@@ -14,12 +14,16 @@ Nothing here does I/O; ``settlement``, ``downtime`` and ``members`` use it.
 * ``settle_bound``: the program's limits on a settle's approved total, applied to a value
   (never more than ``paid + (cumulative - claimed)``, the wall-time bound; None below
   ``paid_seconds``).
+* ``member_total``: a member's query answer, read against the receipt it must hold.
 * ``attestation_message``: the 40 bytes a member signs, ``sha256(receipt_message) ||
   approved_seconds:u64le`` (the SDK's and the program's); ``receipt_message_of`` rebuilds the
   receipt from stored proof bytes.
-* ``sign_request_message``: what a leader signs to ask a member for an attestation, so only
-  committee members can make a member commit to a value for a (job, seq) (a stranger could
-  otherwise pin a member to a low value before the real leader asks).
+* ``sign_request_message``: what a leader signs to ask a member for an attestation, bound to
+  the target member, the round and the attempt (the elapsed timeouts that made it leader), so
+  only the designated leader of a round can make a member commit to a value for a (job, seq),
+  and a request cannot be replayed to another member or in a later round.
+* ``attempt_bound``: the highest attempt a member accepts for a round it holds the receipt
+  of, so a member cannot make itself leader by claiming timeouts that have not passed.
 * ``check_downtime_message``: a member's check that a message it is asked to sign is exactly
   a ``slash_downtime`` of one job by committee members (layout of the program's
   ``SlashDowntime`` accounts in ``idl/gpu_market.json``).
@@ -37,7 +41,7 @@ from gpu_market.proof import decode_proof, receipt_for_proof
 
 from .store import ChainJobInfo, StoredProof
 
-ATTEST_REQUEST_DOMAIN = b"gpu-market/attest-request/v1"
+ATTEST_REQUEST_DOMAIN = b"gpu-market/attest-request/v2"
 """Prefix of the message a leader signs to ask a member for an attestation."""
 U64_MAX = 2**64 - 1
 
@@ -107,10 +111,43 @@ def settle_bound(value: int, chain: ChainJobInfo, cumulative_seconds: int,
     return bound if bound >= chain.paid_seconds else None
 
 
-def sign_request_message(job: bytes, seq: int, approved_seconds: int, leader: bytes) -> bytes:
-    """What a leader signs to ask for an attestation of (job, seq, approved_seconds)."""
+def member_total(body: Any, seq: int, cumulative_seconds: int, window_end: int,
+                 proof_hash: bytes) -> tuple[int, int | None] | None:
+    """``(approved total, value signed or None)`` from a member's answer to
+    ``/v1/attestations/query`` when it holds the same receipt at ``seq``; None otherwise
+    (another receipt, or an answer that is not well formed)."""
+    try:
+        r = body["receipt"]
+        same = (r["seq"] == seq and r["cumulative_seconds"] == cumulative_seconds
+                and r["window_end"] == window_end and bytes.fromhex(r["proof_hash"]) == proof_hash)
+        total, signed = body["approved_seconds"], body.get("signed_approved_seconds")
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None
+    if not same or not _is_u64(total) or not (signed is None or _is_u64(signed)):
+        return None
+    return int(total), None if signed is None else int(signed)
+
+
+def _is_u64(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= U64_MAX
+
+
+def sign_request_message(job: bytes, seq: int, approved_seconds: int, leader: bytes,
+                         member: bytes, round_: int, attempt: int) -> bytes:
+    """What a leader signs to ask ``member`` for an attestation of (job, seq,
+    approved_seconds) in ``round_`` after ``attempt`` timeouts:
+    ``domain || job || seq:u64le || approved:u64le || leader || member || round:u64le ||
+    attempt:u64le``."""
     return (ATTEST_REQUEST_DOMAIN + bytes(job) + struct.pack("<QQ", seq, approved_seconds)
-            + bytes(leader))
+            + bytes(leader) + bytes(member)
+            + struct.pack("<QQ", round_ & U64_MAX, attempt & U64_MAX))
+
+
+def attempt_bound(received_at: float, now: float, timeout_seconds: float) -> int:
+    """The highest attempt a member accepts for a round whose receipt it received at
+    ``received_at``: the timeouts elapsed since then, plus one for the leader's clock and
+    delivery running ahead of this member's."""
+    return timeouts_elapsed(received_at, now, timeout_seconds) + 1
 
 
 # ----------------------------------------------------------------------------- downtime

@@ -223,6 +223,7 @@ def _run(url: str, keypair_path: Path, market_s: str, program_id_s: str | None, 
 
     from .dashboard import Dashboard
     from .downtime import DowntimeReporter
+    from .liveness import EndpointProbe, Liveness
     from .members import Member
     from .metrics import Metrics
     from .peers import Peers
@@ -263,11 +264,15 @@ def _run(url: str, keypair_path: Path, market_s: str, program_id_s: str | None, 
     intake = Intake(cfg, store, client, metrics, on_equivocation=reporter.notify,
                     job_reads=ReadBudget(job_reads_per_source))
     settler = Settler(client, authority, store, policy, metrics, peers=peers)
+    own_endpoint = EndpointProbe(peers, cfg.authority)
+    liveness = Liveness(store, own_endpoint)
     member = Member(cfg, authority, store, client, metrics, jobs=intake.jobs,
-                    job_reads=intake.job_reads)
+                    job_reads=intake.job_reads, policy=policy, liveness=liveness,
+                    peers=peers, deliver=intake.submit)
     tasks = (ValidatorEquivocationReporter(client, authority, store, policy,
                                            metrics).report_pending,
-             DowntimeReporter(client, authority, store, peers, policy, metrics).report_pending,
+             DowntimeReporter(client, authority, store, peers, policy, metrics,
+                              liveness=liveness, deliver=intake.submit).report_pending,
              RewardsProbe(client, cfg.market, cfg.authority, store).refresh)
     if retention_days > 0:
         tasks += (Pruner(store, retention_days, client).run_once,)
@@ -276,7 +281,9 @@ def _run(url: str, keypair_path: Path, market_s: str, program_id_s: str | None, 
         server = ValidatorHTTPServer((host, port), intake, store,
                                      HealthProbe(client, cfg.market), member=member,
                                      dashboard=Dashboard(client, store, cfg.market,
-                                                         cfg.authority), limits=http_limits)
+                                                         cfg.authority,
+                                                         reads=intake.job_reads),
+                                     limits=http_limits)
     except OSError as e:
         raise ConfigError(f"--listen {listen}: cannot bind ({e})") from None
     _warn_if_not_validator(client, market, authority.pubkey())
@@ -285,6 +292,7 @@ def _run(url: str, keypair_path: Path, market_s: str, program_id_s: str | None, 
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     serve_in_thread(server)
+    liveness.start()
     loop.start()
     watchers = _watch_accounts(url, cfg.program_id, intake)
     log.info("listening on http://%s:%d market=%s authority=%s settle_every=%d db=%s",
@@ -296,7 +304,9 @@ def _run(url: str, keypair_path: Path, market_s: str, program_id_s: str | None, 
     for watcher in watchers:
         watcher.stop()
     server.shutdown()
+    liveness.stop()
     loop.stop()
+    own_endpoint.close()
     peers.close()
     store.close()
 

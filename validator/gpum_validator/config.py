@@ -93,7 +93,13 @@ class SettlePolicy:
     """How long a round's leader has before the next committee member leads it (in the job's
     windows; ``--leader-timeout``)."""
     peer_timeout_seconds: float = 5.0
-    """Timeout of one HTTP request to another committee member."""
+    """Total deadline of one HTTP request to another committee member (connect, send,
+    every byte of the answer)."""
+    round_workers: int = 8
+    """Settle rounds (of different jobs) run at once; each asks its members in parallel."""
+    round_wait_seconds: float = 5.0
+    """How long a settlement pass waits for its rounds before it sends the intents written
+    so far; a round still running goes on in the background."""
     endpoint_ttl_seconds: float = 60.0
     """How long a member's endpoint (from its Validator account) is cached."""
     lookup_table: bool = True
@@ -133,6 +139,8 @@ class SettlePolicy:
             raise ConfigError("--leader-timeout must be more than 0 windows")
         if not self.peer_timeout_seconds > 0:
             raise ConfigError("peer_timeout_seconds must be more than 0")
+        if self.round_workers < 1 or not self.round_wait_seconds >= 0:
+            raise ConfigError("round_workers must be >= 1 and round_wait_seconds >= 0")
         if self.lookup_table_wait_seconds < 0 or self.batch_hold_windows < 0:
             raise ConfigError("lookup_table_wait_seconds and batch_hold_windows must be >= 0")
         if not self.lookup_table_retire_seconds >= 0:

@@ -22,7 +22,11 @@ Guarantees:
   ``MAX_PROVIDER_JOBS`` jobs, ``MAX_SETTLEMENTS`` settlements) and costs at most a few chain
   reads, each cached for ``ttl`` seconds (default 5) in a bounded LRU shared by all
   requests: one read per key however many pages poll it (concurrent misses of one key wait
-  for the first). A mint's decimals are read once.
+  for the first). A mint's decimals are read once. Every read a request causes (a cache
+  miss) is charged to its source's ``reads`` budget (the intake's per-source
+  ``chain.ReadBudget``, under ``gpum-validator run``): past it the answer is 429
+  ``chain_read_budget`` (retryable) and nothing is read, so one source naming fresh
+  addresses cannot spend the node's RPC quota.
 * **This market only.** A job or provider of another market answers 404, so the node is
   not a general-purpose chain proxy.
 * Errors are the node's usual body ``{"error", "message", "retry"}``: 400 ``bad_request``
@@ -58,7 +62,7 @@ from gpu_market.proof import WORKLOAD_STATE_NAMES, ProofDecodeError, decode_proo
 from gpu_market.runway import runway_of
 from solders.pubkey import Pubkey
 
-from .chain import read
+from .chain import ReadBudget, read, read_refused
 from .errors import (
     UNAVAILABLE_RETRY_AFTER_SECONDS,
     ChainUnavailable,
@@ -360,6 +364,18 @@ def windows(store: Store, job_b58: str, query: str = "") -> Answer:
     return answer(body)
 
 
+class _Source:
+    def __init__(self, local: threading.local, name: str) -> None:
+        self.local, self.name = local, name
+
+    def __enter__(self) -> None:
+        self.previous = getattr(self.local, "name", "")
+        self.local.name = self.name
+
+    def __exit__(self, *exc: object) -> None:
+        self.local.name = self.previous
+
+
 class Dashboard:
     """The dashboard's JSON answers for one node (``market``, ``authority``): chain reads
     through ``client`` (the SDK's ``GpuMarketClient``, or a stand-in with the same reads)
@@ -369,8 +385,12 @@ class Dashboard:
 
     def __init__(self, client: Any, store: Store, market: bytes, authority: bytes, *,
                  ttl: float = DEFAULT_TTL_SECONDS, clock: Callable[[], float] = time.time,
-                 monotonic: Callable[[], float] = time.monotonic) -> None:
+                 monotonic: Callable[[], float] = time.monotonic,
+                 reads: ReadBudget | None = None) -> None:
         self.client = client
+        self.reads = reads
+        """Chain reads each request source may cause (None: unlimited)."""
+        self._source = threading.local()
         self.store = store
         self.market = Pubkey.from_bytes(bytes(market))
         self.authority = Pubkey.from_bytes(bytes(authority))
@@ -383,10 +403,22 @@ class Dashboard:
               ttl: float | None = None, required: bool = False) -> Any:
         """``fn()`` through the cache; a transport failure is ChainUnavailable (``read``),
         and so is None when ``required`` (an account this node's market cannot lack)."""
-        value = self.cache.get(key, lambda: read(what, fn), ttl)
+        value = self.cache.get(key, lambda: self._charged(what, fn), ttl)
         if value is None and required:
             raise ChainUnavailable(f"cannot read {what}: the chain returned nothing")
         return value
+
+    def _charged(self, what: str, fn: Callable[[], Any]) -> Any:
+        """One chain read, paid by the source of the request running on this thread."""
+        source = getattr(self._source, "name", "")
+        if self.reads is not None and source and not self.reads.take(source):
+            raise read_refused(self.reads)
+        return read(what, fn)
+
+    def as_source(self, source: str) -> _Source:
+        """``with dashboard.as_source(source): ...``: the chain reads of the answers built
+        inside are charged to ``source`` (``server.source_of``)."""
+        return _Source(self._source, source)
 
     def _now(self) -> int:
         """The chain's clock (``unix_timestamp``), cached like every read."""

@@ -2,6 +2,8 @@
 
 DESIGN section 6: a quorum of the committee attests that it accepted no proof of a Running
 job for ``max_missed_windows`` windows, measured from proofs seen, never from settlement lag.
+A Finishing job stays reportable for the windows it missed before ``ended_at`` (the program
+counts them up to ``ended_at``), so a silent provider cannot escape by finishing first.
 
 ``DowntimeReporter.report_pending`` runs on the settlement loop. For every job this
 validator holds proofs of, on its committee and Running on chain (re-read every
@@ -10,16 +12,25 @@ validator holds proofs of, on its committee and Running on chain (re-read every
 1. ``last_proof_window_end`` = the ``window_end`` of the newest proof this validator accepted;
    the job is idle when ``now - max(that, chain last_window_end) >= max_missed_windows *
    window_seconds`` (the program's own rule). A worker that keeps sending proofs is never
-   idle here, however late settlement is.
+   idle here, however late settlement is. The silence counts only from when this node has
+   been up and reachable without a gap (``liveness.Liveness.observation_start``): a node
+   that was down, or unreachable at its registered endpoint, reports nothing until it has
+   itself watched ``max_missed_windows`` windows pass without a proof (the worker delivers
+   its backlog to a returning validator in that time).
 2. Leader: ``attest.leader_of(job, last_seq // settle_every, committee, timeouts)``, where
    ``timeouts`` counts the ``leader_timeout_windows`` since the job became idle (a moment
    every member computes alike from the proofs it saw).
-3. The leader builds the ``slash_downtime`` message with the SDK
+3. Before it asks anyone, the leader asks every other member for the newest proof it holds
+   (``GET /v1/jobs/<job>/head``, in parallel, each within the peer deadline). A proof newer
+   than its own is handed to this node's own intake (``deliver``), which verifies it like
+   any worker delivery: a worker that reached other members but not this one is not idle,
+   and this node catches up. Forged or unverifiable heads change nothing.
+4. The leader builds the ``slash_downtime`` message with the SDK
    (``client.slash_downtime_message(me, job, others, last_proof_window_end)``), asks each
    co-signer ``POST /v1/downtime/sign`` (a member signs only if it saw no later proof), and
    replaces a member that refuses or does not answer by the next one; with ``q - 1``
    signatures it records ``sent`` and calls ``client.send_presigned(tx)``.
-4. Success -> ``done`` (the job fails; its user's ``close_job`` refunds). The job no longer
+5. Success -> ``done`` (the job fails; its user's ``close_job`` refunds). The job no longer
    Running -> ``done`` (nothing to report). ``NotEnoughMissedWindows`` (the chain's clock is
    behind ours), transport errors -> ``retry`` with backoff; other errors up to
    ``max_chain_error_attempts`` times, then ``failed``. A report that is ``done`` or
@@ -33,6 +44,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from solders.pubkey import Pubkey
@@ -43,6 +55,7 @@ from .attest import leader_of, timeouts_elapsed
 from .chain import chain_error_name, job_info, read
 from .config import SettlePolicy
 from .errors import ChainUnavailable
+from .liveness import Liveness
 from .metrics import Metrics
 from .peers import Peers
 from .settlement import backoff, round_of
@@ -50,6 +63,8 @@ from .store import ChainJobInfo, JobRow, Store
 
 log = logging.getLogger("gpum_validator.downtime")
 
+MAX_HEAD_BYTES = 512 * 1024
+"""The most a member's ``/v1/jobs/<job>/head`` answer may hold (one proof, base64)."""
 JOB_ENDED_ERRORS = frozenset({"InvalidJobStatus", "AccountNotInitialized"})
 CLOCK_ERRORS = frozenset({"NotEnoughMissedWindows"})
 
@@ -77,13 +92,51 @@ def assemble(message: Any, signatures: dict[bytes, bytes]) -> Transaction:
     return Transaction.populate(message, ordered)
 
 
+def heard_elsewhere(peers: Peers, deliver: Callable[[dict[str, Any]], tuple[int, dict[str, Any]]],
+                    job: bytes, me: bytes, committee: Sequence[bytes], last_seq: int,
+                    deadline: float | None = None) -> bool:
+    """True when another member of ``committee`` holds an accepted proof of ``job`` newer
+    than ``last_seq`` and ``deliver`` (this node's intake) accepts it: the worker was
+    delivering, just not here. Heads are asked in parallel, each within the peer deadline
+    (or ``deadline``, shorter); one that does not verify changes nothing."""
+    others = [m for m in committee if m != me]
+    if not others:
+        return False
+    path = f"/v1/jobs/{Pubkey.from_bytes(job)}/head"
+    with ThreadPoolExecutor(len(others)) as pool:
+        heads = list(pool.map(lambda m: peers.get(m, path, MAX_HEAD_BYTES, deadline), others))
+    newer = sorted(((a.body["seq"], m, a.body) for m, a in zip(others, heads)
+                    if a is not None and a.status == 200 and _is_int(a.body.get("seq"))
+                    and a.body["seq"] > last_seq and a.body.get("decision") == "accepted"),
+                   key=lambda x: x[0])
+    for seq, member, head in newer:
+        signed = {k: head.get(k) for k in ("proof", "proof_signature", "receipt_signature",
+                                            "worker_key")}
+        status, answer = deliver(signed)
+        if status == 200:
+            log.info("job=%s: member %s holds seq %d, which this node now accepted (%s): the "
+                     "worker is not idle", Pubkey.from_bytes(job), Pubkey.from_bytes(member),
+                     seq, answer.get("status"))
+            return True
+    return False
+
+
+def _is_int(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
 class DowntimeReporter:
     """Reports providers whose worker stopped, as the leader of the job's committee."""
 
     def __init__(self, client: Any, authority: Any, store: Store, peers: Peers | None,
                  policy: SettlePolicy | None = None, metrics: Metrics | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time,
+                 liveness: Liveness | None = None,
+                 deliver: Callable[[dict[str, Any]], tuple[int, dict[str, Any]]] | None = None
+                 ) -> None:
         self.client = client
+        self.deliver = deliver
+        """The intake's ``submit``: proofs other members hold are verified through it."""
         self.authority = authority
         self.me = bytes(authority.pubkey())
         self.store = store
@@ -91,7 +144,16 @@ class DowntimeReporter:
         self.policy = policy or SettlePolicy()
         self.metrics = metrics or Metrics()
         self.clock = clock
+        self.liveness = liveness
+        """This node's uptime; None: only this object's lifetime counts as observed."""
+        self._started = clock()
         self._lock = threading.Lock()
+
+    def observation_start(self, since: float) -> float | None:
+        """From when this node watched the silence since ``since`` (None: not up now)."""
+        if self.liveness is None:
+            return max(since, self._started)
+        return self.liveness.observation_start(since)
 
     def report_pending(self) -> list[str]:
         """One pass; returns the signatures of the slashes sent. Never raises for chain or
@@ -123,7 +185,7 @@ class DowntimeReporter:
         return info
 
     def _job(self, row: JobRow) -> str | None:
-        if row.chain is not None and row.chain.status not in ("running", "open"):
+        if row.chain is not None and row.chain.status not in ("running", "open", "finishing"):
             return None  # ended on chain for good: never read again
         known = row.chain
         if (known is not None and known.status == "running" and known.window_seconds > 0
@@ -133,13 +195,28 @@ class DowntimeReporter:
             # (terms never change), so it cannot make the job idle sooner. No chain read.
             return None
         chain = self._chain(row)
-        if chain is None or chain.status != "running" or self.me not in chain.committee:
+        if (chain is None or chain.status not in ("running", "finishing")
+                or self.me not in chain.committee):
             return None
         window = max(1, chain.window_seconds)
         now = self.clock()
         idle_from = idle_since(row, chain)
-        due_at = idle_from + chain.max_missed_windows * window
+        watched_from = self.observation_start(idle_from)
+        if watched_from is None:
+            log.debug("downtime of job=%s: this node is not known to be up and reachable "
+                      "now; not judging", Pubkey.from_bytes(row.job))
+            return None
+        due_at = watched_from + chain.max_missed_windows * window
+        if chain.status == "finishing" and due_at > chain.ended_at:
+            # Silence after the finish is no downtime: only a silence this node watched for
+            # the whole allowance before ``ended_at`` is reported.
+            return None
         if now < due_at:
+            if watched_from > idle_from and now >= idle_from + chain.max_missed_windows * window:
+                self.metrics.downtime_report("not_observed")
+                log.info("job=%s idle since %d, but this node watched only since %.0f; no "
+                         "downtime report before %.0f", Pubkey.from_bytes(row.job), idle_from,
+                         watched_from, due_at)
             return None
         lpwe = row.last_window_end
         report = self.store.downtime_report(row.job, lpwe)
@@ -147,9 +224,14 @@ class DowntimeReporter:
                                    or report.next_attempt_at > now):
             return None
         timeout = self.policy.leader_timeout_windows * window
-        k = timeouts_elapsed(due_at, now, timeout)
+        # The rotation runs from the moment every member computes alike (the job's idle
+        # allowance ran out), not from this node's own observation start.
+        k = timeouts_elapsed(idle_from + chain.max_missed_windows * window, now, timeout)
         committee = list(chain.committee)
         if leader_of(row.job, round_of(row.last_seq, self.policy), committee, k) != self.me:
+            return None
+        if self._heard_elsewhere(row, chain):
+            self.metrics.downtime_report("proof_elsewhere")
             return None
         return self._report(row, chain, lpwe, report.attempts if report else 0)
 
@@ -183,6 +265,12 @@ class DowntimeReporter:
         log.critical("DOWNTIME reported job=%s last_proof_window_end=%d with %s tx=%s", job,
                      lpwe, ", ".join(str(Pubkey.from_bytes(m)) for m in chosen), sig_s)
         return sig_s
+
+    def _heard_elsewhere(self, row: JobRow, chain: ChainJobInfo) -> bool:
+        if self.peers is None or self.deliver is None:
+            return False
+        return heard_elsewhere(self.peers, self.deliver, row.job, self.me, chain.committee,
+                               row.last_seq)
 
     def _cosign(self, job: bytes, lpwe: int, candidates: Sequence[bytes],
                 need: int) -> tuple[tuple[Any, dict[bytes, bytes]] | None, list[bytes]]:

@@ -3,14 +3,16 @@
 Endpoints are read from the members' Validator accounts on chain
 (``client.fetch_validator_by_authority(market, authority).endpoint``), cached for
 ``endpoint_ttl`` seconds; a member whose account is missing, not Active or without an
-endpoint is treated as unreachable (it could not attest on chain either). Every request has
-a timeout and its answer a size limit (``MAX_PEER_RESPONSE_BYTES``); any failure is
-``None``, never an exception: a member that does not answer is simply not counted.
+endpoint is treated as unreachable (it could not attest on chain either). Every request runs
+through ``gpu_market.net.BoundedClient``: it returns within its total deadline (``timeout``
+seconds for connect, send and every byte of the answer, however the member trickles) and
+its answer is capped (``MAX_PEER_RESPONSE_BYTES``); any failure is ``None``, never an
+exception: a member that does not answer is simply not counted. A call holds only the thread
+that makes it; callers that ask several members use one thread each.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
@@ -18,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
+from gpu_market.net import BoundedClient, NetError
 from solders.pubkey import Pubkey
 
 from .config import MAX_PEER_RESPONSE_BYTES
@@ -40,13 +42,13 @@ class Peers:
 
     def __init__(self, client: Any, market: bytes, timeout: float = 5.0,
                  endpoint_ttl: float = 60.0, clock: Callable[[], float] = time.monotonic,
-                 http: httpx.Client | None = None) -> None:
+                 http: BoundedClient | None = None) -> None:
         self.client = client
         self.market = Pubkey.from_bytes(bytes(market))
         self.timeout = timeout
         self.endpoint_ttl = endpoint_ttl
         self.clock = clock
-        self.http = http or httpx.Client(timeout=timeout, follow_redirects=False)
+        self.http = http or BoundedClient(deadline=timeout, max_bytes=MAX_PEER_RESPONSE_BYTES)
         self._endpoints: dict[bytes, tuple[float, str | None]] = {}
         self._lock = threading.Lock()
 
@@ -82,29 +84,33 @@ class Peers:
         with self._lock:
             self._endpoints.pop(member, None)
 
-    def post(self, member: bytes, path: str, body: dict[str, Any]) -> PeerAnswer | None:
+    def post(self, member: bytes, path: str, body: dict[str, Any],
+             deadline: float | None = None) -> PeerAnswer | None:
         """POST ``body`` to ``member``'s ``path``; None when it cannot be reached, times out,
         or answers something that is not a JSON object within the size limit."""
+        return self._call("POST", member, path, body, deadline=deadline)
+
+    def get(self, member: bytes, path: str, max_bytes: int = MAX_PEER_RESPONSE_BYTES,
+            deadline: float | None = None) -> PeerAnswer | None:
+        """GET ``member``'s ``path``, as ``post`` (``deadline``: a shorter one than the
+        client's, for a call made while another member waits for this node)."""
+        return self._call("GET", member, path, None, max_bytes, deadline)
+
+    def _call(self, method: str, member: bytes, path: str, body: dict[str, Any] | None,
+              max_bytes: int = MAX_PEER_RESPONSE_BYTES, deadline: float | None = None
+              ) -> PeerAnswer | None:
         base = self.endpoint(member)
         if base is None:
             return None
         try:
-            with self.http.stream("POST", base + path, json=body,
-                                  timeout=self.timeout) as r:
-                raw = b""
-                for chunk in r.iter_bytes():
-                    raw += chunk
-                    if len(raw) > MAX_PEER_RESPONSE_BYTES:
-                        log.warning("%s%s answered more than %d bytes; ignored", base, path,
-                                    MAX_PEER_RESPONSE_BYTES)
-                        return None
-                status = r.status_code
-        except httpx.HTTPError as e:
-            log.info("member %s at %s unreachable: %s", Pubkey.from_bytes(member), base, e)
+            r = self.http.request(method, base + path, json=body,
+                                  deadline=min(self.timeout, deadline or self.timeout),
+                                  max_bytes=max_bytes)
+        except NetError as e:
+            log.info("member %s at %s: no answer: %s", Pubkey.from_bytes(member), base, e)
             self.forget(member)
             return None
-        try:
-            obj = json.loads(raw.decode("utf-8")) if raw else {}
-        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
-            return None
-        return PeerAnswer(status, obj) if isinstance(obj, dict) else None
+        if not r.body:
+            return PeerAnswer(r.status, {})
+        obj = r.json_object()
+        return PeerAnswer(r.status, obj) if obj is not None else None

@@ -29,6 +29,20 @@ for one seq make a validator-equivocation case for ``slashing.ValidatorEquivocat
 With ``q - 1`` signatures the intent is written and sent; with fewer nothing is sent and the
 round is tried again on the next pass (a 3-of-3 committee with a member down waits for it).
 
+One value per seq. Before the leader sends anything it attests the chosen value through
+``signing.AttestationSigner`` (stored durably first). Once this node attested a value for a
+seq, in either role, every later round at that seq proposes exactly that value (if it still
+settles) or nothing, so no member can collect two attestations of this node for one seq by
+refusing, lowering its total or answering late; settlement moves on with the next seq. A
+sign request names its target member, the round and the attempt (``attest.leader_of``'s
+elapsed timeouts), all under the leader's signature.
+
+Isolation. Members are asked in parallel, each call bounded by a total deadline
+(``peers.Peers``); the rounds of different jobs run concurrently (``round_workers``) and a pass
+waits for them at most ``round_wait_seconds``, then sends the intents ready; a round still
+running finishes in the background (its job is skipped until then) and the next pass sends
+its intent. One member's slowness therefore delays only the rounds of the jobs it serves.
+
 Crash safety. For each settlement an intent holding the exact receipt, the approved value and
 the attestations is written to the store (status ``intended``) *before* anything is sent; it
 becomes ``sent`` right before the transaction, then ``confirmed`` or ``failed`` (terminal).
@@ -76,6 +90,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -86,6 +101,7 @@ from solders.pubkey import Pubkey
 from .attest import (
     attestation_message,
     leader_of,
+    member_total,
     quorum_value,
     receipt_message_of,
     settle_bound,
@@ -96,7 +112,8 @@ from .chain import ChainClient, chain_error_name, job_info, read
 from .config import SettlePolicy
 from .errors import ChainUnavailable
 from .metrics import Metrics
-from .peers import Peers
+from .peers import PeerAnswer, Peers
+from .signing import AttestationSigner, SignedOtherValue
 from .store import (
     TERMINAL_CHAIN_STATUSES,
     ChainJobInfo,
@@ -213,6 +230,15 @@ def round_of(seq: int, policy: SettlePolicy) -> int:
 
 
 @dataclass(frozen=True)
+class RoundId:
+    """A settle round as a sign request names it: the round number and the attempt (the
+    leader timeouts elapsed, which pick the leader: ``attest.leader_of``)."""
+
+    round: int
+    attempt: int
+
+
+@dataclass(frozen=True)
 class MemberTotal:
     """A member's answer to the query: its approved total at the leader's receipt and the
     value it already signed for that seq, if any."""
@@ -262,6 +288,15 @@ class Settler:
         self.metrics = metrics or Metrics()
         self.clock = clock
         self.peers = peers
+        self.signer = AttestationSigner(authority, store, clock)
+        """The only signer of attestations (one value per (job, seq), stored first)."""
+        self._rounds = ThreadPoolExecutor(self.policy.round_workers,
+                                          thread_name_prefix="gpum-round")
+        self._peer_pool = ThreadPoolExecutor(self.policy.round_workers * 4,
+                                             thread_name_prefix="gpum-peer")
+        self._inflight: set[bytes] = set()
+        """Jobs whose round is running (possibly past the pass that started it)."""
+        self._inflight_lock = threading.Lock()
         self._item_factory = item_factory
         self._attestation_factory = attestation_factory
         self._lock = threading.Lock()
@@ -271,6 +306,11 @@ class Settler:
         self._retire_checked_at = clock()
         """When ``_retire_tables`` last looked (the first look one interval after start)."""
         self.last_settlement_at: float | None = None
+
+    def close(self) -> None:
+        """Stop taking rounds; rounds in flight end by their own deadlines."""
+        self._rounds.shutdown(wait=False, cancel_futures=True)
+        self._peer_pool.shutdown(wait=False, cancel_futures=True)
 
     @property
     def item_factory(self) -> Callable[..., Any]:
@@ -344,6 +384,7 @@ class Settler:
         views = self._read_jobs(stale)
         with self.store.batch():  # one commit for every refreshed job
             infos = {job: self._refresh(job, view) for job, view in views.items()}
+        due: list[tuple[SettleCandidate, int, float, str]] = []
         for c in candidates:
             if c.job in infos:
                 info = infos[c.job]
@@ -362,9 +403,50 @@ class Settler:
             key = (c.job, round_of(c.latest.seq, self.policy))
             seen.add(key)
             self._due_since.setdefault(key, now)
-            self._round(c, key[1], self._due_since[key], reason, report)
+            due.append((c, key[1], self._due_since[key], reason))
         # Forget rounds that are no longer due (settled, or the job left).
         self._due_since = {k: v for k, v in self._due_since.items() if k in seen}
+        self._run_rounds(due, report)
+
+    def _run_rounds(self, due: list[tuple[SettleCandidate, int, float, str]],
+                    report: SettleReport) -> None:
+        """Run the due rounds concurrently (at most ``round_workers`` at a time). The pass
+        waits for them at most ``round_wait_seconds``; a round still talking to its members
+        then goes on in the background (its job is skipped by later passes until it ends)
+        and its intent is sent by the next pass. So a slow member delays only the rounds of
+        its own jobs, never another job's round nor this pass's sends."""
+        futures = []
+        with self._inflight_lock:
+            for c, round_, due_since, reason in due:
+                if c.job in self._inflight:
+                    report.waiting += 1
+                    continue
+                self._inflight.add(c.job)
+                futures.append(self._rounds.submit(self._round_guarded, c, round_, due_since,
+                                                   reason))
+        if not futures:
+            return
+        done, _ = wait(futures, timeout=self.policy.round_wait_seconds)
+        for f in done:
+            part = f.result()
+            report.intended += part.intended
+            report.not_leader += part.not_leader
+            report.waiting += part.waiting
+            report.deferred += part.deferred
+        report.waiting += len(futures) - len(done)
+
+    def _round_guarded(self, c: SettleCandidate, round_: int, due_since: float,
+                       reason: str) -> SettleReport:
+        part = SettleReport()
+        try:
+            self._round(c, round_, due_since, reason, part)
+        except Exception:
+            log.exception("settle round of job=%s failed; retried on a later pass",
+                          Pubkey.from_bytes(c.job))
+        finally:
+            with self._inflight_lock:
+                self._inflight.discard(c.job)
+        return part
 
     def _round(self, c: SettleCandidate, round_: int, due_since: float, reason: str,
                report: SettleReport) -> None:
@@ -385,7 +467,7 @@ class Settler:
             report.not_leader += 1
             log.debug("job=%s round=%d led by %s", job_s, round_, Pubkey.from_bytes(leader))
             return
-        outcome = self._collect(c, chain)
+        outcome = self._collect(c, chain, RoundId(round_, k))
         if isinstance(outcome, str):
             self.metrics.round(outcome)
             if outcome == "waiting":
@@ -403,118 +485,161 @@ class Settler:
                  intent.seq_to, intent.cumulative_seconds, value, len(attestations), reason,
                  round_)
 
-    def _collect(self, c: SettleCandidate,
-                 chain: ChainJobInfo) -> tuple[int, list[tuple[bytes, bytes]]] | str:
+    def _collect(self, c: SettleCandidate, chain: ChainJobInfo, rid: RoundId
+                 ) -> tuple[int, list[tuple[bytes, bytes]]] | str:
         """The value of this round and ``q - 1`` other members' attestations of it, or why
         not: ``waiting`` (too few members answered or signed: try again next pass) or
         ``deferred`` (this leader cannot attest the quorum value, or nothing is settleable
-        with this receipt)."""
+        with this receipt).
+
+        One value per seq: once this node attested a value for the seq (as a leader, or as a
+        member for another leader), every later round at that seq proposes exactly it, or
+        nothing; it never signs a second value (``signing.AttestationSigner``)."""
         job_s = str(Pubkey.from_bytes(c.job))
         q = max(1, chain.quorum)
         own = c.approved_total
+        given = self.signer.signed(c.job, c.latest.seq) if q > 1 else None
+        if given is not None and (given.proof_hash != c.latest.hash
+                                  or settle_bound(given.approved_seconds, chain,
+                                                  c.latest.cumulative_seconds,
+                                                  c.latest.window_end)
+                                  != given.approved_seconds):
+            log.info("job=%s seq=%d: this node attested %d there, which no longer settles; "
+                     "waiting for a later receipt", job_s, c.latest.seq, given.approved_seconds)
+            return "deferred"
         answers = self._query_members(c, chain) if q > 1 else []
-        value = quorum_value([own] + [a.total for a in answers], q)
-        if value is None:
-            log.info("job=%s seq=%d: %d of the %d totals a quorum needs; waiting", job_s,
-                     c.latest.seq, len(answers) + 1, q)
-            return "waiting"
-        if own < value:
-            log.info("job=%s seq=%d: own total %d is below the quorum value %d; the next "
-                     "member leads after the timeout", job_s, c.latest.seq, own, value)
-            return "deferred"
-        bounded = settle_bound(value, chain, c.latest.cumulative_seconds, c.latest.window_end)
-        if bounded is None:
-            log.warning("job=%s seq=%d: the quorum value %d is below the paid %d seconds; "
-                        "waiting for a later receipt", job_s, c.latest.seq, value,
-                        chain.paid_seconds)
-            return "deferred"
-        if q == 1:
-            return bounded, []
-        # Members that already signed another value for this seq would refuse; fall back to
-        # a value they signed when too few can sign ours (after a leader change mid-round).
-        tried: set[int] = set()
-        for candidate in [bounded] + sorted({a.signed for a in answers if a.signed is not None
-                                             and chain.paid_seconds <= a.signed < bounded},
-                                            reverse=True):
-            if candidate in tried:
-                continue
-            tried.add(candidate)
+        if given is not None:
+            candidates = [given.approved_seconds]
+        else:
+            value = quorum_value([own] + [a.total for a in answers], q)
+            if value is None:
+                log.info("job=%s seq=%d: %d of the %d totals a quorum needs; waiting", job_s,
+                         c.latest.seq, len(answers) + 1, q)
+                return "waiting"
+            if own < value:
+                log.info("job=%s seq=%d: own total %d is below the quorum value %d; the next "
+                         "member leads after the timeout", job_s, c.latest.seq, own, value)
+                return "deferred"
+            bounded = settle_bound(value, chain, c.latest.cumulative_seconds,
+                                   c.latest.window_end)
+            if bounded is None:
+                log.warning("job=%s seq=%d: the quorum value %d is below the paid %d seconds; "
+                            "waiting for a later receipt", job_s, c.latest.seq, value,
+                            chain.paid_seconds)
+                return "deferred"
+            if q == 1:
+                return bounded, []
+            # Members that already signed another value for this seq would refuse; then a
+            # value they signed is proposed instead (after a leader change mid-round).
+            candidates = [bounded] + sorted(
+                {a.signed for a in answers if a.signed is not None
+                 and chain.paid_seconds <= a.signed < bounded}, reverse=True)
+        for candidate in candidates:
             signers = [a for a in answers if a.total >= candidate
                        and a.signed in (None, candidate)]
             if len(signers) < q - 1:
                 continue
-            got = self._gather(c, candidate, signers, q - 1)
+            # The value is chosen: this node commits to it, durably, before anyone sees it.
+            try:
+                mine = self.signer.sign(c.latest, candidate, None)
+            except SignedOtherValue as e:
+                log.info("job=%s seq=%d: %s", job_s, c.latest.seq, e)
+                return "deferred"
+            got = self._gather(c, candidate, mine.signature, signers, q - 1, rid)
             if len(got) >= q - 1:
-                return candidate, got
+                return candidate, got[:q - 1]
+            break
         log.info("job=%s seq=%d: fewer than %d members attested; waiting", job_s, c.latest.seq,
                  q - 1)
         return "waiting"
 
+    def _peer_calls(self, calls: list[tuple[bytes, str, dict[str, Any]]]
+                    ) -> list[PeerAnswer | None]:
+        """POST every call at once (one thread each, from the peer pool); each call is bounded
+        by the peer deadline, so this returns within about one deadline."""
+        assert self.peers is not None
+        peers = self.peers
+        if len(calls) == 1:
+            member, path, body = calls[0]
+            return [peers.post(member, path, body)]
+        futures = [self._peer_pool.submit(peers.post, m, path, body) for m, path, body in calls]
+        out: list[PeerAnswer | None] = []
+        for f in futures:
+            try:
+                out.append(f.result())
+            except Exception as e:  # noqa: BLE001 - a peer failure is "no answer"
+                log.warning("peer call failed: %s: %s", type(e).__name__, e)
+                out.append(None)
+        return out
+
     def _query_members(self, c: SettleCandidate, chain: ChainJobInfo) -> list[MemberTotal]:
-        """The other members' totals at the leader's receipt (those holding the same one)."""
+        """The other members' totals at the leader's receipt (those holding the same one),
+        asked in parallel."""
         if self.peers is None:
             return []
         out = []
         body = {"job": str(Pubkey.from_bytes(c.job)), "seq": c.latest.seq}
-        for member in chain.committee:
-            if member == self.me:
-                continue
-            a = self.peers.post(member, "/v1/attestations/query", body)
+        others = [m for m in chain.committee if m != self.me]
+        answers = self._peer_calls([(m, "/v1/attestations/query", body) for m in others])
+        for member, a in zip(others, answers):
             if a is None or a.status != 200:
                 continue
-            try:
-                r = a.body["receipt"]
-                same = (r["seq"] == c.latest.seq
-                        and r["cumulative_seconds"] == c.latest.cumulative_seconds
-                        and r["window_end"] == c.latest.window_end
-                        and bytes.fromhex(r["proof_hash"]) == c.latest.hash)
-                total = a.body["approved_seconds"]
-                signed = a.body.get("signed_approved_seconds")
-            except (KeyError, TypeError, ValueError):
-                continue
-            if not same or not _is_u64(total) or not (signed is None or _is_u64(signed)):
-                continue
-            out.append(MemberTotal(member, int(total), None if signed is None else int(signed)))
+            got = member_total(a.body, c.latest.seq, c.latest.cumulative_seconds,
+                               c.latest.window_end, c.latest.hash)
+            if got is not None:
+                out.append(MemberTotal(member, *got))
         return out
 
-    def _gather(self, c: SettleCandidate, value: int, signers: list[MemberTotal],
-                need: int) -> list[tuple[bytes, bytes]]:
-        """Ask ``signers`` in turn to attest ``value`` until ``need`` valid signatures."""
-        assert self.peers is not None
-        msg = attestation_message(receipt_message_of(c.latest), value)
-        request = sign_request_message(c.job, c.latest.seq, value, self.me)
-        body = {"job": str(Pubkey.from_bytes(c.job)), "seq": c.latest.seq,
+    def _sign_body(self, c: SettleCandidate, value: int, attestation: bytes, member: bytes,
+                   rid: RoundId) -> dict[str, Any]:
+        request = sign_request_message(c.job, c.latest.seq, value, self.me, member, rid.round,
+                                       rid.attempt)
+        return {"job": str(Pubkey.from_bytes(c.job)), "seq": c.latest.seq,
                 "approved_seconds": value, "leader": str(Pubkey.from_bytes(self.me)),
+                "member": str(Pubkey.from_bytes(member)), "round": rid.round,
+                "attempt": rid.attempt,
                 "leader_signature": base64.b64encode(
                     bytes(self.authority.sign_message(request))).decode(),
-                # the leader commits first: its own attestation of the value (evidence)
-                "leader_attestation": base64.b64encode(
-                    bytes(self.authority.sign_message(msg))).decode()}
+                # the leader commits first: its own (stored) attestation of the value
+                "leader_attestation": base64.b64encode(attestation).decode()}
+
+    def _gather(self, c: SettleCandidate, value: int, attestation: bytes,
+                signers: list[MemberTotal], need: int, rid: RoundId
+                ) -> list[tuple[bytes, bytes]]:
+        """Ask ``signers`` to attest ``value``, ``need`` at a time in parallel, the next ones
+        in place of those that refused or did not answer, until ``need`` valid signatures."""
+        msg = attestation_message(receipt_message_of(c.latest), value)
         got: list[tuple[bytes, bytes]] = []
-        for m in signers:
-            if len(got) >= need:
-                break
-            a = self.peers.post(m.member, "/v1/attestations/sign", body)
-            if a is None:
-                self.metrics.attestation("unreachable")
-                continue
-            if a.status != 200:
-                self.metrics.attestation("refused")
-                log.info("member %s refused to attest %d: %s", Pubkey.from_bytes(m.member),
-                         value, a.body.get("error"))
-                continue
-            try:
-                sig = base64.b64decode(a.body["signature"], validate=True)
-            except (KeyError, TypeError, ValueError):
-                sig = b""
-            if len(sig) != 64 or not verify_signature(m.member, sig, msg):
-                self.metrics.attestation("invalid")
-                log.warning("member %s answered an attestation that does not verify",
-                            Pubkey.from_bytes(m.member))
-                continue
-            self.metrics.attestation("received")
-            self._keep_evidence(c, m.member, value, sig)
-            got.append((m.member, sig))
+        queue = list(signers)
+        # The round's own bound: the query phase and at most two waves of sign requests.
+        until = time.monotonic() + 2 * self.policy.peer_timeout_seconds
+        while queue and len(got) < need and time.monotonic() < until:
+            wave, queue = queue[:need - len(got)], queue[need - len(got):]
+            answers = self._peer_calls([
+                (m.member, "/v1/attestations/sign", self._sign_body(c, value, attestation,
+                                                                    m.member, rid))
+                for m in wave])
+            for m, a in zip(wave, answers):
+                if a is None:
+                    self.metrics.attestation("unreachable")
+                    continue
+                if a.status != 200:
+                    self.metrics.attestation("refused")
+                    log.info("member %s refused to attest %d: %s", Pubkey.from_bytes(m.member),
+                             value, a.body.get("error"))
+                    continue
+                try:
+                    sig = base64.b64decode(a.body["signature"], validate=True)
+                except (KeyError, TypeError, ValueError):
+                    sig = b""
+                if len(sig) != 64 or not verify_signature(m.member, sig, msg):
+                    self.metrics.attestation("invalid")
+                    log.warning("member %s answered an attestation that does not verify",
+                                Pubkey.from_bytes(m.member))
+                    continue
+                self.metrics.attestation("received")
+                self._keep_evidence(c, m.member, value, sig)
+                got.append((m.member, sig))
         return got
 
     def _keep_evidence(self, c: SettleCandidate, member: bytes, value: int,
@@ -1078,10 +1203,11 @@ class Settler:
 
 class SettlementLoop:
     """Runs ``settler.settle_now()`` every ``interval`` seconds on a daemon thread, and,
-    when given a ``reporter`` (``slashing.EquivocationReporter``), its ``report_pending()``
-    right after, then every callable of ``tasks`` (the validator-equivocation and downtime
-    reporters, the rewards probe); the reporter's ``notify`` (the intake's equivocation hook)
-    wakes the loop at once."""
+    each on a daemon thread of its own at the same interval, the ``reporter``
+    (``slashing.EquivocationReporter``: ``report_pending()``) and every callable of
+    ``tasks`` (the validator-equivocation and downtime reporters, the rewards probe), so a
+    slow settlement pass never holds a report back, nor one task another. The reporter's
+    ``notify`` (the intake's equivocation hook) wakes its thread at once."""
 
     def __init__(self, settler: Settler, interval: float = 5.0, reporter: Any = None,
                  tasks: tuple[Callable[[], Any], ...] = ()) -> None:
@@ -1090,42 +1216,42 @@ class SettlementLoop:
         self.reporter = reporter
         self.tasks = tasks
         self._stop = threading.Event()
-        self._wake: threading.Event = getattr(reporter, "wakeup", None) or threading.Event()
-        self._thread = threading.Thread(target=self._run, name="gpum-settle", daemon=True)
+        self._wake = threading.Event()
+        jobs: list[tuple[str, Callable[[], Any], threading.Event]] = [
+            ("gpum-settle", settler.settle_now, self._wake)]
+        if reporter is not None:
+            wake = getattr(reporter, "wakeup", None) or threading.Event()
+            jobs.append(("gpum-equivocation", reporter.report_pending, wake))
+        for task in tasks:
+            jobs.append((f"gpum-{getattr(task, '__qualname__', 'task')}", task,
+                         threading.Event()))
+        self._wakes = [w for _, _, w in jobs]
+        self._threads = [threading.Thread(target=self._run, args=(fn, wake), name=name,
+                                          daemon=True) for name, fn, wake in jobs]
 
     def start(self) -> None:
-        self._thread.start()
+        for t in self._threads:
+            t.start()
 
     def stop(self, timeout: float = 30.0) -> None:
         self._stop.set()
-        self._wake.set()
-        self._thread.join(timeout)
+        for w in self._wakes:
+            w.set()
+        deadline = time.monotonic() + timeout
+        for t in self._threads:
+            t.join(max(0.0, deadline - time.monotonic()))
+        self.settler.close()
 
     def wake(self) -> None:
-        """Run the next pass now instead of after the interval."""
+        """Run the next settlement pass now instead of after the interval."""
         self._wake.set()
 
-    def _run(self) -> None:
+    def _run(self, fn: Callable[[], Any], wake: threading.Event) -> None:
         while not self._stop.is_set():
-            self._wake.clear()
+            wake.clear()
             try:
-                self.settler.settle_now()
+                fn()
             except Exception:  # the loop must survive; the error is logged
-                log.exception("settlement pass failed; retrying in %.0fs", self.interval)
-            if self.reporter is not None:
-                try:
-                    self.reporter.report_pending()
-                except Exception:  # same: logged, retried next pass
-                    log.exception("equivocation report pass failed; retrying in %.0fs",
-                                  self.interval)
-            for task in self.tasks:
-                try:
-                    task()
-                except Exception:  # same: logged, retried next pass
-                    log.exception("background task %s failed; retrying in %.0fs",
-                                  getattr(task, "__qualname__", task), self.interval)
-            self._wake.wait(self.interval)
-
-
-def _is_u64(v: object) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**64
+                log.exception("background pass %s failed; retrying in %.0fs",
+                              getattr(fn, "__qualname__", fn), self.interval)
+            wake.wait(self.interval)

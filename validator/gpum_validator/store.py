@@ -656,6 +656,7 @@ class Store(Protocol):
               on_batch: Callable[[float], None] | None = None,
               pause: float = 0.002) -> dict[str, int]: ...
     def ping(self) -> bool: ...
+    def write_probe(self, now: float) -> str | None: ...
     def close(self) -> None: ...
 
 
@@ -1557,6 +1558,16 @@ class SQLStore:
             return True
         except StoreError:
             return False
+
+    def write_probe(self, now: float) -> str | None:
+        """Write and commit one small row (``meta.write_probe``, durably): None when the
+        database takes writes, else why not (a full disk, a read-only file, a failed
+        fsync)."""
+        try:
+            self.set_meta("write_probe", repr(float(now)))
+            return None
+        except StoreError as e:
+            return str(e)
 
 
 

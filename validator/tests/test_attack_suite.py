@@ -924,6 +924,7 @@ def test_a_sign_request_with_a_bad_signature_costs_no_chain_read(tmp_path):
     try:
         body = {"job": b58(os.urandom(32)), "seq": 1, "approved_seconds": 60,
                 "leader": b58(bytes(VALIDATOR_KEYS[1].pubkey())),
+                "member": b58(bytes(VALIDATOR_KEYS[0].pubkey())), "round": 0, "attempt": 0,
                 "leader_signature": base64.b64encode(os.urandom(64)).decode(),
                 "leader_attestation": base64.b64encode(os.urandom(64)).decode()}
         r = httpx.post(t.url + "/v1/attestations/sign", json=body)

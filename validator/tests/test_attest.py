@@ -85,11 +85,14 @@ def test_attestation_message_is_receipt_digest_then_u64():
     assert attestation_message(receipt, 7) == hashlib.sha256(receipt).digest() + struct.pack("<Q", 7)
 
 
-def test_sign_request_binds_job_seq_value_and_leader():
-    a = sign_request_message(JOB, 5, 300, MEMBERS[0])
-    assert len({a, sign_request_message(JOB, 5, 301, MEMBERS[0]),
-                sign_request_message(JOB, 6, 300, MEMBERS[0]),
-                sign_request_message(JOB, 5, 300, MEMBERS[1])}) == 4
+def test_sign_request_binds_job_seq_value_leader_member_and_round():
+    a = sign_request_message(JOB, 5, 300, MEMBERS[0], MEMBERS[1], 1, 0)
+    assert len({a, sign_request_message(JOB, 5, 301, MEMBERS[0], MEMBERS[1], 1, 0),
+                sign_request_message(JOB, 6, 300, MEMBERS[0], MEMBERS[1], 1, 0),
+                sign_request_message(JOB, 5, 300, MEMBERS[2], MEMBERS[1], 1, 0),
+                sign_request_message(JOB, 5, 300, MEMBERS[0], MEMBERS[2], 1, 0),
+                sign_request_message(JOB, 5, 300, MEMBERS[0], MEMBERS[1], 2, 0),
+                sign_request_message(JOB, 5, 300, MEMBERS[0], MEMBERS[1], 1, 1)}) == 7
 
 
 # ------------------------------------------------------------------ downtime messages

@@ -661,3 +661,33 @@ def test_store_recent_windows_and_intents_are_bounded(world) -> None:
     plan = store._q("EXPLAIN QUERY PLAN SELECT id FROM intents WHERE job=? ORDER BY id DESC "
                     "LIMIT 5", (JOB,))
     assert "intents_by_job" in " ".join(str(r) for r in plan)
+
+
+def test_chain_reads_are_charged_to_the_asking_source(tmp_path: Path, stored: Path,
+                                                       chain: FakeChain) -> None:
+    """One source naming fresh job addresses spends its own read budget, not the node's RPC
+    quota: past the budget the answer is 429 and nothing more is read."""
+    import os
+
+    from gpum_validator.chain import ReadBudget
+
+    shutil.copyfile(stored, tmp_path / "v.sqlite")
+    store = SQLiteStore(tmp_path / "v.sqlite")
+    intake = Intake(cfg(), store, chain, clock=lambda: float(NOW))
+    dash_chain = DashChain()
+    budget = ReadBudget(rate=0.001, burst=5)
+    server = ValidatorHTTPServer(("127.0.0.1", 0), intake, store, lambda: True,
+                                 dashboard=Dashboard(dash_chain, store, MARKET, ME_PUB,
+                                                     reads=budget))
+    serve_in_thread(server)
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{server.server_port}",
+                          timeout=10) as c:
+            codes = [c.get(f"/v1/dashboard/jobs/{b58(os.urandom(32))}").status_code
+                     for _ in range(40)]
+        assert codes[:5] == [404] * 5 and set(codes[5:]) == {429}, codes
+        assert dash_chain.reads["job"] == 5
+    finally:
+        server.shutdown()
+        server.server_close()
+        store.close()

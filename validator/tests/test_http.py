@@ -102,8 +102,8 @@ def test_health_and_metrics(http):
     h = http.get("/health")
     assert h.status_code == 200
     assert h.json() | {"last_settlement_at": None} == {
-        "ok": True, "db_ok": True, "chain_ok": True, "last_settlement_at": None,
-        "pending_windows": 1, "open_intents": 0}
+        "ok": True, "db_ok": True, "db_writable": True, "chain_ok": True, "reason": None,
+        "last_settlement_at": None, "pending_windows": 1, "open_intents": 0}
     m = http.get("/metrics")
     assert m.status_code == 200 and m.headers["content-type"].startswith("text/plain")
     text = m.text

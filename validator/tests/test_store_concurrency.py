@@ -221,3 +221,29 @@ def test_stores_opening_together_share_one_schema(store_db):
     store_db.opened.extend(r for r in out if r not in store_db.opened)
     assert all(s.summary()["schema_version"] == out[0].summary()["schema_version"]
                for s in out)
+
+
+def test_one_attestation_per_seq_through_the_signing_gate(store_db):
+    """Two processes' ``AttestationSigner``s on one database sign different values for one
+    (job, seq) at the same moment: one value is signed; the other caller gets that value's
+    stored signature refused (``SignedOtherValue``), never a signature of its own value."""
+    from gpu_market.receipt import verify
+    from gpum_validator.attest import attestation_message, receipt_message_of
+    from gpum_validator.signing import AttestationSigner, SignedOtherValue
+    from vtestkit import VALIDATOR_KEYS
+
+    key = VALIDATOR_KEYS[0]
+    a, b = store_db.open(), store_db.open()
+    for seq in range(1, 9):
+        job = job_key(100 + seq)
+        stored = accept(a, make_proof(1, job=job), NOW)
+        out = race(*(lambda s=s, v=v, p=stored: AttestationSigner(key, s).sign(p, v, None)
+                     for s, v in ((a, 60), (b, 59))))
+        signed = [o for o in out if not isinstance(o, SignedOtherValue)]
+        assert len(signed) == 1, out
+        refused = next(o for o in out if isinstance(o, SignedOtherValue))
+        value = signed[0].approved_seconds
+        assert refused.given.approved_seconds == value
+        assert verify(bytes(key.pubkey()), signed[0].signature,
+                      attestation_message(receipt_message_of(stored), value))
+        assert b.given_attestation(job, 1).signature == signed[0].signature

@@ -24,7 +24,12 @@ import base64
 import pytest
 from gpu_market.errors import RpcUnavailable
 from gpu_market.proof import encode_proof, proof_hash
-from gpum_validator.attest import attestation_message, receipt_message_of, sign_request_message
+from gpum_validator.attest import (
+    attestation_message,
+    leader_of,
+    receipt_message_of,
+    sign_request_message,
+)
 from gpum_validator.config import HealthThresholds, SettlePolicy
 from gpum_validator.errors import StoreError
 from solders.keypair import Keypair
@@ -258,10 +263,15 @@ def test_member_signing_two_values_for_one_seq_is_reported_once(nets, chain, mon
         assert next(m for m in net.committee if m != leader.pub) == byz.pub  # asked first
         r = leader.settler.settle_now()
         assert r.waiting == 1 and chain.settle_calls == [] and byz.signed == [300]
-        # Pass 2: the liar now claims 290 and signs 290 too: two values for seq 5.
+        # Pass 2: the liar now claims 290. The leader attested 300 for seq 5 and proposes
+        # nothing else there (it never signs two values for one seq): no quorum, no ask.
         r = leader.settler.settle_now()
-        assert r.confirmed == 1 and byz.signed == [300, 290]
-        assert settled(net) == (5, 300, 290)
+        assert r.waiting == 1 and byz.signed == [300]
+        assert leader.store.given_attestation(JOB, 5).approved_seconds == 300
+        # The liar's second value reaches the leader anyway, as the liar's own commitment in a
+        # sign request of its own: evidence of two values for seq 5.
+        r = leader.post("/v1/attestations/sign", sign_body(leader, _As(liar), 5, 290))
+        assert r.status_code in (403, 409)
         assert {a.approved_seconds for a in leader.store.received_attestations(JOB, 5, byz.pub)} \
             == {300, 290}
         s = leader.vreporter.report_pending()
@@ -341,8 +351,9 @@ def test_non_members_are_refused(nets, chain):
         r = o.post(path, body)
         assert (r.status_code, r.json()["error"]) == (403, "not_in_committee")
     # ... and signs only for another member of the job's committee.
-    req = sign_request_message(JOB, 5, 300, o.pub)
+    req = sign_request_message(JOB, 5, 300, o.pub, member.pub, 1, 0)
     body = {"job": b58(JOB), "seq": 5, "approved_seconds": 300, "leader": b58(o.pub),
+            "member": b58(member.pub), "round": 1, "attempt": 0,
             "leader_signature": base64.b64encode(bytes(outsider_key.sign_message(req))).decode(),
             "leader_attestation": base64.b64encode(bytes(64)).decode()}
     r = member.post("/v1/attestations/sign", body)
@@ -357,17 +368,27 @@ def test_non_members_are_refused(nets, chain):
 
 
 def ask(net, member, leader, seq, value):
-    return member.post("/v1/attestations/sign", sign_body(member, leader, seq, value))
+    """``leader`` asks ``member`` at the first attempt of the round that it leads."""
+    attempt = next(k for k in range(len(net.committee))
+                   if leader_of(JOB, seq // 5, net.committee, k) == leader.pub)
+    return member.post("/v1/attestations/sign",
+                       sign_body(member, leader, seq, value, attempt=attempt))
 
 
-def sign_body(member, leader, seq, value, attestation_key=None):
-    """A leader's sign request: signed by ``leader``, carrying its own attestation of ``value``
-    over ``member``'s stored receipt at ``seq`` (signed by ``attestation_key`` if given)."""
-    req = sign_request_message(JOB, seq, value, leader.pub)
+def sign_body(member, leader, seq, value, attestation_key=None, round_=None, attempt=0,
+              target=None):
+    """A leader's sign request to ``member`` (or names ``target``): signed by ``leader``,
+    carrying its own attestation of ``value`` over ``member``'s stored receipt at ``seq``
+    (signed by ``attestation_key`` if given), for ``round_`` (default: the seq's) and
+    ``attempt``."""
+    round_ = seq // 5 if round_ is None else round_
+    target = member.pub if target is None else target
+    req = sign_request_message(JOB, seq, value, leader.pub, target, round_, attempt)
     stored = member.store.accepted_at(JOB, seq)
     att = (attestation_key or leader.key).sign_message(
         attestation_message(receipt_message_of(stored), value)) if stored else bytes(64)
     return {"job": b58(JOB), "seq": seq, "approved_seconds": value, "leader": b58(leader.pub),
+            "member": b58(target), "round": round_, "attempt": attempt,
             "leader_signature": base64.b64encode(bytes(leader.key.sign_message(req))).decode(),
             "leader_attestation": base64.b64encode(bytes(att)).decode()}
 
@@ -375,13 +396,18 @@ def sign_body(member, leader, seq, value, attestation_key=None):
 def test_member_signs_one_value_per_seq_never_above_its_total(nets):
     net = nets(K, 2)
     net.deliver(chain_of(5))
-    leader, member = net.nodes[0], net.nodes[1]
+    leader, second = net.leader(5), net.leader(5, 1)
+    member = next(n for n in net.nodes if n not in (leader, second))
     r = ask(net, member, leader, 5, 301)
     assert (r.status_code, r.json()["error"]) == (409, "above_own_total")
-    first = ask(net, member, leader, 5, 250)
+    # Below the quorum value of the totals it sees (its own 300 and the others' 300): refused.
+    r = ask(net, member, leader, 5, 250)
+    assert (r.status_code, r.json()["error"]) == (409, "below_quorum_value")
+    with net.alone(member):  # it sees no other total: no floor
+        first = ask(net, member, leader, 5, 250)
     assert first.status_code == 200 and first.json()["authority"] == b58(member.pub)
     assert ask(net, member, leader, 5, 250).json() == first.json()  # the same value again
-    r = ask(net, member, net.nodes[2], 5, 300)
+    r = ask(net, member, second, 5, 300)
     assert (r.status_code, r.json()["error"], r.json()["signed_approved_seconds"]) == \
         (409, "already_signed_other_value", 250)
     member.restart()  # durable
@@ -398,8 +424,9 @@ def test_leader_falls_back_to_a_value_members_already_signed(nets):
     net.deliver(chain_of(5))
     leader = net.leader(5)
     others = [n for n in net.nodes if n is not leader]
-    for n in others:  # an earlier leader collected 250 from both, then vanished
-        assert ask(net, n, leader, 5, 250).status_code == 200
+    for n in others:  # an earlier leader collected 250 from both, then vanished (while
+        with net.alone(n):  # neither saw another member's total, so none had a floor)
+            assert ask(net, n, leader, 5, 250).status_code == 200
     net.settle_pass()
     assert settled(net) == (5, 300, 250)
 
@@ -504,7 +531,7 @@ def test_downtime_reporter_retries_when_the_chain_clock_lags(
     net.at(ps[-1].window_end + 1)
     net.deliver(ps)
     (node,) = net.nodes
-    net.clock[0] = ps[-1].window_end + 10 * WINDOW  # our clock; the chain's is a minute behind
+    net.at(ps[-1].window_end + 10 * WINDOW)  # our clock; the chain's is a minute behind
     chain.now = int(net.clock[0]) - WINDOW
     assert node.downtime.report_pending() == []
     (rep,) = node.store.downtime_reports()
@@ -541,5 +568,9 @@ def test_member_downtime_signature_rules(nets, chain):
     assert ask_downtime(end, other).json()["error"] == "bad_downtime_message"  # we submit
     r = ask_downtime(end)
     assert r.status_code == 200 and r.json()["authority"] == b58(member.pub)
-    chain.set_job(status="finishing", ended_at=end)
+    chain.set_job(status="finishing", ended_at=end)  # finished before it missed any
+    assert ask_downtime(end).json()["error"] == "not_enough_missed_windows"
+    chain.set_job(status="finishing", ended_at=end + 10 * WINDOW)  # missed them, then
+    assert ask_downtime(end).status_code == 200                    # finished
+    chain.set_job(status="completed", ended_at=end + 10 * WINDOW)
     assert ask_downtime(end).json()["error"] == "job_not_running"

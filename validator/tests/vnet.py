@@ -10,6 +10,8 @@ from __future__ import annotations
 import base64
 import json
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -19,6 +21,7 @@ from gpu_market.proof import WindowProof, encode_proof, receipt_for_proof
 from gpum_validator.attest import attestation_message, leader_of
 from gpum_validator.config import HealthThresholds, SettlePolicy
 from gpum_validator.downtime import DowntimeReporter
+from gpum_validator.liveness import LIVENESS_META, Liveness
 from gpum_validator.members import Member
 from gpum_validator.metrics import Metrics
 from gpum_validator.peers import Peers
@@ -54,13 +57,16 @@ class Node:
         self.metrics = Metrics()
         c = cfg(authority=self.pub, own_health=self.own_health)
         self.intake = Intake(c, self.store, net.chain, self.metrics, clock=lambda: clock[0])
-        self.member = Member(c, self.key, self.store, net.chain, self.metrics,
-                             clock=lambda: clock[0])
+        self.liveness = Liveness(self.store, clock=lambda: clock[0])
         self.peers = Peers(net.chain, MARKET, timeout=3, endpoint_ttl=0)
+        self.member = Member(c, self.key, self.store, net.chain, self.metrics,
+                             clock=lambda: clock[0], policy=net.policy, liveness=self.liveness,
+                             peers=self.peers, deliver=self.intake.submit)
         self.settler = make_settler(net.chain, self.store, clock, net.policy, authority=self.key,
                                     peers=self.peers, metrics=self.metrics)
         self.downtime = DowntimeReporter(net.chain, self.key, self.store, self.peers, net.policy,
-                                         self.metrics, clock=lambda: clock[0])
+                                         self.metrics, clock=lambda: clock[0],
+                                         liveness=self.liveness, deliver=self.intake.submit)
         self.vreporter = ValidatorEquivocationReporter(net.chain, self.key, self.store,
                                                        net.policy, self.metrics,
                                                        clock=lambda: clock[0])
@@ -76,6 +82,7 @@ class Node:
                                           lambda: True, member=self.member)
         serve_in_thread(self.server, 0.01)
         self.url = f"http://127.0.0.1:{self.server.server_port}"
+        self.liveness.beat()  # a new span unless the last beat is recent
         v = self.net.chain.validators[self.pub]
         self.net.chain.validators[self.pub] = replace(v, endpoint=self.url)
 
@@ -87,6 +94,7 @@ class Node:
 
     def close(self) -> None:
         self.stop()
+        self.settler.close()
         self.peers.close()
         self.store.close()
 
@@ -131,9 +139,12 @@ class Net:
             chain.add_validator(k)
         self.committee = [bytes(k.pubkey()) for k in keys]
         chain.set_committee(self.committee, quorum)
+        self.extra: list[Node] = []
+        self.nodes: list[Node] = []
         self.nodes = [Node(self, k, f"v{i}", (own_health or {}).get(i))
                       for i, k in enumerate(keys) if k not in stubs]
-        self.extra: list[Node] = []
+        for n in self.nodes:  # up and reachable since before the job's first window
+            n.store.set_meta(LIVENESS_META, json.dumps({"since": 0.0, "last": clock[0]}))
 
     def outsider(self, key: Keypair) -> Node:
         """A registered validator of the market that is not on the job's committee."""
@@ -150,12 +161,17 @@ class Net:
             n.close()
 
     def tick(self, seconds: float) -> None:
-        self.clock[0] += seconds
-        self.chain.now = int(self.clock[0])
+        self.at(self.clock[0] + seconds)
 
     def at(self, t: float) -> None:
+        """Move the clock to ``t``; every node that is up beat all along (its span goes on)."""
         self.clock[0] = t
         self.chain.now = int(t)
+        for n in self.nodes + self.extra:
+            if n.up:
+                span = n.liveness.span()
+                since = min(span.since, t) if span is not None else t
+                n.store.set_meta(LIVENESS_META, json.dumps({"since": since, "last": t}))
 
     def deliver(self, proofs: list[WindowProof], to: list[Node] | None = None) -> None:
         """The worker: every proof to every member that is up (or to ``to``)."""
@@ -168,6 +184,19 @@ class Net:
     def settle_pass(self) -> list[Any]:
         """One settlement pass on every node that is up (leaders act, the rest wait)."""
         return [n.settler.settle_now() for n in self.nodes if n.up]
+
+    @contextmanager
+    def alone(self, node: Node) -> Iterator[None]:
+        """Every other node down while the block runs (``node`` then sees no other member's
+        total), back up after."""
+        others = [n for n in self.nodes if n is not node and n.up]
+        for n in others:
+            n.stop()
+        try:
+            yield
+        finally:
+            for n in others:
+                n.start()
 
     def leader(self, seq: int, timeouts: int = 0) -> Node:
         who = leader_of(JOB, seq // self.policy.settle_every_windows, self.committee, timeouts)
@@ -189,14 +218,19 @@ def arrange(keys: list[Keypair], leader: Keypair, seq: int, every: int = 5) -> l
 
 class Byzantine:
     """A committee member that lies: its query answers ``claims`` (one per call, the last
-    repeated) for the proofs it was given, and it signs any value it is asked to."""
+    repeated) for the proofs it was given, and it signs any value it is asked to (or, with
+    ``refuse``, refuses every sign request). Every sign request's leader attestation is kept
+    (``leader_attestations``: (seq, approved, signature)): what it could use as evidence."""
 
-    def __init__(self, chain: FakeChain, key: Keypair, claims: list[int]) -> None:
+    def __init__(self, chain: FakeChain, key: Keypair, claims: list[int],
+                 refuse: bool = False) -> None:
         self.key = key
         self.pub = bytes(key.pubkey())
         self.claims = list(claims)
+        self.refuse = refuse
         self.proofs: dict[int, bytes] = {}
         self.signed: list[int] = []
+        self.leader_attestations: list[tuple[int, int, bytes]] = []
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -242,6 +276,10 @@ class Byzantine:
                          "signed_approved_seconds": None}
         if path == "/v1/attestations/sign":
             value = body["approved_seconds"]
+            self.leader_attestations.append(
+                (seq, value, base64.b64decode(body["leader_attestation"])))
+            if self.refuse:
+                return 409, {"error": "above_own_total"}
             self.signed.append(value)
             msg = attestation_message(receipt_for_proof(p, raw), value)
             return 200, {"authority": b58(self.pub),

@@ -503,9 +503,10 @@ class FakeChain:
         committee = [bytes(m) for m in j.committee]
         if len(set(signers)) != j.terms.quorum or not set(signers) <= set(committee):
             raise err("QuorumNotMet")
-        if j.status != "running":
+        if j.status not in ("running", "finishing"):
             raise err("InvalidJobStatus")
-        missed = (self.now - max(lpwe, j.last_window_end)) // j.terms.window_seconds
+        until = self.now if j.status == "running" else j.ended_at
+        missed = (until - max(lpwe, j.last_window_end)) // j.terms.window_seconds
         if missed < j.terms.max_missed_windows:
             raise err("NotEnoughMissedWindows")
         self.jobs[job] = replace(j, status="failed")
