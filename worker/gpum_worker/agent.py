@@ -1,15 +1,21 @@
 """The worker loop: sample GPUs, follow jobs, close windows into signed proofs, deliver.
 
-Three threads share nothing but the sample buffer (locked) and a wake-up event (the worker
+The threads share nothing but the sample buffer (locked) and wake-up events (the worker
 API, ``api.py``, runs in threads of its own and shares the ``WorkloadManager``):
 
 * sampler: reads every GPU once per sample interval, at the middle of each interval
   (``k * interval + interval / 2``), so jitter below half an interval never moves a sample
   into the wrong one-second slot;
-* main: polls the ``JobSource``, reconciles the jobs' workload containers
-  (``workloads.WorkloadManager``), closes due windows (``Agent.close_windows``) and records
-  each signed proof in the outbox before anything is sent;
-* sender: delivers outbox rows to their destinations (``sender.Sender``).
+* main: polls the ``JobSource`` (chain reads), reconciles the jobs' workload containers
+  (``workloads.WorkloadManager``) and starts proving accepted jobs;
+* prover: closes due windows (``Agent.close_windows``) and records each signed proof in the
+  outbox before anything is sent, on an outbox connection of its own, so a slow RPC node
+  or container runtime never delays a proof;
+* delivery: one lane (thread) per destination delivers its outbox rows
+  (``sender.DeliveryLanes``), so a slow or dead validator delays only itself;
+* background checks (``background.Background``): asking a job's committee where its
+  proofs stand, and checking an Open job's committee and accepting or declining it, run in
+  a thread per job, never on the main loop.
 
 Each poll also refreshes every job's route (``committee.CommitteeRouter``): the endpoints of
 its committee members read from chain, stored in the outbox as the job's destinations, for
@@ -59,7 +65,6 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-import httpx
 from gpu_market.proof import (
     HEALTH_FOREIGN_PROCESS,
     WORKLOAD_FAILED,
@@ -72,15 +77,16 @@ from gpu_market.proof import (
 )
 from gpu_market.receipt import sign_receipt
 
-from .committee import CommitteeRouter
+from .background import Background, Pending
+from .committee import ACCEPT, CommitteeGate, CommitteeRouter, Verdict
 from .errors import JobSourceError, WorkerError
 from .gpu import GpuBackend, GpuInfo, GpuSample, discover, read_sample
-from .heads import Head, HeadsIncomplete, HeadSource, resume_point
+from .heads import Head, HeadsIncomplete, HeadSource, HeadsPending, resume_point
 from .health import DEFAULT_THRESHOLDS, Thresholds, describe, sample_flags
 from .jobs import LIVE_STATUSES, TERMINAL_STATUSES, AssignedJob, JobSource, assign_gpus
 from .keys import WorkerKey, b58encode
 from .outbox import JobChain, Outbox
-from .sender import RetryPolicy, Sender
+from .sender import DeliveryLanes, HttpPoster, RetryPolicy
 from .window import aggregate_gpu, billable_seconds
 from .workloads import WorkloadManager, WorkloadStore
 
@@ -90,6 +96,9 @@ MAX_CATCH_UP_PER_ROUND = 1000
 PROCESS_LOOKBACK_S = 2.5
 """How far back ``close_windows`` looks for new GPU processes to attribute (>= 1 s tick)."""
 ABSENT_CONFIRMATIONS = 3
+MIN_POLL_INTERVAL_S = 1.0
+"""Polls made early (a subscription, the worker API or a background check asked) are at
+least this far apart, so nobody can make the worker read the chain faster."""
 """Polls in a row that must find a job's account gone before its GPUs are released."""
 
 
@@ -166,12 +175,19 @@ class Agent:
         router: CommitteeRouter | None = None,
         workloads: WorkloadManager | None = None,
         workload_thread: bool = False,
+        background_checks: bool = False,
+        committee_gate: CommitteeGate | None = None,
     ) -> None:
         """``workloads`` runs the jobs' containers; without one (tests, old callers) the
         agent has no container runtime: it accepts no job with a workload. With
         ``workload_thread`` (``gpum-worker run``) each poll's container reconcile runs in a
         thread of its own, one at a time, so a slow container runtime never delays closing
-        windows (a late window can get an honest provider slashed for downtime)."""
+        windows (a late window can get an honest provider slashed for downtime). With
+        ``background_checks`` (``gpum-worker run``) a job's head check and the acceptance
+        of an Open job (committee check, ``accept_job`` / ``decline_job``) run in threads
+        of their own (``background.Background``): the job waits for them alone.
+        ``committee_gate`` is the provider's committee policy; None accepts any committee
+        (tests, static validator lists)."""
         if window_seconds < 1:
             raise WorkerError("window_seconds must be at least 1")
         self.backend = backend
@@ -192,8 +208,17 @@ class Agent:
         self.workloads = workloads if workloads is not None else WorkloadManager(
             None, WorkloadStore(":memory:"), key.seed)
         self.workload_thread = workload_thread
+        self.head_asks = Background(self.poke, "head check") if background_checks else None
+        self.acceptance = Background(self.poke, "acceptance") if background_checks else None
+        self.committee_gate = committee_gate
+        self._open_since: dict[bytes, float] = {}  # open job -> first seen (poll time)
+        self._accepted_unrecorded: set[bytes] = set()
+        """Jobs a background check accepted on chain, not yet ``Outbox.mark_accepted``."""
+        self._accepted_lock = threading.Lock()
         self._reconciling: threading.Thread | None = None
         self.active: dict[bytes, ActiveJob] = {}
+        self._active_lock = threading.RLock()
+        """Held while windows are closed and while a job enters or leaves ``active``."""
         self._absent: dict[bytes, int] = {}  # job -> polls in a row its account was gone
         self._missing_noted: set[bytes] = set()  # live jobs missing from the listing (logged)
         self._waiting: dict[bytes, str] = {}  # job -> why it is not proven yet (logged once)
@@ -263,6 +288,10 @@ class Agent:
 
     def poll_jobs(self, now: float) -> None:
         """Refresh the job list; a failing or incomplete source keeps the current jobs."""
+        with self._accepted_lock:
+            accepted, self._accepted_unrecorded = self._accepted_unrecorded, set()
+        for job_key in accepted:
+            self.outbox.mark_accepted(job_key)
         try:
             listed = {j.job: j for j in self.job_source.assigned_jobs()
                       if j.status in LIVE_STATUSES}
@@ -303,12 +332,7 @@ class Agent:
                 if blocker is not None:
                     self._wait(j, blocker)
                     continue
-                try:
-                    self.job_source.accept(j)
-                    self.outbox.mark_accepted(j.job)
-                    log.info("job %s accepted", j.job_b58)
-                except JobSourceError as e:
-                    log.warning("cannot accept job %s yet: %s", j.job_b58, e)
+                self._take_open(j, now)
                 continue
             if j.started_at is None:
                 self._wait(j, f"is {j.status} but has no started_at; waiting")
@@ -324,7 +348,8 @@ class Agent:
             if missing:
                 log.error("job %s: assigned GPU(s) %s are not present on this machine; their "
                           "windows are not billable", j.job_b58, ", ".join(missing))
-            self.active[j.job] = ActiveJob(job=j, uuids=tuple(uuids), chain=chain)
+            with self._active_lock:
+                self.active[j.job] = ActiveJob(job=j, uuids=tuple(uuids), chain=chain)
             self._waiting.pop(j.job, None)
             log.info("job %s: proving from seq %d, window start %d", j.job_b58,
                      chain.last_seq + 1, chain.last_window_end)
@@ -350,6 +375,51 @@ class Agent:
             return  # the previous poll's reconcile still runs: this poll's jobs come next time
         self._reconciling = threading.Thread(target=reconcile, name="workloads", daemon=True)
         self._reconciling.start()
+
+    def _take_open(self, j: AssignedJob, now: float) -> None:
+        """Accept an Open job whose committee meets the policy (``committee_gate``), or
+        decline it: at once when the chain shows it never will, after the policy's
+        ``health_grace_s`` when members stay silent. With ``background_checks`` the
+        committee check and the transaction run off the main loop."""
+        gate = self.committee_gate
+        since = self._open_since.setdefault(j.job, now)
+        give_up = gate is not None and now - since >= gate.policy.health_grace_s
+
+        def decide() -> tuple[Verdict, bool]:
+            verdict = gate.check(j) if gate is not None else ACCEPT
+            if verdict.accept:
+                self.job_source.accept(j)
+                with self._accepted_lock:  # recorded by the next poll, whatever it lists
+                    self._accepted_unrecorded.add(j.job)
+                log.info("job %s accepted", j.job_b58)
+                return verdict, False
+            if verdict.final or give_up:
+                self.job_source.decline(j)
+                log.warning("job %s DECLINED: its committee does not meet this provider's "
+                            "policy (%s)", j.job_b58, verdict.reason)
+                return verdict, True
+            return verdict, False
+
+        try:
+            if self.acceptance is None:
+                verdict, declined = decide()
+            else:
+                verdict, declined = self.acceptance.result(j.job, "open", decide)
+        except Pending:
+            self._wait(j, "is open: checking its committee and accepting it in the background",
+                       logging.INFO)
+            return
+        except JobSourceError as e:
+            log.warning("cannot accept job %s yet: %s", j.job_b58, e)
+            return
+        if verdict.accept:
+            self._open_since.pop(j.job, None)
+            self.outbox.mark_accepted(j.job)
+        elif declined:
+            self._open_since.pop(j.job, None)
+        else:
+            self._wait(j, f"is not accepted yet: {verdict.reason}; it is declined if this "
+                          f"lasts {gate.policy.health_grace_s if gate else 0:.0f} s")
 
     def _refresh_routes(self, listed: dict[bytes, AssignedJob]) -> None:
         """Routes of listed jobs, and of proven or undelivered ones read directly."""
@@ -395,10 +465,15 @@ class Agent:
         return False
 
     def _drop(self, job_key: bytes) -> None:
-        self.active.pop(job_key, None)
+        with self._active_lock:
+            self.active.pop(job_key, None)
         self._absent.pop(job_key, None)
         self._missing_noted.discard(job_key)
         self._waiting.pop(job_key, None)
+        self._open_since.pop(job_key, None)
+        for bg in (self.head_asks, self.acceptance):
+            if bg is not None:
+                bg.forget(job_key)
         self.outbox.release(job_key)
         self.workloads.job_ended(job_key)
 
@@ -438,13 +513,16 @@ class Agent:
             route = self.router.route(j.job)
             if route is None:
                 raise HeadsIncomplete(["the committee's endpoints are not known yet"])
-            keys = self.job_source.worker_keys() | {self.key.pubkey}
-            heads = self.heads.heads(j.job, j.provider, keys, route.destinations)
+            heads = self._heads_of(j, route.destinations)
             if route.problems:  # a member that cannot be asked may hold more
                 partial, heads = heads, None
                 raise HeadsIncomplete(route.problems)
             problem = ""
-        except (HeadsIncomplete, JobSourceError) as e:
+        except HeadsPending:
+            self._wait(j, "waits for its committee to say where its proofs stand (asked in "
+                          "the background)", logging.INFO)
+            return None
+        except HeadsIncomplete as e:
             heads, problem = None, str(e)
         if (local is None and j.last_seq == 0 and self.outbox.accepted_here(j.job)
                 and not any(h.proof.seq for h in heads or partial)):
@@ -480,6 +558,26 @@ class Agent:
                         chain.last_seq, chain.cumulative, chain.last_window_end)
         return chain
 
+    def _heads_of(self, j: AssignedJob, destinations: tuple[str, ...]) -> list[Head]:
+        """The verified heads of ``j``'s committee; ``HeadsIncomplete`` unless every member
+        answered; with ``background_checks``, ``HeadsPending`` until the background ask
+        ends."""
+
+        def ask() -> list[Head]:
+            try:
+                keys = self.job_source.worker_keys() | {self.key.pubkey}
+            except JobSourceError as e:
+                raise HeadsIncomplete([str(e)]) from None
+            return self.heads.heads(j.job, j.provider, keys, destinations)
+
+        if self.head_asks is None:
+            return ask()
+        try:
+            return self.head_asks.result(j.job, destinations, ask)
+        except Pending:
+            raise HeadsPending(
+                ["the committee is being asked where the job's proofs stand"]) from None
+
     # ------------------------------------------------------------------ windows
 
     def next_close_at(self) -> float | None:
@@ -495,25 +593,28 @@ class Agent:
             end = min(end, a.job.ended_at)
         return end if end > start else None
 
-    def close_windows(self, now: float) -> list[WindowProof]:
-        """Prove every window that ended at least ``close_grace_s`` before ``now``."""
+    def close_windows(self, now: float, outbox: Outbox | None = None) -> list[WindowProof]:
+        """Prove every window that ended at least ``close_grace_s`` before ``now``, recording
+        through ``outbox`` (the calling thread's connection; default: ``self.outbox``)."""
         self._observe_workloads(now)
         recorded: list[WindowProof] = []
-        for a in list(self.active.values()):
-            for _ in range(MAX_CATCH_UP_PER_ROUND):
-                end = self._next_end(a)
-                if end is None:
-                    if not a.done:
-                        log.info("job %s: final window proven (ended_at %s)", a.job.job_b58,
-                                 a.job.ended_at)
-                    a.done = True
-                    break
-                if end + self.close_grace_s > now:
-                    break
-                recorded.append(self._prove(a, a.chain.last_window_end, end))
+        with self._active_lock:
+            for a in list(self.active.values()):
+                for _ in range(MAX_CATCH_UP_PER_ROUND):
+                    end = self._next_end(a)
+                    if end is None:
+                        if not a.done:
+                            log.info("job %s: final window proven (ended_at %s)",
+                                     a.job.job_b58, a.job.ended_at)
+                        a.done = True
+                        break
+                    if end + self.close_grace_s > now:
+                        break
+                    recorded.append(self._prove(a, a.chain.last_window_end, end,
+                                                outbox or self.outbox))
+            starts = [a.chain.last_window_end for a in self.active.values() if not a.done]
         if recorded:
             self.on_record()
-        starts = [a.chain.last_window_end for a in self.active.values() if not a.done]
         self.buffer.prune(min(starts) - 1 if starts else now - 5)
         return recorded
 
@@ -534,7 +635,7 @@ class Agent:
                 except Exception:
                     log.exception("job %s: attributing GPU processes failed", a.job.job_b58)
 
-    def _prove(self, a: ActiveJob, start: int, end: int) -> WindowProof:
+    def _prove(self, a: ActiveJob, start: int, end: int, outbox: Outbox) -> WindowProof:
         results = []
         procs: list[tuple[str, int, int | None]] = []
         th = self._thresholds(a.job)
@@ -555,8 +656,8 @@ class Agent:
             log.error("job %s [%d, %d): %d GPU compute process(es) outside the job's container "
                       "ran on its GPUs; the window is not billable", a.job.job_b58, start, end,
                       workload.foreign_processes)
-        if workload.state == WORKLOAD_FAILED:
-            billable = 0
+        if workload.state == WORKLOAD_FAILED or not self.workloads.has_run(a.job, end):
+            billable = 0  # the user's container never ran by the window's end
         c = a.chain
         proof = WindowProof(
             program_id=a.job.program_id, market=a.job.market, job=a.job.job,
@@ -570,7 +671,7 @@ class Agent:
         h = proof_hash(data)
         psig = sign_proof(self.key.private_key, data)
         rsig = sign_receipt(self.key.private_key, receipt_for_proof(proof, data))
-        a.chain = self.outbox.record(proof, data, h, psig, rsig)
+        a.chain = outbox.record(proof, data, h, psig, rsig)
         level = logging.INFO if billable == end - start else logging.WARNING
         log.log(level, "job %s seq %d [%d, %d): billable %ds of %ds, cumulative %ds, health %s%s",
                 a.job.job_b58, proof.seq, start, end, billable, end - start,
@@ -580,10 +681,12 @@ class Agent:
 
     # ------------------------------------------------------------------ threads
 
-    def run(self, *, validators_client: Callable[[], httpx.Client], policy: RetryPolicy,
+    def run(self, *, validators_client: Callable[[], HttpPoster], policy: RetryPolicy,
             outbox_factory: Callable[[], Outbox], stop: threading.Event,
             run_seconds: float | None = None) -> None:
-        """Run sampler, sender and the main loop until ``stop`` is set (or ``run_seconds``)."""
+        """Run sampler, delivery lanes and the main loop until ``stop`` is set (or
+        ``run_seconds``). ``validators_client`` makes one bounded HTTP client per
+        destination (``gpu_market.net.BoundedClient``)."""
         deadline = None if run_seconds is None else time.time() + run_seconds
         wake = threading.Event()
         self.on_record = wake.set
@@ -601,38 +704,57 @@ class Agent:
         if counts["proofs"]:
             log.info("outbox holds %d proof(s) to deliver (%s)", counts["proofs"], counts)
 
+        lanes = DeliveryLanes(outbox_factory, validators_client, policy)
         threads = [
             threading.Thread(target=self._sampler_loop, args=(stop,), name="sampler",
                              daemon=True),
-            threading.Thread(target=self._sender_loop,
-                             args=(stop, wake, validators_client, policy, outbox_factory),
+            threading.Thread(target=lanes.run, args=(stop, wake, self._main_done),
                              name="sender", daemon=True),
         ]
+        prover = threading.Thread(target=self._prover_loop, args=(stop, outbox_factory),
+                                  name="prover", daemon=True)
         for t in threads:
             t.start()
+        prover.start()
         try:
-            next_poll = 0.0
+            next_poll, last_poll = 0.0, -MIN_POLL_INTERVAL_S
             while not stop.is_set():
                 now = time.time()
                 if deadline is not None and now >= deadline:
                     break
-                if self._poke.is_set():
+                if self._poke.is_set():  # at most one early poll per MIN_POLL_INTERVAL_S
                     self._poke.clear()
-                    next_poll = now
+                    next_poll = min(next_poll, last_poll + MIN_POLL_INTERVAL_S)
                 if now >= next_poll:
                     self.poll_jobs(now)
-                    next_poll = now + self.poll_seconds
-                self.close_windows(time.time())
-                wait_until = min(x for x in (next_poll, self.next_close_at(), deadline,
-                                             now + 1.0) if x is not None)
-                stop.wait(max(0.01, wait_until - time.time()))
+                    last_poll, next_poll = now, now + self.poll_seconds
+                wait_until = min(x for x in (next_poll, deadline, now + 1.0) if x is not None)
+                soon = next_poll <= last_poll + MIN_POLL_INTERVAL_S  # a poke changes nothing
+                (stop if soon else self._poke).wait(max(0.01, wait_until - time.time()))
         finally:
             stop.set()
+            prover.join(timeout=30)  # the last windows are recorded before the last sends
             self._main_done.set()
             wake.set()
             for t in threads:
-                t.join(timeout=15)
+                t.join(timeout=policy.timeout_s + 10)
             self.backend.shutdown()
+
+    def _prover_loop(self, stop: threading.Event, outbox_factory: Callable[[], Outbox]) -> None:
+        """Close windows as they end, on a thread and an outbox connection of its own: no
+        chain read, container runtime or validator ever delays a proof."""
+        outbox = outbox_factory()
+        try:
+            while not stop.is_set():
+                try:
+                    self.close_windows(time.time(), outbox)
+                except Exception:  # never let one bad round stop proving
+                    log.exception("closing windows failed")
+                nxt = self.next_close_at()
+                wait_until = time.time() + 1.0 if nxt is None else min(nxt, time.time() + 1.0)
+                stop.wait(max(0.01, wait_until - time.time()))
+        finally:
+            outbox.close()
 
     def _sampler_loop(self, stop: threading.Event) -> None:
         iv = self.sample_interval_ms / 1000
@@ -647,29 +769,3 @@ class Agent:
                 self.sample_tick(time.time())
             except Exception:  # never let one bad round kill sampling
                 log.exception("sampling round failed")
-
-    def _sender_loop(self, stop: threading.Event, wake: threading.Event,
-                     client_factory: Callable[[], httpx.Client], policy: RetryPolicy,
-                     outbox_factory: Callable[[], Outbox]) -> None:
-        outbox = outbox_factory()
-        client = client_factory()
-        sender = Sender(outbox, client, policy)
-        try:
-            while not stop.is_set():
-                wake.clear()
-                try:
-                    sender.deliver_once()
-                except Exception:
-                    log.exception("delivery round failed")
-                nxt = outbox.next_due_at()
-                timeout = 1.0 if nxt is None else min(1.0, max(0.05, nxt - time.time()))
-                wake.wait(timeout)
-            # Graceful stop: one last round for what the main loop recorded last.
-            self._main_done.wait(5)
-            try:
-                sender.deliver_once()
-            except Exception:
-                log.exception("final delivery round failed")
-        finally:
-            client.close()
-            outbox.close()

@@ -22,26 +22,29 @@ a delivery, is finishing); 411 no Content-Length; 413 body over 64 KiB; 503 retr
 
 Jobs are looked up only in the agent's latest poll (``WorkloadManager.lookup``) and the
 workload store: a request, authenticated or not, never causes a chain read, and nothing is
-stored before the signature of the job's user verified. Sockets have read timeouts, at most
-``max_connections`` are served at once and ``max_follows`` log streams; a stream ends when
-the container stops, the client goes away, or the server closes.
+stored before the signature of the job's user verified.
+
+Transport: the shared hardened front (``gpu_market.httpfront``, the validator's): requests
+are read completely by one event loop under per-connection deadlines, per-source
+connection and in-flight caps, a listen backlog and the body cap, and only then handled by
+at most ``handler_threads`` threads, so connections that trickle or idle cost a socket each,
+never a thread, and never keep another client's request from an answer. At most
+``max_follows`` log streams run at once, and at most one log request per job (a second one
+is 429 until the first ends); a stream ends when the container stops, the client goes away
+or stops reading, or the server closes.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
-import queue
-import select
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from gpu_market.httpfront import HttpLimits, HttpServer, Request, Response, serve_in_thread
 from gpu_market.workload import (
     MAX_SPEC_BYTES,
     RequestAuthError,
@@ -55,7 +58,12 @@ from .config import parse_listen
 from .errors import ConfigError
 from .jobs import AssignedJob
 from .keys import decode_pubkey
-from .workloads import WorkloadManager, WorkloadUnavailable
+from .workloads import (
+    LOG_READ_DEADLINE_S,
+    LOG_READ_MAX_BYTES,
+    WorkloadManager,
+    WorkloadUnavailable,
+)
 
 log = logging.getLogger("gpum_worker.api")
 
@@ -63,6 +71,10 @@ MAX_BODY_BYTES = MAX_SPEC_BYTES
 MAX_TAIL_LINES = 100_000
 DEFAULT_TAIL_LINES = 10_000
 """Lines served when ``tail`` is not given (the whole log can be huge)."""
+API_LIMITS = HttpLimits(handler_threads=32, read_timeout_s=10.0, max_connections=1024,
+                        max_connections_per_source=64, max_in_flight_per_source=8)
+"""The front's limits for the worker API: few honest clients (a job's user), each with a
+handful of requests; a source with more waits for its turn."""
 
 
 class ApiError(Exception):
@@ -78,35 +90,36 @@ class WorkerApi:
     """The HTTP server; ``start()`` serves in a daemon thread until ``close()``.
 
     ``manager`` answers every lookup (latest poll, store) and runs the workloads;
-    ``worker`` is the worker key's base58 pubkey (reported by /v1/health).
+    ``worker`` is the worker key's base58 pubkey (reported by /v1/health). Log reads are
+    bounded by ``log_max_bytes`` and ``log_deadline_s`` (``WorkloadManager.logs``).
     """
 
     def __init__(self, manager: WorkloadManager, listen: str = "127.0.0.1:0", *,
                  worker: str = "", clock: Callable[[], float] = time.time,
-                 read_timeout_s: float = 10.0, max_connections: int = 64,
-                 max_follows: int = 16) -> None:
+                 limits: HttpLimits = API_LIMITS, max_follows: int = 16,
+                 log_max_bytes: int = LOG_READ_MAX_BYTES,
+                 log_deadline_s: float = LOG_READ_DEADLINE_S) -> None:
         self.manager = manager
         self.worker = worker
         self.clock = clock
-        self.read_timeout_s = read_timeout_s
+        self.limits = limits
+        self.log_max_bytes = log_max_bytes
+        self.log_deadline_s = log_deadline_s
         self._host, self._port = parse_listen(listen)
-        self._slots = threading.BoundedSemaphore(max_connections)
         self._follows = threading.BoundedSemaphore(max_follows)
-        self._closing = threading.Event()
-        self._server: _Server | None = None
-        self._thread: threading.Thread | None = None
+        self._log_jobs: set[bytes] = set()
+        """Jobs with a log request running (at most one each)."""
+        self._log_lock = threading.Lock()
+        self._server: _ApiServer | None = None
 
     def start(self) -> None:
         """Bind and serve; ConfigError when the address cannot be bound."""
         try:
-            self._server = _Server((self._host, self._port), self)
+            self._server = _ApiServer((self._host, self._port), self)
         except OSError as e:
             raise ConfigError(f"cannot listen on {self._host}:{self._port} for the worker "
                               f"API: {e.strerror or e}") from None
-        self._thread = threading.Thread(target=self._server.serve_forever,
-                                        kwargs={"poll_interval": 0.2}, name="worker-api",
-                                        daemon=True)
-        self._thread.start()
+        serve_in_thread(self._server, name="worker-api")
 
     @property
     def address(self) -> tuple[str, int]:
@@ -121,102 +134,98 @@ class WorkerApi:
 
     def close(self) -> None:
         """Stop serving and end every log stream."""
-        self._closing.set()
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
+
+    # ------------------------------------------------------------------ one log per job
+
+    def _log_slot(self, job: bytes) -> bool:
+        with self._log_lock:
+            if job in self._log_jobs:
+                return False
+            self._log_jobs.add(job)
+            return True
+
+    def _log_done(self, job: bytes) -> None:
+        with self._log_lock:
+            self._log_jobs.discard(job)
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    allow_reuse_address = True
-    request_queue_size = 64
+def _json(status: int, obj: Any, *, close: bool = False,
+          retry_after: int | None = None) -> Response:
+    headers = [("Cache-Control", "no-store")]
+    if status == 503 or retry_after is not None:
+        headers.append(("Retry-After", str(5 if retry_after is None else retry_after)))
+    return Response(status, json.dumps(obj).encode() + b"\n", "application/json", headers,
+                    close)
+
+
+class _ApiServer(HttpServer):
+    server_name = "gpum-worker"
+    methods = ("GET", "POST", "PUT", "DELETE")
 
     def __init__(self, address: tuple[str, int], api: WorkerApi) -> None:
         self.api = api
-        if ":" in address[0]:
-            self.address_family = socket.AF_INET6
-        super().__init__(address, _Handler)
+        super().__init__(address, api.limits)
 
-    def process_request(self, request: Any, client_address: Any) -> None:
-        if not self.api._slots.acquire(blocking=False):
-            body = b'{"error": "the worker API is busy; retry later"}'
-            with contextlib.suppress(OSError):
-                request.sendall(b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: "
-                                b"application/json\r\nRetry-After: 1\r\nConnection: close\r\n"
-                                b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n"
-                                + body)
-            self.shutdown_request(request)
-            return
+    def error_response(self, status: int, code: str, message: str,
+                       close: bool = False) -> Response:
+        return _json(status, {"error": message}, close=close)
+
+    def check_body(self, req: Request) -> Response | None:
+        """Before any byte of a body is read: a method a route does not take is 405, a
+        POST needs a Content-Length (411) of at most ``MAX_BODY_BYTES`` (413)."""
+        h = req.headers
+        if req.method == "GET":
+            length = h.get("content-length")
+            if length is not None and length != "0":
+                return _json(400, {"error": "a GET carries no body"}, close=True)
+            if h.get("transfer-encoding"):
+                return _json(400, {"error": "a GET carries no body"}, close=True)
+            return None
+        if req.method != "POST":
+            allowed = "GET or POST" if urlsplit(req.path).path.endswith("/workload") else "GET"
+            return _json(405, {"error": f"{req.method} is not allowed on "
+                                        f"{urlsplit(req.path).path}; use {allowed}"},
+                         close=True)
+        if h.get("transfer-encoding"):
+            return _json(411, {"error": "send the spec with a Content-Length (no chunked "
+                                        "body)"}, close=True)
+        length_text = h.get("content-length")
+        if length_text is None or not length_text.strip().isdigit():
+            return _json(411, {"error": "Content-Length is required"}, close=True)
+        length = int(length_text)
+        if length > MAX_BODY_BYTES:
+            return _json(413, {"error": f"the body is {length} bytes; a workload spec is at "
+                                        f"most {MAX_BODY_BYTES} bytes"}, close=True)
+        return None
+
+    def respond(self, req: Request) -> Response:
         try:
-            super().process_request(request, client_address)
-        except BaseException:
-            self.api._slots.release()
-            raise
+            return _Exchange(self.api, req).dispatch()
+        except Exception:
+            self.stats["handler_errors"] += 1
+            log.exception("worker API: %s %s failed", req.method, req.path[:200])
+            return _json(500, {"error": "internal error; see the worker's log"}, close=True)
 
-    def process_request_thread(self, request: Any, client_address: Any) -> None:
+
+class _Exchange:
+    """The routes of one complete request (on a handler thread)."""
+
+    def __init__(self, api: WorkerApi, req: Request) -> None:
+        self.api = api
+        self.req = req
+        self.headers = req.headers
+
+    def dispatch(self) -> Response:
+        method = self.req.method
         try:
-            super().process_request_thread(request, client_address)
-        finally:
-            self.api._slots.release()
-
-
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    server_version = "gpum-worker"
-    sys_version = ""
-    server: _Server
-
-    def setup(self) -> None:
-        self.timeout = self.server.api.read_timeout_s
-        super().setup()
-        with contextlib.suppress(OSError):
-            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        log.debug("%s %s", self.address_string(), format % args)
-
-    # ------------------------------------------------------------------ plumbing
-
-    @property
-    def api(self) -> WorkerApi:
-        return self.server.api
-
-    def _unread_body(self) -> bool:
-        """True when the request announced a body that was not read (then the connection
-        must close: what is left of it is not the next request)."""
-        if getattr(self, "_body_read", False):
-            return False
-        length = (self.headers.get("Content-Length") or "0").strip()
-        return bool(self.headers.get("Transfer-Encoding")) or length != "0"
-
-    def _send_json(self, status: int, obj: Any, *, close: bool = False,
-                   retry_after: int | None = None) -> None:
-        close = close or self._unread_body()
-        body = json.dumps(obj).encode() + b"\n"
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.send_header("Cache-Control", "no-store")
-        if status == 503 or retry_after is not None:
-            self.send_header("Retry-After", str(5 if retry_after is None else retry_after))
-        if close:
-            self.send_header("Connection", "close")
-            self.close_connection = True
-        self.end_headers()
-        self.wfile.write(body)
-
-    def _dispatch(self, method: str) -> None:
-        self._body_read = False
-        try:
-            parts = urlsplit(self.path)
+            parts = urlsplit(self.req.path)
             segs = parts.path.split("/")
             if parts.path == "/v1/health" and method == "GET":
-                self._send_json(200, {"ok": True, "worker": self.api.worker,
-                                      "runtime": self.api.manager.runtime_name})
-                return
+                return _json(200, {"ok": True, "worker": self.api.worker,
+                                   "runtime": self.api.manager.runtime_name})
             if len(segs) != 5 or segs[:3] != ["", "v1", "jobs"] \
                     or segs[4] not in ("workload", "logs"):
                 raise ApiError(404, f"no such endpoint: {method} {parts.path}")
@@ -229,36 +238,14 @@ class _Handler(BaseHTTPRequestHandler):
             except ValueError as e:
                 raise ApiError(400, str(e)) from None
             if segs[4] == "logs":
-                self._logs(job_key, parse_qs(parts.query))
-            elif method == "POST":
-                self._deliver(job_key)
-            else:
-                self._status(job_key)
+                return self._logs(job_key, parse_qs(parts.query))
+            if method == "POST":
+                return self._deliver(job_key)
+            return self._status(job_key)
         except ApiError as e:
-            self._send_json(e.status, {"error": str(e)}, close=e.close,
-                            retry_after=e.retry_after)
+            return _json(e.status, {"error": str(e)}, close=e.close, retry_after=e.retry_after)
         except WorkloadUnavailable as e:
-            self._send_json(503, {"error": f"{e}; retry later"})
-        except (BrokenPipeError, ConnectionResetError, TimeoutError):
-            self.close_connection = True
-        except Exception:
-            log.exception("worker API: %s %s failed", method, self.path)
-            self.close_connection = True
-            with contextlib.suppress(OSError):
-                self._send_json(500, {"error": "internal error; see the worker's log"},
-                                close=True)
-
-    def do_GET(self) -> None:
-        self._dispatch("GET")
-
-    def do_POST(self) -> None:
-        self._dispatch("POST")
-
-    def do_PUT(self) -> None:
-        self._dispatch("PUT")
-
-    def do_DELETE(self) -> None:
-        self._dispatch("DELETE")
+            return _json(503, {"error": f"{e}; retry later"})
 
     # ------------------------------------------------------------------ lookups
 
@@ -297,22 +284,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     # ------------------------------------------------------------------ endpoints
 
-    def _deliver(self, job_key: bytes) -> None:
-        length_text = self.headers.get("Content-Length")
-        if self.headers.get("Transfer-Encoding"):
-            raise ApiError(411, "send the spec with a Content-Length (no chunked body)",
-                           close=True)
-        if length_text is None or not length_text.strip().isdigit():
-            raise ApiError(411, "Content-Length is required", close=True)
-        length = int(length_text)
-        if length > MAX_BODY_BYTES:
-            raise ApiError(413, f"the body is {length} bytes; a workload spec is at most "
-                                f"{MAX_BODY_BYTES} bytes", close=True)
+    def _deliver(self, job_key: bytes) -> Response:
         j = self._job(job_key)
-        body = self.rfile.read(length)
-        self._body_read = True
-        if len(body) != length:
-            raise ApiError(400, "the body ended before Content-Length bytes", close=True)
+        body = self.req.body
         if j.status != "open" and j.status != "running":
             raise ApiError(410, f"this job is {j.status}: its workload can no longer start")
         try:
@@ -330,16 +304,16 @@ class _Handler(BaseHTTPRequestHandler):
             status = self.api.manager.deliver(j, spec)
         except WorkloadSpecError as e:
             raise ApiError(400, f"bad workload spec: {e}") from None
-        self._send_json(200, {"job": status["job"], "workload_hash": status["workload_hash"],
-                              "state": status["state"]})
+        return _json(200, {"job": status["job"], "workload_hash": status["workload_hash"],
+                           "state": status["state"]})
 
-    def _status(self, job_key: bytes) -> None:
+    def _status(self, job_key: bytes) -> Response:
         j = self._job(job_key)
         self._auth("status", j, j.workload_hash)
         self._has_workload(j)
-        self._send_json(200, self.api.manager.describe(j))
+        return _json(200, self.api.manager.describe(j))
 
-    def _logs(self, job_key: bytes, query: dict[str, list[str]]) -> None:
+    def _logs(self, job_key: bytes, query: dict[str, list[str]]) -> Response:
         unknown = sorted(set(query) - {"tail", "follow"})
         if unknown:
             raise ApiError(400, f"unknown query parameter {unknown[0]!r}; use tail and follow")
@@ -355,88 +329,58 @@ class _Handler(BaseHTTPRequestHandler):
         j = self._job(job_key)
         self._auth("logs", j, j.workload_hash)
         self._has_workload(j)
-        m = self.api.manager
-        if follow_text == "1":
-            if not self.api._follows.acquire(blocking=False):
-                raise ApiError(503, "too many log streams are open on this worker; retry "
-                                    "later")
-            try:
-                stream = m.follow_logs(j, tail)
-                if stream is not None:
-                    self._stream(stream)
-                    return
-            finally:
-                self.api._follows.release()
-        data = m.logs(j, tail)
-        self.send_response(200)
-        self.send_header("Content-Type", "text/plain; charset=utf-8")
-        self.send_header("Content-Length", str(len(data)))
-        self.send_header("Cache-Control", "no-store")
-        self.send_header("X-Content-Type-Options", "nosniff")
-        self.end_headers()
-        self.wfile.write(data)
-
-    def _stream(self, stream: Iterator[bytes]) -> None:
-        """Send ``stream`` as a chunked body until it ends, the client goes away or the
-        server closes; the stream is always closed (which ends its process)."""
-        chunks: queue.Queue[bytes | None] = queue.Queue(maxsize=64)
-        done = threading.Event()
-
-        def pump() -> None:
-            try:
-                for chunk in stream:
-                    while not done.is_set():
-                        try:
-                            chunks.put(chunk, timeout=0.5)
-                            break
-                        except queue.Full:
-                            continue
-                    if done.is_set():
-                        return
-            except Exception as e:  # noqa: BLE001 - a runtime error ends the stream
-                log.debug("log stream ended: %s", e)
-            finally:
-                with contextlib.suppress(queue.Full):
-                    chunks.put(None, timeout=0.5)
-
-        reader = threading.Thread(target=pump, name="log-stream", daemon=True)
-        self.close_connection = True
-        self.send_response(200)
-        self.send_header("Content-Type", "text/plain; charset=utf-8")
-        self.send_header("Transfer-Encoding", "chunked")
-        self.send_header("Cache-Control", "no-store")
-        self.send_header("X-Content-Type-Options", "nosniff")
-        self.send_header("Connection", "close")
-        self.end_headers()
-        self.wfile.flush()
-        reader.start()
+        api, m = self.api, self.api.manager
+        if not api._log_slot(j.job):
+            raise ApiError(429, "a log request for this job is already running; wait for it "
+                                "to end (or close the stream you follow) and retry",
+                           retry_after=1)
         try:
-            while not self.api._closing.is_set():
+            if follow_text == "1":
+                if not api._follows.acquire(blocking=False):
+                    raise ApiError(503, "too many log streams are open on this worker; retry "
+                                        "later")
                 try:
-                    chunk = chunks.get(timeout=0.5)
-                except queue.Empty:
-                    if self._client_gone():
-                        return
-                    continue
-                if chunk is None:
-                    break
-                if chunk:
-                    self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
-                    self.wfile.flush()
-            self.wfile.write(b"0\r\n\r\n")
-            self.wfile.flush()
-        finally:
-            done.set()
-            with contextlib.suppress(Exception):
-                stream.close()  # type: ignore[attr-defined]
-            reader.join(timeout=2)
+                    stream = m.follow_logs(j, tail)
+                except BaseException:
+                    api._follows.release()
+                    raise
+                if stream is not None:
+                    held = _Held(stream, lambda: (api._follows.release(),
+                                                  api._log_done(j.job)))
+                    return Response(200, b"", "text/plain; charset=utf-8", _LOG_HEADERS,
+                                    True, stream=held)
+                api._follows.release()
+            data = m.logs(j, tail, max_bytes=api.log_max_bytes,
+                          deadline_s=api.log_deadline_s)
+        except BaseException:
+            api._log_done(j.job)
+            raise
+        api._log_done(j.job)
+        return Response(200, data, "text/plain; charset=utf-8", _LOG_HEADERS)
 
-    def _client_gone(self) -> bool:
-        """True when the peer closed its side (a readable socket with nothing to read)."""
+
+_LOG_HEADERS = [("Cache-Control", "no-store"), ("X-Content-Type-Options", "nosniff")]
+
+
+class _Held:
+    """A log stream that gives back its places (stream slot, the job's log slot) once,
+    when it is closed (the front closes every stream it serves)."""
+
+    def __init__(self, stream: Iterator[bytes], release: Callable[[], object]) -> None:
+        self._stream = stream
+        self._release: Callable[[], object] | None = release
+        self._lock = threading.Lock()
+
+    def __iter__(self) -> Iterator[bytes]:
+        return iter(self._stream)
+
+    def close(self) -> None:
         try:
-            readable, _, _ = select.select([self.connection], [], [], 0)
-            if not readable:
-                return False
-            return self.connection.recv(1, socket.MSG_PEEK) == b""
-        except (OSError, ValueError):
-            return True
+            close = getattr(self._stream, "close", None)
+            if close is not None:
+                close()
+        finally:
+            with self._lock:
+                release, self._release = self._release, None
+            if release is not None:
+                release()

@@ -189,6 +189,20 @@ def _parse_job(spec: str) -> tuple[str, int]:
                                         "CONTAINERS_CONF [GPUM_WORKER_CONTAINERS_CONF].")
 @click.option("--publish-host", help="Host address the workloads' ports are published on "
                                      "(default 0.0.0.0) [GPUM_WORKER_PUBLISH_HOST].")
+@click.option("--committee-allow", "committee_allow", multiple=True, metavar="B58",
+              help="Serve only jobs whose every committee member is one of these validator "
+                   "authorities (repeatable) [GPUM_WORKER_COMMITTEE_ALLOW]; default: any.")
+@click.option("--committee-deny", "committee_deny", multiple=True, metavar="B58",
+              help="Decline every job whose committee names one of these validator "
+                   "authorities (repeatable) [GPUM_WORKER_COMMITTEE_DENY].")
+@click.option("--committee-min-bond", "committee_min_bond", type=int,
+              help="Decline a job with a member bonded below this (base units; never below "
+                   "the market's validator_min_bond, the default) "
+                   "[GPUM_WORKER_COMMITTEE_MIN_BOND].")
+@click.option("--committee-require-health/--no-committee-require-health",
+              "committee_require_health", default=None,
+              help="Accept a job only when every member answers GET /health with 200 "
+                   "(default: on).")
 def run(config_path: Path | None, jobs: tuple[str, ...], job_started_at: int | None,
         previous_keys: tuple[str, ...], simulate: bool, gpus: int | None, seed: int,
         run_seconds: float | None, **flags: Any) -> None:
@@ -203,15 +217,16 @@ def run(config_path: Path | None, jobs: tuple[str, ...], job_started_at: int | N
 def _run(config_path: Path | None, job_specs: tuple[str, ...], job_started_at: int | None,
          previous_keys: tuple[str, ...], simulate: bool, gpus: int | None, seed: int,
          run_seconds: float | None, flags: dict[str, Any]) -> None:
-    import httpx
+    from gpu_market.net import BoundedClient
 
     from .agent import Agent
     from .api import WorkerApi
-    from .committee import CommitteeRouter
+    from .committee import CommitteeGate, CommitteeRouter
     from .config import load_toml, resolve
     from .heads import HttpHeadSource
     from .jobs import AssignedJob, ChainJobSource, JobSource, StaticJobSource
     from .keys import decode_pubkey, load_worker_key
+    from .limits import machine_from_host, protect_worker_from_oom
     from .outbox import Outbox
     from .workloads import WorkloadManager, WorkloadStore
 
@@ -222,6 +237,7 @@ def _run(config_path: Path | None, job_specs: tuple[str, ...], job_started_at: i
     if cfg.log_level != "debug":
         logging.getLogger("httpx").setLevel(logging.WARNING)
     key = load_worker_key(cfg.key_file)
+    protect_worker_from_oom()  # a container exhausting memory is killed before the worker
     backend = _make_backend(simulate, gpus, seed)
     if run_seconds is not None and run_seconds <= 0:
         raise ConfigError("--run-seconds must be positive")
@@ -278,7 +294,7 @@ def _run(config_path: Path | None, job_specs: tuple[str, ...], job_started_at: i
         log.warning("simulated GPUs: workload containers get no GPU devices")
     api: WorkerApi | None = None
     watcher: Any = None
-    head_client = httpx.Client(timeout=cfg.retry.timeout_s)
+    head_client = BoundedClient(cfg.retry.timeout_s)
     try:
         agent = Agent(backend=backend, job_source=source, outbox=outbox, key=key,
                       window_seconds=cfg.window_seconds,
@@ -286,8 +302,16 @@ def _run(config_path: Path | None, job_specs: tuple[str, ...], job_started_at: i
                       poll_seconds=cfg.poll_seconds,
                       heads=HttpHeadSource(head_client, cfg.retry.timeout_s),
                       router=CommitteeRouter(cfg.validators), workloads=workloads,
-                      workload_thread=True)
+                      workload_thread=True, background_checks=True,
+                      committee_gate=None if cfg.validators else CommitteeGate(
+                          source, cfg.committee, head_client))
         agent.start()
+        # Jobs share this machine by GPU: limits follow the GPUs found.
+        workloads.machine = machine_from_host(
+            len(agent.gpus), workloads.scratch_dir, memory_mib=cfg.memory_mib, cpus=cfg.cpus,
+            scratch_mib=cfg.scratch_mib)
+        log.info("workload limits: %s (worker headroom: %d MiB, %g CPU)", workloads.machine,
+                 workloads.machine.reserved_memory_mib, workloads.machine.reserved_cpus)
         if cfg.api_listen:
             api = WorkerApi(workloads, cfg.api_listen, worker=key.pubkey_b58)
             api.start()
@@ -311,7 +335,7 @@ def _run(config_path: Path | None, job_specs: tuple[str, ...], job_started_at: i
         signal.signal(signal.SIGTERM, _on_signal)
         signal.signal(signal.SIGINT, _on_signal)
         watcher = _watch_jobs(cfg, agent) if isinstance(source, ChainJobSource) else None
-        agent.run(validators_client=lambda: httpx.Client(timeout=cfg.retry.timeout_s),
+        agent.run(validators_client=lambda: BoundedClient(cfg.retry.timeout_s),
                   policy=cfg.retry,
                   outbox_factory=lambda: Outbox(cfg.db, key.pubkey, cfg.validators),
                   stop=stop, run_seconds=run_seconds)
@@ -364,7 +388,8 @@ def _detect_runtime(cfg: Any) -> Any:
             raise ConfigError(f"containers_conf {cfg.containers_conf} is not a file")
         extra_env = {"CONTAINERS_CONF": str(cfg.containers_conf)}
     try:
-        return detect_runtime(cfg.runtime, extra_env=extra_env)
+        return detect_runtime(cfg.runtime, extra_env=extra_env,
+                              scratch_dir=cfg.db.with_name(cfg.db.stem + ".scratch"))
     except ContainerRuntimeError as e:
         if cfg.runtime != "auto":
             raise

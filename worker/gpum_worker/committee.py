@@ -16,11 +16,15 @@ those destinations, and the heads check (``heads.py``) asks exactly those.
   none is known yet the job's route is left as it was (the stored one keeps being served).
 * A static validator list (``--validator``) overrides discovery: every job's proofs go to
   that list and nothing is read from chain for routing.
+
+Which committees the provider serves at all is its ``CommitteePolicy`` (pure verdict:
+``judge_committee``; reads: ``CommitteeGate``), applied before an Open job is accepted.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -155,3 +159,145 @@ class CommitteeRouter:
         if self._noted.get(job) != message:
             self._noted[job] = message
             log.warning("job %s %s", b58encode(job), message)
+
+
+# ---------------------------------------------------------------------- acceptance policy
+
+
+@dataclass(frozen=True)
+class ValidatorInfo:
+    """What the chain says about one committee member (its Validator account)."""
+
+    endpoint: str
+    status: str
+    """Lower case: "active", "unbonding", ..."""
+    bond: int
+
+
+@dataclass(frozen=True)
+class CommitteePolicy:
+    """Which committees this provider serves (``[committee]`` / ``--committee-*``).
+
+    The default is the safe one: every member Active, bonded at least the market's
+    ``validator_min_bond``, with a usable endpoint that answers ``GET /health`` with 200
+    within ``health_timeout_s``. A committee decides whether the provider is paid and
+    whether it is slashed for downtime, so a job whose committee a provider cannot trust is
+    declined before it costs anything (``decline_job``: the user is refunded).
+    """
+
+    allow: frozenset[bytes] = frozenset()
+    """Validator authorities allowed; empty: any (subject to the other rules)."""
+    deny: frozenset[bytes] = frozenset()
+    """Validator authorities never served (a job naming one is declined)."""
+    min_bond: int | None = None
+    """Smallest bond of any member; None: the market's ``validator_min_bond``. A value below
+    the market's is raised to it."""
+    require_health: bool = True
+    health_timeout_s: float = 3.0
+    """Total deadline of one ``GET /health`` to a member."""
+    health_grace_s: float = 60.0
+    """How long an Open job waits for a silent member to answer ``/health`` before it is
+    declined (its GPUs are booked meanwhile)."""
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """``accept``; else ``final`` (decline now) or not (wait and look again)."""
+
+    accept: bool
+    reasons: tuple[str, ...] = ()
+    final: bool = False
+
+    @property
+    def reason(self) -> str:
+        return "; ".join(self.reasons)
+
+
+ACCEPT = Verdict(True)
+
+
+def judge_committee(policy: CommitteePolicy, committee: Sequence[bytes],
+                    infos: dict[bytes, ValidatorInfo | None], market_min_bond: int,
+                    healthy: dict[bytes, str]) -> Verdict:
+    """The policy applied to a committee (pure). ``infos``: each member's Validator account
+    (None: none exists); ``healthy``: for each member probed, "" when ``/health`` answered
+    200, else why not. Rules that the chain alone decides are final; a silent ``/health``
+    is not (the member may be restarting)."""
+    final: list[str] = []
+    waiting: list[str] = []
+    floor = max(market_min_bond, policy.min_bond or 0)
+    if not committee:
+        final.append("the job has an empty committee")
+    for m in committee:
+        name = b58encode(m)
+        if m in policy.deny:
+            final.append(f"member {name} is on the deny list")
+            continue
+        if policy.allow and m not in policy.allow:
+            final.append(f"member {name} is not on the allow list")
+            continue
+        info = infos.get(m)
+        if info is None:
+            final.append(f"member {name} has no Validator account")
+            continue
+        if info.status != "active":
+            final.append(f"member {name} is {info.status}, not active")
+        if info.bond < floor:
+            final.append(f"member {name} bonds {info.bond}, below the minimum {floor}")
+        url, why = endpoint_url(info.endpoint)
+        if url is None:
+            final.append(f"member {name} {why}")
+        elif policy.require_health and healthy.get(m, "not probed"):
+            waiting.append(f"member {name} at {url}: /health: "
+                           f"{healthy.get(m, 'not probed')}")
+    if final:
+        return Verdict(False, tuple(final), final=True)
+    if waiting:
+        return Verdict(False, tuple(waiting), final=False)
+    return ACCEPT
+
+
+class CommitteeGate:
+    """Reads what ``judge_committee`` needs (I/O): each member's Validator account and the
+    market's minimum bond from chain (``source``), and each member's ``GET /health``
+    through ``client`` (``gpu_market.net.BoundedClient``), all members at once, each within
+    ``policy.health_timeout_s``. Runs off the main loop (the agent's background checks)."""
+
+    def __init__(self, source: Any, policy: CommitteePolicy, client: Any) -> None:
+        self.source = source
+        self.policy = policy
+        self.client = client
+
+    def check(self, j: AssignedJob) -> Verdict:
+        """The verdict on ``j``'s committee; ``JobSourceError`` when the chain cannot tell."""
+        if j.committee is None:  # no committee on chain: a static --validator list serves it
+            return ACCEPT
+        market_min = int(self.source.market_min_bond(j.market))
+        infos = {m: self.source.validator_info(j.market, m) for m in j.committee}
+        urls = {}
+        for m, info in infos.items():
+            if info is not None:
+                url, _ = endpoint_url(info.endpoint)
+                if url is not None:
+                    urls[m] = url
+        healthy: dict[bytes, str] = {}
+        if self.policy.require_health:
+            threads = []
+            for m, url in urls.items():
+                t = threading.Thread(target=self._probe, args=(m, url, healthy), daemon=True,
+                                     name="committee health")
+                t.start()
+                threads.append(t)
+            for t in threads:
+                t.join(self.policy.health_timeout_s + 5)
+        return judge_committee(self.policy, j.committee, infos, market_min, healthy)
+
+    def _probe(self, m: bytes, url: str, out: dict[bytes, str]) -> None:
+        from gpu_market.net import NetError
+
+        try:
+            r = self.client.get(url + "/health", deadline=self.policy.health_timeout_s,
+                                max_bytes=64 * 1024)
+            out[m] = "" if r.status == 200 else f"HTTP {r.status}"
+        except NetError as e:
+            out[m] = str(e)

@@ -37,8 +37,18 @@ TOML layout::
     runtime = "auto"                  # or "podman" / "docker"
     containers_conf = "/etc/gpum-worker/containers.conf"   # optional, for podman
     publish_host = "0.0.0.0"          # host address container ports are published on
+    memory_mib = 491520               # RAM jobs share (default and most: the host's)
+    cpus = 62                         # CPU cores jobs share (default and most: the host's)
+    scratch_mib = 4194304             # disk for all /scratch volumes (default: free disk)
     [api]
     listen = "0.0.0.0:8090"           # the worker API (off when unset)
+    [committee]                       # which jobs' committees this provider serves
+    allow = []                        # validator authorities (base58); empty: any
+    deny = []                         # never serve a job naming one of these
+    min_bond = 0                      # at least the market's validator_min_bond anyway
+    require_health = true             # every member answers GET /health with 200
+    health_timeout_seconds = 3
+    health_grace_seconds = 60         # then a job whose member stays silent is declined
 
 Without ``[api] listen`` (or ``--api-listen``) there is no worker API, so no user can
 deliver a workload spec and jobs with a workload are never accepted.
@@ -56,10 +66,13 @@ from urllib.parse import urlsplit
 
 import tomllib
 
+from .committee import CommitteePolicy
 from .errors import ConfigError
 from .health import DEFAULT_THRESHOLDS, Thresholds
 from .keys import decode_pubkey
 from .sender import DEFAULT_RETRY, RetryPolicy
+
+DEFAULT_COMMITTEE_POLICY = CommitteePolicy()
 
 ENV_PREFIX = "GPUM_WORKER_"
 
@@ -89,6 +102,9 @@ _SCALARS: tuple[tuple[str, str, str, type], ...] = (
     ("workload.runtime", "RUNTIME", "runtime", str),
     ("workload.containers_conf", "CONTAINERS_CONF", "containers_conf", str),
     ("workload.publish_host", "PUBLISH_HOST", "publish_host", str),
+    ("workload.memory_mib", "MEMORY_MIB", "memory_mib", int),
+    ("workload.cpus", "CPUS", "cpus", float),
+    ("workload.scratch_mib", "SCRATCH_MIB", "scratch_mib", int),
     ("api.listen", "API_LISTEN", "api_listen", str),
 )
 RUNTIMES = ("auto", "podman", "docker")
@@ -116,8 +132,16 @@ class WorkerConfig:
     """Passed to the runtime as CONTAINERS_CONF (podman's containers.conf)."""
     publish_host: str = "0.0.0.0"
     """Host address the containers' ports are published on."""
+    memory_mib: int | None = None
+    """RAM the provider lets all jobs share (None: the host's; never more than it)."""
+    cpus: float | None = None
+    """CPU cores the provider lets all jobs share (None: the host's; never more)."""
+    scratch_mib: int | None = None
+    """Disk for every job's /scratch together (None: the free disk less a reserve)."""
     api_listen: str | None = None
     """HOST:PORT of the worker API; None: no API (no job with a workload is accepted)."""
+    committee: CommitteePolicy = DEFAULT_COMMITTEE_POLICY
+    """Which committees this provider serves (``[committee]``, ``--committee-*``)."""
 
 
 def load_toml(path: Path) -> dict[str, Any]:
@@ -204,9 +228,13 @@ def _section(file: Mapping[str, Any], name: str, cls: type, mapping: dict[str, s
 
 
 _KNOWN_TOP = {"key_file", "db", "validators", "window_seconds", "sample_interval_ms",
-              "poll_seconds", "log_level", "chain", "health", "sender", "workload", "api"}
+              "poll_seconds", "log_level", "chain", "health", "sender", "workload", "api",
+              "committee"}
+_KNOWN_COMMITTEE = {"allow", "deny", "min_bond", "require_health", "health_timeout_seconds",
+                    "health_grace_seconds"}
 _KNOWN_CHAIN = {"rpc_url", "program_id", "market", "provider"}
-_KNOWN_WORKLOAD = {"runtime", "containers_conf", "publish_host"}
+_KNOWN_WORKLOAD = {"runtime", "containers_conf", "publish_host", "memory_mib", "cpus",
+                   "scratch_mib"}
 _KNOWN_API = {"listen"}
 
 
@@ -281,13 +309,21 @@ def resolve(file: Mapping[str, Any], env: Mapping[str, str], flags: Mapping[str,
     api_listen = vals.get("api_listen")
     if api_listen is not None:
         parse_listen(api_listen)
+    for name in ("memory_mib", "cpus", "scratch_mib"):
+        if name in vals and not vals[name] > 0:
+            raise ConfigError(f"[workload] {name} must be positive, got {vals[name]}")
     retry = _section(file, "sender", RetryPolicy, {
         "timeout_seconds": "timeout_s", "backoff_base_seconds": "base_s",
-        "backoff_cap_seconds": "cap_s", "rejected_retry_seconds": "rejected_retry_s"})
+        "backoff_cap_seconds": "cap_s", "rejected_retry_seconds": "rejected_retry_s",
+        "probe_seconds": "probe_s", "probe_timeout_seconds": "probe_timeout_s"})
     if not (0 < retry.base_s <= retry.cap_s and retry.timeout_s > 0
-            and retry.rejected_retry_s > 0):
+            and retry.rejected_retry_s > 0 and retry.probe_s > 0
+            and retry.probe_timeout_s > 0):
         raise ConfigError("[sender]: need 0 < backoff_base_seconds <= backoff_cap_seconds and "
-                          "positive timeout_seconds / rejected_retry_seconds")
+                          "positive timeout_seconds / rejected_retry_seconds / probe_seconds "
+                          "/ probe_timeout_seconds")
+
+    committee = _committee_policy(file.get("committee", {}), env, flags)
 
     return WorkerConfig(
         key_file=Path(vals.get("key_file") or default_key_file()).expanduser(),
@@ -307,5 +343,60 @@ def resolve(file: Mapping[str, Any], env: Mapping[str, str], flags: Mapping[str,
         containers_conf=(Path(vals["containers_conf"]).expanduser()
                          if vals.get("containers_conf") else None),
         publish_host=publish_host,
+        memory_mib=vals.get("memory_mib"),
+        cpus=vals.get("cpus"),
+        scratch_mib=vals.get("scratch_mib"),
         api_listen=api_listen,
+        committee=committee,
     )
+
+
+def _committee_policy(sec: Any, env: Mapping[str, str], flags: Mapping[str, Any]
+                      ) -> CommitteePolicy:
+    """``[committee]`` < ``GPUM_WORKER_COMMITTEE_*`` < ``--committee-*`` (lists replace)."""
+    if not isinstance(sec, Mapping) or set(sec) - _KNOWN_COMMITTEE:
+        raise ConfigError(f"[committee] accepts only: {', '.join(sorted(_KNOWN_COMMITTEE))}")
+
+    def keys(name: str) -> frozenset[bytes]:
+        raw: Any = sec.get(name, [])
+        if not isinstance(raw, list) or not all(isinstance(k, str) for k in raw):
+            raise ConfigError(f"[committee] {name} must be a list of validator authorities "
+                              "(base58)")
+        env_v = env.get(f"{ENV_PREFIX}COMMITTEE_{name.upper()}")
+        if env_v:
+            raw = [k for k in env_v.split(",") if k.strip()]
+        if flags.get(f"committee_{name}"):
+            raw = list(flags[f"committee_{name}"])
+        out = set()
+        for k in raw:
+            key = _pubkey(f"committee {name} entry", k.strip())
+            assert key is not None
+            out.add(key)
+        return frozenset(out)
+
+    allow, deny = keys("allow"), keys("deny")
+    if allow & deny:
+        raise ConfigError("[committee]: a validator is on both the allow and the deny list")
+    min_bond: Any = sec.get("min_bond")
+    for src, v in ((f"{ENV_PREFIX}COMMITTEE_MIN_BOND",
+                    env.get(f"{ENV_PREFIX}COMMITTEE_MIN_BOND") or None),
+                   ("--committee-min-bond", flags.get("committee_min_bond"))):
+        if v is not None:
+            min_bond = _convert(src, v, int)
+    if min_bond is not None and (isinstance(min_bond, bool) or not isinstance(min_bond, int)
+                                 or min_bond < 0):
+        raise ConfigError("[committee] min_bond must be a whole number >= 0 (base units)")
+    health = sec.get("require_health", True)
+    if flags.get("committee_require_health") is not None:
+        health = flags["committee_require_health"]
+    if not isinstance(health, bool):
+        raise ConfigError("[committee] require_health must be true or false")
+    timeout = _convert("committee.health_timeout_seconds",
+                       sec.get("health_timeout_seconds", 3.0), float)
+    grace = _convert("committee.health_grace_seconds", sec.get("health_grace_seconds", 60.0),
+                     float)
+    if not (timeout > 0 and grace >= 0):
+        raise ConfigError("[committee]: health_timeout_seconds must be positive and "
+                          "health_grace_seconds >= 0")
+    return CommitteePolicy(allow=allow, deny=deny, min_bond=min_bond, require_health=health,
+                           health_timeout_s=timeout, health_grace_s=grace)

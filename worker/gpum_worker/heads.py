@@ -24,6 +24,12 @@ Guarantees:
   retired). It was therefore really signed by this provider, so it proves that its seq is
   taken; a validator that serves an older head than it holds is covered by the others, one
   that serves a newer one only makes the worker skip seqs (safe).
+* Every head request is a ``gpu_market.net.BoundedClient`` call: it ends within the
+  source's deadline in total and reads at most ``MAX_HEAD_BYTES``, so a member that trickles
+  its answer costs one deadline and counts as no answer. Members are asked in parallel.
+* The agent runs the whole check (the provider's worker keys from chain, then the heads)
+  in a thread per job (``background.Background``), so a job waiting for its committee
+  waits alone: the sampler, window closing and every other job go on.
 * ``resume_point`` (pure) starts after the highest seq any source holds, so no seq held
   anywhere is signed again, and continues the hash chain, cumulative total and window grid
   from the highest head.
@@ -34,12 +40,12 @@ from __future__ import annotations
 import base64
 import binascii
 import logging
+import threading
 from collections.abc import Collection, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-import httpx
+from gpu_market.net import BoundedResponse, NetError
 from gpu_market.proof import (
     ZERO_HASH,
     ProofFormatError,
@@ -53,6 +59,9 @@ from gpu_market.receipt import verify_receipt
 from .keys import b58decode, b58encode
 
 log = logging.getLogger("gpum_worker.heads")
+
+MAX_HEAD_BYTES = 256 * 1024
+"""The largest head answer read (one proof of a few KiB, base64, plus its signatures)."""
 
 
 @dataclass(frozen=True)
@@ -75,6 +84,10 @@ class HeadsIncomplete(Exception):
     def __init__(self, problems: Sequence[str]) -> None:
         super().__init__("; ".join(problems))
         self.problems = tuple(problems)
+
+
+class HeadsPending(HeadsIncomplete):
+    """The committee is being asked in the background; the job waits for the answers."""
 
 
 class HeadSource(Protocol):
@@ -120,10 +133,17 @@ def verify_head(validator: str, body: Any, job: bytes, provider: bytes,
                 decision=str(body.get("decision", "")))
 
 
-class HttpHeadSource:
-    """Asks each of a job's validators for its head, all at once, over HTTP."""
+class HttpGetter(Protocol):
+    """``gpu_market.net.BoundedClient``: raises ``NetError`` on any failure."""
 
-    def __init__(self, client: httpx.Client, timeout_s: float = 10.0) -> None:
+    def get(self, url: str, **kw: Any) -> BoundedResponse: ...
+
+
+class HttpHeadSource:
+    """Asks each of a job's validators for its head, all at once (a thread per member),
+    each call bounded by ``timeout_s`` in total and ``MAX_HEAD_BYTES``."""
+
+    def __init__(self, client: HttpGetter, timeout_s: float = 10.0) -> None:
         self.client = client
         self.timeout_s = timeout_s
 
@@ -132,8 +152,17 @@ class HttpHeadSource:
         validators = tuple(dict.fromkeys(validators))
         if not validators:
             raise HeadsIncomplete(["no committee member with a usable endpoint to ask"])
-        with ThreadPoolExecutor(max_workers=len(validators)) as pool:
-            answers = list(pool.map(lambda v: self._one(v, job, provider, keys), validators))
+        answers: list[Head | str | None] = [f"{v}: no answer" for v in validators]
+
+        def ask(i: int, v: str) -> None:
+            answers[i] = self._one(v, job, provider, keys)
+
+        threads = [threading.Thread(target=ask, args=(i, v), daemon=True,
+                                    name=f"head {v}"[:60]) for i, v in enumerate(validators)]
+        for t in threads:
+            t.start()
+        for t in threads:  # each call ends within timeout_s; the join bound is a backstop
+            t.join(self.timeout_s + 5)
         problems = [a for a in answers if isinstance(a, str)]
         if problems:
             raise HeadsIncomplete(problems)
@@ -144,17 +173,14 @@ class HttpHeadSource:
         """A verified head, None (job_unknown), or the problem as text."""
         url = f"{v.rstrip('/')}/v1/jobs/{b58encode(job)}/head"
         try:
-            r = self.client.get(url, timeout=self.timeout_s)
-        except httpx.HTTPError as e:
-            return f"{v}: {type(e).__name__}: {e}"
-        try:
-            body = r.json()
-        except ValueError:
-            body = None
-        if r.status_code == 404 and isinstance(body, dict) and body.get("error") == "job_unknown":
+            r = self.client.get(url, deadline=self.timeout_s, max_bytes=MAX_HEAD_BYTES)
+        except NetError as e:
+            return f"{v}: {e}"
+        body = r.json_object()
+        if r.status == 404 and isinstance(body, dict) and body.get("error") == "job_unknown":
             return None
-        if r.status_code != 200:
-            return f"{v}: HTTP {r.status_code} {str(body)[:120]}"
+        if r.status != 200:
+            return f"{v}: HTTP {r.status} {str(body)[:120]}"
         try:
             return verify_head(v, body, job, provider, keys)
         except BadHead as e:

@@ -100,6 +100,21 @@ class JobSource(Protocol):
         """Accept an Open job with the worker key (Open -> Running). Raises JobSourceError."""
         ...
 
+    def decline(self, job: AssignedJob) -> None:
+        """Decline an Open job with the worker key (Open -> Declined; the user's
+        ``close_job`` refunds the whole deposit). Raises JobSourceError."""
+        ...
+
+    def validator_info(self, market: bytes, authority: bytes) -> Any:
+        """The Validator account of ``authority`` in ``market`` as a
+        ``committee.ValidatorInfo`` (endpoint, status, bond), or None when it does not
+        exist. Raises JobSourceError when it cannot tell."""
+        ...
+
+    def market_min_bond(self, market: bytes) -> int:
+        """The market's ``validator_min_bond``. Raises JobSourceError when it cannot tell."""
+        ...
+
     def finish(self, job: AssignedJob) -> None:
         """Finish a Running job with the worker key (Running -> Finishing; billing stops at
         the transaction's time): a workload with ``finish_on_exit`` whose container exited.
@@ -137,6 +152,7 @@ class StaticJobSource:
         self._clock = clock
         self._worker_keys = frozenset(worker_keys)
         self.accepted: list[bytes] = []
+        self.declined: list[bytes] = []
         self.finished: list[bytes] = []
 
     def assigned_jobs(self) -> list[AssignedJob]:
@@ -162,6 +178,19 @@ class StaticJobSource:
         self._jobs[job.job] = replace(cur, status="running", started_at=int(self._clock()))
         self.accepted.append(job.job)
 
+    def decline(self, job: AssignedJob) -> None:
+        cur = self._jobs.get(job.job)
+        if cur is None or cur.status != "open":
+            raise JobSourceError(f"job {job.job_b58} is not open")
+        self._jobs[job.job] = replace(cur, status="declined")
+        self.declined.append(job.job)
+
+    def validator_info(self, market: bytes, authority: bytes) -> Any:
+        raise JobSourceError("fixed jobs have no committee on chain; pass --validator")
+
+    def market_min_bond(self, market: bytes) -> int:
+        raise JobSourceError("fixed jobs have no market account")
+
     def finish(self, job: AssignedJob) -> None:
         cur = self._jobs.get(job.job)
         if cur is None or cur.status != "running":
@@ -175,6 +204,42 @@ class StaticJobSource:
 
     def remove(self, job: bytes) -> None:
         self._jobs.pop(job, None)
+
+
+RPC_DEADLINE_S = 20.0
+"""Total deadline of one JSON-RPC call of the worker (connect, send, the whole answer)."""
+RPC_MAX_BYTES = 64 << 20
+"""The largest JSON-RPC answer read (a provider's job listing is far smaller)."""
+
+
+class BoundedRpcSession:
+    """The HTTP session of the worker's Solana RPC client (``solana.rpc.api.Client`` posts
+    through ``session.post(url=, headers=, content=)``): each call goes through
+    ``gpu_market.net.BoundedClient``, so it ends within ``deadline_s`` in total and reads
+    at most ``max_bytes``. A failure is raised as an ``httpx.TransportError`` (the RPC client
+    reports it as its own error, the source as ``JobSourceError``)."""
+
+    def __init__(self, deadline_s: float = RPC_DEADLINE_S,
+                 max_bytes: int = RPC_MAX_BYTES) -> None:
+        from gpu_market.net import BoundedClient
+
+        self._client = BoundedClient(deadline_s, max_bytes)
+
+    def post(self, url: Any, *, headers: Any = None, content: Any = None,
+             **_ignored: Any) -> Any:
+        import httpx
+        from gpu_market.net import NetError
+
+        body = content.encode() if isinstance(content, str) else content
+        try:
+            r = self._client.post(str(url), content=body, headers=dict(headers or {}))
+        except NetError as e:
+            raise httpx.TransportError(str(e)) from None
+        return httpx.Response(r.status, headers=r.headers, content=r.body,
+                              request=httpx.Request("POST", str(url)))
+
+    def close(self) -> None:
+        self._client.close()
 
 
 class ChainJobSource:
@@ -202,17 +267,27 @@ class ChainJobSource:
         self._key = key
 
     @classmethod
-    def connect(cls, rpc_url: str, program_id: bytes, provider: bytes,
-                key: WorkerKey) -> ChainJobSource:
+    def connect(cls, rpc_url: str, program_id: bytes, provider: bytes, key: WorkerKey, *,
+                rpc_deadline_s: float = RPC_DEADLINE_S,
+                rpc_max_bytes: int = RPC_MAX_BYTES) -> ChainJobSource:
+        """A source over the SDK client whose every JSON-RPC call ends within
+        ``rpc_deadline_s`` in total and reads at most ``rpc_max_bytes`` (``BoundedRpcSession``):
+        a node that trickles or floods its answers fails the call, never hangs the worker."""
         try:
             from gpu_market.client import GpuMarketClient  # lazy: SDK is optional at import
+            from solana.rpc.api import Client
+            from solana.rpc.commitment import Commitment
         except ImportError as e:
             raise JobSourceError(
                 f"the gpu_market SDK client is not available ({e}); pass --job to prove a "
                 "fixed job instead"
             ) from None
         try:
-            client = GpuMarketClient(rpc_url, program_id=_pubkey(program_id))
+            rpc = Client(rpc_url, commitment=Commitment("confirmed"), timeout=rpc_deadline_s)
+            provider_http = rpc._provider  # solana-py offers no hook for its HTTP session
+            provider_http.session.close()
+            provider_http.session = BoundedRpcSession(rpc_deadline_s, rpc_max_bytes)
+            client = GpuMarketClient(rpc_url, program_id=_pubkey(program_id), rpc=rpc)
         except Exception as e:  # noqa: BLE001 - SDK errors vary; make them one line
             raise JobSourceError(f"cannot connect to {rpc_url}: {e}") from None
         return cls(client, provider, program_id, key)
@@ -250,6 +325,12 @@ class ChainJobSource:
             raise JobSourceError(f"reading job {b58encode(job)} failed: {e}") from e
 
     def validator_endpoint(self, market: bytes, authority: bytes) -> str | None:
+        v = self._validator(market, authority)
+        if v is None:
+            return None
+        return endpoint_text(_field(v, "endpoint", ""))
+
+    def _validator(self, market: bytes, authority: bytes) -> Any:
         try:
             by_authority = getattr(self._client, "fetch_validator_by_authority", None)
             if by_authority is not None:
@@ -262,9 +343,27 @@ class ChainJobSource:
         except Exception as e:
             raise JobSourceError(f"reading the Validator account of {b58encode(authority)} "
                                  f"failed: {e}") from e
+        return v
+
+    def validator_info(self, market: bytes, authority: bytes) -> Any:
+        from .committee import ValidatorInfo
+
+        v = self._validator(market, authority)
         if v is None:
             return None
-        return endpoint_text(_field(v, "endpoint", ""))
+        bond = _field(v, "bond", None)
+        return ValidatorInfo(endpoint=endpoint_text(_field(v, "endpoint", "")),
+                             status=_status(_field(v, "status", "unknown")),
+                             bond=int(bond) if bond is not None else 0)
+
+    def market_min_bond(self, market: bytes) -> int:
+        try:
+            m = self._client.fetch_market(_pubkey(market))
+        except Exception as e:
+            raise JobSourceError(f"reading market {b58encode(market)} failed: {e}") from e
+        if m is None:
+            raise JobSourceError(f"no Market account at {b58encode(market)}")
+        return int(_field(_field(m, "params"), "validator_min_bond"))
 
     def job_status(self, job: bytes) -> str | None:
         try:
@@ -300,6 +399,15 @@ class ChainJobSource:
             self._client.accept_job(Keypair.from_bytes(self._key.secret_bytes), _pubkey(job.job))
         except Exception as e:
             raise JobSourceError(f"accepting job {job.job_b58} failed: {e}") from e
+
+    def decline(self, job: AssignedJob) -> None:
+        from solders.keypair import Keypair
+
+        try:
+            self._client.decline_job(Keypair.from_bytes(self._key.secret_bytes),
+                                     _pubkey(job.job))
+        except Exception as e:
+            raise JobSourceError(f"declining job {job.job_b58} failed: {e}") from e
 
     def finish(self, job: AssignedJob) -> None:
         from solders.keypair import Keypair

@@ -385,11 +385,30 @@ class Outbox:
                 (state, retry_at if retry_at is not None else 1e18, error, key[0], key[1],
                  validator))
 
-    def next_due_at(self) -> float | None:
-        row = self._db.execute(
-            "SELECT MIN(next_attempt_at) FROM deliveries WHERE state IN ('pending', 'rejected')"
-        ).fetchone()
+    def next_due_at(self, validator: str | None = None) -> float | None:
+        """When the next delivery (to ``validator``, or to anyone) is due; None: none owed."""
+        if validator is None:
+            row = self._db.execute(
+                "SELECT MIN(next_attempt_at) FROM deliveries "
+                "WHERE state IN ('pending', 'rejected')").fetchone()
+        else:  # a row waiting behind an earlier seq of its job is due when that one is
+            row = self._db.execute(
+                "SELECT MIN(d.next_attempt_at) FROM deliveries d "
+                "WHERE d.validator=? AND d.state IN ('pending', 'rejected') "
+                "AND NOT EXISTS (SELECT 1 FROM deliveries e WHERE e.validator=d.validator "
+                "AND e.job=d.job AND e.seq<d.seq AND e.state='pending' "
+                "AND e.next_attempt_at>d.next_attempt_at)", (validator,)).fetchone()
         return row[0]
+
+    def make_due(self, validator: str, now: float) -> int:
+        """Make every pending delivery to ``validator`` due at ``now`` (it answers again);
+        rejected and equivocation rows keep their schedule. Returns how many."""
+        with self._tx():
+            cur = self._db.execute(
+                "UPDATE deliveries SET next_attempt_at=? "
+                "WHERE validator=? AND state='pending' AND next_attempt_at>?",
+                (now, validator, now))
+            return cur.rowcount
 
     def counts(self) -> dict[str, int]:
         """Number of undelivered (proof, validator) pairs by state, plus stored proofs."""

@@ -22,14 +22,27 @@ Guarantees of ``run`` (both runtimes):
   (line breaks, over 60 000 bytes) go by name (``-e NAME``) through the CLI's own
   environment. Values are never logged, and are redacted from error messages.
 * ``--security-opt no-new-privileges``, ``--stop-timeout``, never ``--privileged``.
+* Limits (``spec.limits``, from ``limits.job_limits``): RAM with no swap
+  (``--memory`` = ``--memory-swap``), ``--cpus``, ``--pids-limit``, ``--shm-size``; always
+  ``--oom-score-adj 1000`` (the OOM killer takes a container before anything else) and a
+  log file capped at ``--log-opt max-size`` (the runtime starts it over when full).
+* ``/scratch`` is a disk volume with a hard size (``ScratchVolumes``: an ext4 filesystem
+  image of that size, loop-mounted, one per container), never memory: writing past its
+  size fails with ENOSPC inside the container and the host's disk is not touched beyond
+  it. It outlives ``remove`` (a container started again after a host reboot keeps its
+  data); ``prune_volumes`` releases it once neither a container nor a live job has it.
+* Log reads (``logs``) return at most ``max_bytes`` (the tail), no line longer than
+  ``max_line_bytes``, within ``deadline_s`` (the CLI is killed then), holding at most
+  about twice ``max_bytes`` in memory whatever the container wrote.
 * Ports are published on ``spec.publish_host`` at a free host port chosen by the runtime;
   ``state`` reads the chosen ports back.
 * Idempotent: if a container named ``spec.name`` exists in any state, its id is returned
   and nothing is created (its spec is not compared). A failed ``run`` leaves no container
   behind, so retrying really retries.
 
-The argument building (``run_argv``, ``split_env``) and output parsing (``parse_inspect``,
-``parse_top_pids``) are pure functions, tested without a runtime.
+The argument building (``run_argv``, ``split_env``), output parsing (``parse_inspect``,
+``parse_top_pids``, ``mount_points``), image checks (``check_image``) and the bounded log
+tail (``LogTail``) are pure, tested without a runtime.
 """
 
 from __future__ import annotations
@@ -40,19 +53,26 @@ import ipaddress
 import json
 import logging
 import os
+import platform
 import re
+import select
 import shutil
 import subprocess
 import tempfile
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol, final
 
 from .errors import ContainerRuntimeError
+from .limits import CONTAINER_OOM_SCORE_ADJ, LOG_MAX_MIB, JobLimits
 
 __all__ = [
     "JOB_LABEL",
+    "LOG_LINE_MAX_BYTES",
+    "LOG_READ_DEADLINE_S",
+    "LOG_READ_MAX_BYTES",
     "MISSING",
     "NO_RUNTIME_MESSAGE",
     "RUNTIME_NAMES",
@@ -62,9 +82,11 @@ __all__ = [
     "ContainerState",
     "DockerRuntime",
     "LogStream",
+    "LogTail",
     "PodmanRuntime",
     "PortBinding",
     "PublishedPort",
+    "ScratchVolumes",
     "detect_runtime",
     "env_file_text",
     "parse_inspect",
@@ -84,6 +106,9 @@ JOB_LABEL = "gpum.job"
 STATUSES = ("running", "exited", "restarting", "created", "missing")
 """Every value ``ContainerState.status`` takes."""
 
+DEFAULT_SCRATCH_DIR = "/var/lib/gpum-worker/scratch"
+"""Where the /scratch volumes live unless the runtime is told otherwise."""
+
 NO_RUNTIME_MESSAGE = ("no container runtime: install podman (with runc) or docker; "
                       "the worker never runs a workload outside a container")
 
@@ -92,6 +117,12 @@ _ENV_FILE_LINE_MAX = 60_000
 # Linux refuses a single environment string over MAX_ARG_STRLEN (128 KiB) in execve.
 _ENV_VALUE_MAX = 128 * 1024 - 1
 _LOG_CHUNK = 64 * 1024
+LOG_READ_MAX_BYTES = 1 << 20
+"""A log read returns at most this much (the tail) unless told otherwise."""
+LOG_READ_DEADLINE_S = 10.0
+"""A log read ends by then (the CLI is killed) unless told otherwise."""
+LOG_LINE_MAX_BYTES = 64 * 1024
+"""A longer log line is cut there (and marked) when read."""
 _REDACT_MIN = 4
 
 # Environment names the NVIDIA container hooks read to decide which GPUs a container
@@ -149,9 +180,12 @@ class ContainerSpec:
     labels: tuple[tuple[str, str], ...] = ()
     shm_size_mib: int | None = None
     scratch_mib: int | None = None
-    """Size of a writable tmpfs mounted at /scratch (none when None)."""
+    """Size of the disk volume mounted at /scratch (none when None)."""
     publish_host: str = "0.0.0.0"
     """Host address (IPv4 or IPv6) the ports are published on."""
+    limits: JobLimits | None = None
+    """Memory, CPU, pids, shm and scratch limits (``limits.job_limits``); when set, its
+    ``shm_mib`` and ``scratch_mib`` replace ``shm_size_mib`` and ``scratch_mib``."""
 
 
 @dataclass(frozen=True)
@@ -207,12 +241,31 @@ class ContainerRuntime(Protocol):
         """The container's state; status "missing" if there is no such container."""
         ...
 
-    def logs(self, name: str, tail: int | None = None) -> bytes:
-        """Its stdout and stderr so far (the last ``tail`` lines when given).
+    def logs(self, name: str, tail: int | None = None, *, max_bytes: int = LOG_READ_MAX_BYTES,
+             deadline_s: float = LOG_READ_DEADLINE_S,
+             max_line_bytes: int = LOG_LINE_MAX_BYTES) -> bytes:
+        """Its stdout and stderr so far (the last ``tail`` lines when given), at most the
+        last ``max_bytes``, each line cut at ``max_line_bytes``, read within ``deadline_s``
+        (what was read by then, marked as cut, when it takes longer).
 
         Each stream keeps its own order; lines of the two interleave as the runtime
         received them (two pipes, so not necessarily as the program wrote them). Raises
         ``ContainerRuntimeError`` when there is no such container."""
+        ...
+
+    def ensure_image(self, image: str) -> None:
+        """Make sure ``image`` is here (pulling it if not) and runs on this machine (Linux,
+        this CPU architecture); ``ContainerRuntimeError`` saying why not."""
+        ...
+
+    def prune_volumes(self, keep: set[str]) -> None:
+        """Release the /scratch volume of every container name not in ``keep`` that has no
+        container (any state)."""
+        ...
+
+    def writable_dir(self, name: str) -> str | None:
+        """The host directory holding what the container wrote outside its volumes (its
+        writable layer), or None when unknown (no such container, another storage driver)."""
         ...
 
     def follow_logs(self, name: str, tail: int | None = None) -> Iterator[bytes]:
@@ -333,13 +386,35 @@ def env_file_text(entries: Sequence[tuple[str, str]]) -> str:
     return "".join(f"{name}={value}\n" for name, value in entries)
 
 
+def scratch_size_mib(spec: ContainerSpec) -> int | None:
+    """The size of ``spec``'s /scratch volume (None: it has none)."""
+    if spec.limits is not None:
+        return _positive_mib("scratch_mib", spec.limits.scratch_mib)
+    return _positive_mib("scratch_mib", spec.scratch_mib)
+
+
+def _limit_args(limits: JobLimits) -> list[str]:
+    mem = _positive_mib("memory limit", limits.memory_mib)
+    pids = limits.pids
+    if isinstance(pids, bool) or not isinstance(pids, int) or pids < 1:
+        raise ContainerRuntimeError(f"pids limit must be a positive integer, got {pids!r}")
+    cpus = limits.cpus
+    if isinstance(cpus, bool) or not isinstance(cpus, (int, float)) or not cpus > 0:
+        raise ContainerRuntimeError(f"cpus limit must be > 0, got {cpus!r}")
+    return ["--memory", f"{mem}m", "--memory-swap", f"{mem}m", "--cpus", f"{cpus:.2f}",
+            "--pids-limit", str(pids)]
+
+
 def run_argv(runtime: str, spec: ContainerSpec, *, env_file: str | None = None,
-             env_names: Sequence[str] = (), stop_timeout_s: int = 10) -> list[str]:
+             env_names: Sequence[str] = (), stop_timeout_s: int = 10,
+             scratch_path: str | None = None) -> list[str]:
     """The ``<runtime> run`` arguments (after the binary) that start ``spec`` detached.
 
     ``env_file`` is the path of the env file holding ``split_env``'s file entries (None when
     there are none) and ``env_names`` its by-name entries; no env value is ever in the
-    result. Raises ``ContainerRuntimeError`` for an invalid spec.
+    result. ``scratch_path`` is the host directory of the /scratch volume
+    (``ScratchVolumes.ensure``), needed when the spec has a scratch size. Raises
+    ``ContainerRuntimeError`` for an invalid spec.
     """
     if runtime not in RUNTIME_NAMES:
         raise ContainerRuntimeError(f"unknown container runtime {runtime!r}")
@@ -402,12 +477,27 @@ def run_argv(runtime: str, spec: ContainerSpec, *, env_file: str | None = None,
         seen.add((port, proto))
         argv += ["-p", f"{host}::{port}/{proto}"]
 
-    shm = _positive_mib("shm_size_mib", spec.shm_size_mib)
+    limits = spec.limits
+    if limits is not None:
+        argv += _limit_args(limits)
+        shm = _positive_mib("shm size", limits.shm_mib)
+        log_mib = _positive_mib("log size", limits.log_max_mib)
+        oom = limits.oom_score_adj
+    else:
+        shm = _positive_mib("shm_size_mib", spec.shm_size_mib)
+        log_mib, oom = LOG_MAX_MIB, CONTAINER_OOM_SCORE_ADJ
+    if isinstance(oom, bool) or not isinstance(oom, int) or not -1000 <= oom <= 1000:
+        raise ContainerRuntimeError(f"oom_score_adj must be -1000..1000, got {oom!r}")
+    argv += ["--oom-score-adj", str(oom), "--log-opt", f"max-size={log_mib}m"]
     if shm is not None:
         argv += ["--shm-size", f"{shm}m"]
-    scratch = _positive_mib("scratch_mib", spec.scratch_mib)
-    if scratch is not None:
-        argv += ["--tmpfs", f"/scratch:rw,size={scratch}m"]
+    if scratch_size_mib(spec) is not None:
+        if not scratch_path or not os.path.isabs(scratch_path) \
+                or any(c in scratch_path for c in ":,\n\x00"):
+            raise ContainerRuntimeError(
+                "/scratch is a disk volume: pass the absolute host path of the job's "
+                f"scratch volume (ScratchVolumes.ensure), got {scratch_path!r}")
+        argv += ["-v", f"{scratch_path}:/scratch:rw"]
 
     if spec.command:
         if runtime == "podman":
@@ -424,6 +514,31 @@ def run_argv(runtime: str, spec: ContainerSpec, *, env_file: str | None = None,
         argv.append(spec.image)
     argv += spec.args
     return argv
+
+
+_ARCH_ALIASES = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64",
+                 "ppc64le": "ppc64le", "s390x": "s390x", "riscv64": "riscv64"}
+
+
+def host_arch() -> str:
+    """This machine's CPU architecture in OCI terms (amd64, arm64, ...)."""
+    m = platform.machine().lower()
+    return _ARCH_ALIASES.get(m, m)
+
+
+def check_image(image: str, inspect: Mapping[str, Any], arch: str | None = None) -> None:
+    """Refuse (``ContainerRuntimeError``) an image, from one element of ``image inspect``,
+    that cannot run here: not Linux, or built for another CPU architecture than ``arch``
+    (default: this machine's). Fields the runtime does not report are not held against it."""
+    want = arch or host_arch()
+    os_name = str(inspect.get("Os") or "").lower()
+    if os_name and os_name != "linux":
+        raise ContainerRuntimeError(f"image {image} is built for {os_name}; this worker runs "
+                                    "Linux containers only")
+    got = str(inspect.get("Architecture") or "").lower()
+    if got and _ARCH_ALIASES.get(got, got) != want:
+        raise ContainerRuntimeError(f"image {image} is built for {got}; this machine is "
+                                    f"{want}: push an image for {want} (or a multi-arch one)")
 
 
 def _parse_time(value: Any) -> float | None:
@@ -581,6 +696,257 @@ def _check_tail(tail: int | None) -> list[str]:
     return ["--tail", str(tail)]
 
 
+# -------------------------------------------------------------------------------- log reads
+
+
+@final
+class LogTail:
+    """The last ``max_bytes`` of a byte stream fed in pieces, each line cut at
+    ``max_line_bytes`` (its first bytes kept, then ``CUT_MARK``). Holds at most about
+    ``2 * max_bytes`` whatever is fed. When the oldest output was dropped, ``value`` starts
+    at a line boundary (unless that would leave nothing)."""
+
+    CUT_MARK = b" [gpum: line cut]"
+
+    def __init__(self, max_bytes: int, max_line_bytes: int) -> None:
+        for what, v in (("max_bytes", max_bytes), ("max_line_bytes", max_line_bytes)):
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ContainerRuntimeError(f"{what} must be a positive integer, got {v!r}")
+        self.max_bytes = max_bytes
+        self.max_line = max_line_bytes
+        self._buf = bytearray()
+        self._line = 0  # bytes of the current line kept so far
+        self._cut = False  # the current line was cut
+        self._dropped = False
+
+    def feed(self, chunk: bytes) -> None:
+        pos, n = 0, len(chunk)
+        while pos < n:
+            nl = chunk.find(b"\n", pos)
+            end = n if nl < 0 else nl
+            room = self.max_line - self._line
+            take = min(end - pos, max(0, room))
+            if take:
+                self._buf += chunk[pos:pos + take]
+                self._line += take
+            if end - pos > take and not self._cut:
+                self._cut = True
+                self._buf += self.CUT_MARK
+            if nl < 0:
+                break
+            self._buf += b"\n"
+            self._line, self._cut = 0, False
+            pos = nl + 1
+        if len(self._buf) > 2 * self.max_bytes:
+            del self._buf[: len(self._buf) - self.max_bytes]
+            self._dropped = True
+
+    def value(self) -> bytes:
+        data = bytes(self._buf[-self.max_bytes:])
+        if self._dropped or len(self._buf) > self.max_bytes:
+            nl = data.find(b"\n")
+            if 0 <= nl < len(data) - 1:
+                data = data[nl + 1:]
+        return data
+
+
+def read_capped(argv: Sequence[str], env: Mapping[str, str], *, max_bytes: int,
+                deadline_s: float, max_line_bytes: int) -> tuple[bytes, int | None, bool]:
+    """Run ``argv`` (stdout and stderr merged) and keep the tail of its output in a
+    ``LogTail``; kill it at ``deadline_s``. Returns (output, exit status or None when
+    killed, whether the deadline cut it)."""
+    tail = LogTail(max_bytes, max_line_bytes)
+    try:
+        proc = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, env=dict(env))
+    except OSError as e:
+        raise ContainerRuntimeError(f"cannot execute {argv[0]}: {e.strerror or e}") from None
+    assert proc.stdout is not None
+    fd = proc.stdout.fileno()
+    end = time.monotonic() + max(0.0, deadline_s)
+    cut = False
+    try:
+        while True:
+            left = end - time.monotonic()
+            if left <= 0:
+                cut = True
+                break
+            ready, _, _ = select.select([fd], [], [], left)
+            if not ready:
+                continue
+            chunk = os.read(fd, _LOG_CHUNK)
+            if not chunk:
+                break
+            tail.feed(chunk)
+    finally:
+        if proc.poll() is None and cut:
+            with contextlib.suppress(OSError):
+                proc.kill()
+        try:
+            rc: int | None = proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(OSError):
+                proc.kill()
+            rc = None
+        proc.stdout.close()
+    return tail.value(), (None if cut else rc), cut
+
+
+def dir_bytes(path: str, deadline_s: float = 10.0) -> int:
+    """Disk used by the files under ``path`` (allocated blocks, one filesystem, links not
+    followed); what was counted by ``deadline_s`` when the tree is larger than that allows."""
+    end = time.monotonic() + deadline_s
+    total, stack = 0, [path]
+    try:
+        dev = os.lstat(path).st_dev
+    except OSError:
+        return 0
+    while stack and time.monotonic() < end:
+        try:
+            with os.scandir(stack.pop()) as it:
+                entries = list(it)
+        except OSError:
+            continue
+        for e in entries:
+            try:
+                st = e.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            if st.st_dev != dev:
+                continue
+            total += st.st_blocks * 512
+            if e.is_dir(follow_symlinks=False):
+                stack.append(e.path)
+    return total
+
+
+# ------------------------------------------------------------------------- scratch volumes
+
+
+def _unescape_mount(field: str) -> str:
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m[1], 8)), field)
+
+
+def mount_points(mountinfo: str) -> set[str]:
+    """Mount points listed in a /proc/<pid>/mountinfo text."""
+    out = set()
+    for line in mountinfo.splitlines():
+        fields = line.split()
+        if len(fields) > 4:
+            out.add(_unescape_mount(fields[4]))
+    return out
+
+
+def scratch_image_mib(size_mib: int) -> int:
+    """Size of the filesystem image that gives at least ``size_mib`` MiB of free space
+    (ext4's metadata and journal take a few percent)."""
+    return size_mib + size_mib // 16 + 16
+
+
+class ScratchVolumes:
+    """Disk-backed /scratch volumes with a hard size, one per container name.
+
+    ``ensure(name, size_mib)`` makes ``<root>/<name>.img`` (a sparse file: only what the
+    container writes takes disk), an ext4 filesystem of ``scratch_image_mib(size_mib)``,
+    loop-mounted (nosuid, nodev) at ``<root>/<name>`` with mode 1777 (any user of the
+    image may write), and returns that directory. Idempotent: a mounted volume is
+    returned as it is, an image left unmounted (a host reboot) is mounted again with its
+    data. ``release(name)`` unmounts it and deletes the image. Needs root (loop devices)
+    and mkfs.ext4 (e2fsprogs); errors are ``ContainerRuntimeError`` saying so.
+    """
+
+    def __init__(self, root: str | os.PathLike[str], *, timeout_s: float = 300.0,
+                 mountinfo: str = "/proc/self/mountinfo") -> None:
+        self.root = os.path.abspath(root)
+        self.timeout_s = timeout_s
+        self._mountinfo = mountinfo
+
+    def path(self, name: str) -> str:
+        return os.path.join(self.root, _check_name(name))
+
+    def _mounted(self, path: str) -> bool:
+        try:
+            with open(self._mountinfo) as f:
+                return path in mount_points(f.read())
+        except OSError:
+            return os.path.ismount(path)
+
+    def _run(self, *argv: str) -> None:
+        tool = shutil.which(argv[0], path=os.environ.get("PATH", os.defpath)
+                            + ":/usr/sbin:/sbin")
+        if tool is None:
+            raise ContainerRuntimeError(
+                f"{argv[0]} not found: a disk-backed /scratch needs it (apt-get install "
+                f"{'e2fsprogs' if argv[0].startswith('mkfs') else 'mount'})")
+        try:
+            proc = subprocess.run([tool, *argv[1:]], stdin=subprocess.DEVNULL,
+                                  capture_output=True, timeout=self.timeout_s, check=False)
+        except subprocess.TimeoutExpired:
+            raise ContainerRuntimeError(
+                f"`{argv[0]}` did not finish within {self.timeout_s:g} s") from None
+        if proc.returncode != 0:
+            text = _tail_text(proc.stderr or proc.stdout, 500)
+            hint = (" (a disk-backed /scratch needs root and loop devices: run the worker as "
+                    "root)" if argv[0] == "mount" else "")
+            raise ContainerRuntimeError(
+                f"`{' '.join(argv[:2])}` failed (exit status {proc.returncode}): "
+                f"{text or 'no output'}{hint}")
+
+    def ensure(self, name: str, size_mib: int) -> str:
+        path = self.path(name)
+        size = _positive_mib("scratch size", size_mib)
+        assert size is not None
+        if self._mounted(path):
+            return path
+        os.makedirs(self.root, mode=0o700, exist_ok=True)
+        image = path + ".img"
+        if not os.path.exists(image):
+            part = image + ".part"
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(part)
+            fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            try:
+                os.ftruncate(fd, scratch_image_mib(size) << 20)
+            finally:
+                os.close(fd)
+            try:
+                self._run("mkfs.ext4", "-q", "-F", "-m", "0", "-E", "root_owner=0:0", part)
+            except ContainerRuntimeError:
+                with contextlib.suppress(OSError):
+                    os.unlink(part)
+                raise
+            os.replace(part, image)
+        os.makedirs(path, mode=0o755, exist_ok=True)
+        self._run("mount", "-o", "loop,nosuid,nodev", image, path)
+        os.chmod(path, 0o1777)
+        return path
+
+    def release(self, name: str) -> None:
+        path = self.path(name)
+        if self._mounted(path):
+            try:
+                self._run("umount", path)
+            except ContainerRuntimeError:
+                self._run("umount", "-l", path)  # busy: detach now, freed when unused
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path + ".img")
+        with contextlib.suppress(FileNotFoundError, OSError):
+            os.rmdir(path)
+
+    def names(self) -> set[str]:
+        """Names that have a volume (an image or a mount point)."""
+        try:
+            entries = os.listdir(self.root)
+        except FileNotFoundError:
+            return set()
+        out = set()
+        for e in entries:
+            base = e.removesuffix(".img")
+            if _NAME_RE.fullmatch(base) and not e.endswith(".part"):
+                out.add(base)
+        return out
+
+
 # -------------------------------------------------------------------------------- log stream
 
 
@@ -692,12 +1058,15 @@ class _CliRuntime(abc.ABC):
     def __init__(self, binary: str | None = None, *,
                  extra_env: Mapping[str, str] | None = None,
                  timeout_s: float = 30.0, run_timeout_s: float = 1800.0,
-                 stop_timeout_s: int = 10, env_file_dir: str | None = None) -> None:
+                 stop_timeout_s: int = 10, env_file_dir: str | None = None,
+                 scratch_dir: str | os.PathLike[str] = DEFAULT_SCRATCH_DIR) -> None:
         """``binary``: the CLI (name looked up on PATH, or a path; default: ``name``).
         ``extra_env`` is merged over ``os.environ`` for every call (e.g. CONTAINERS_CONF).
-        ``timeout_s`` bounds every call but ``run``, which may pull the image and gets
-        ``run_timeout_s``. ``stop_timeout_s`` is the container's ``--stop-timeout``.
-        Raises ``ContainerRuntimeError`` when the binary cannot be found."""
+        ``timeout_s`` bounds every call but ``run`` and ``ensure_image``, which may pull the
+        image and get ``run_timeout_s``. ``stop_timeout_s`` is the container's
+        ``--stop-timeout``. ``scratch_dir`` holds the /scratch volumes
+        (``ScratchVolumes``). Raises ``ContainerRuntimeError`` when the binary cannot be
+        found."""
         self.extra_env = dict(extra_env or {})
         wanted = binary or self.name
         found = shutil.which(wanted, path=_merged_env(self.extra_env).get("PATH", os.defpath))
@@ -710,6 +1079,7 @@ class _CliRuntime(abc.ABC):
         self.run_timeout_s = run_timeout_s
         self.stop_timeout_s = stop_timeout_s
         self.env_file_dir = env_file_dir if env_file_dir is not None else _default_env_file_dir()
+        self.scratch = ScratchVolumes(scratch_dir)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(binary={self.binary!r})"
@@ -801,11 +1171,13 @@ class _CliRuntime(abc.ABC):
             return existing
         cli_env = self._env()
         by_file, by_name = split_env(spec.env, cli_env)
+        scratch = scratch_size_mib(spec)
+        scratch_path = self.scratch.ensure(spec.name, scratch) if scratch is not None else None
         env_file = self._write_env_file(by_file) if by_file else None
         try:
             argv = run_argv(self.name, spec, env_file=env_file,
                             env_names=[n for n, _ in by_name],
-                            stop_timeout_s=self.stop_timeout_s)
+                            stop_timeout_s=self.stop_timeout_s, scratch_path=scratch_path)
             cli_env.update(by_name)
             try:
                 proc = self._cli(argv, timeout=self.run_timeout_s, env=cli_env)
@@ -851,15 +1223,57 @@ class _CliRuntime(abc.ABC):
         data = self._inspect_json(name, proc.stdout)
         return MISSING if data is None else parse_inspect(data)
 
-    def logs(self, name: str, tail: int | None = None) -> bytes:
+    def logs(self, name: str, tail: int | None = None, *, max_bytes: int = LOG_READ_MAX_BYTES,
+             deadline_s: float = LOG_READ_DEADLINE_S,
+             max_line_bytes: int = LOG_LINE_MAX_BYTES) -> bytes:
         _check_name(name)
-        args = ["logs", *_check_tail(tail), name]
-        proc = self._cli(args, timeout=max(self.timeout_s, 120.0), merge_stderr=True)
-        if proc.returncode == 0:
-            return proc.stdout
+        argv = [self.binary, "logs", *_check_tail(tail), name]
+        out, rc, cut = read_capped(argv, self._env(), max_bytes=max_bytes,
+                                   deadline_s=deadline_s, max_line_bytes=max_line_bytes)
+        if cut:
+            log.warning("reading the log of %s took longer than %g s; served what was read",
+                        name, deadline_s)
+            return out + f"[gpum: log read cut at its {deadline_s:g} s deadline]\n".encode()
+        if rc == 0:
+            return out
         if self.state(name).status == "missing":
             raise ContainerRuntimeError(f"no container named {name}")
-        raise self._failure(f"logs {name}", proc, output=proc.stdout)
+        raise ContainerRuntimeError(
+            f"{self.name} logs {name} failed (exit status {rc}): "
+            f"{_tail_text(out) or 'no output'}")
+
+    def ensure_image(self, image: str) -> None:
+        if not isinstance(image, str) or not _IMAGE_RE.fullmatch(image):
+            raise ContainerRuntimeError(f"invalid image reference {image!r}")
+        proc = self._cli(["image", "inspect", image])
+        if proc.returncode != 0:
+            pull = self._cli(["pull", "-q", image], timeout=self.run_timeout_s)
+            if pull.returncode != 0:
+                raise ContainerRuntimeError(
+                    f"image {image} is not on this machine and cannot be pulled "
+                    f"({_tail_text(pull.stderr, 800) or 'no output'}): check the image name "
+                    "and tag, and that its registry is reachable from the provider")
+            proc = self._cli(["image", "inspect", image])
+            if proc.returncode != 0:
+                raise self._failure(f"image inspect {image}", proc)
+        check_image(image, self._inspect_json(image, proc.stdout) or {})
+
+    def writable_dir(self, name: str) -> str | None:
+        _check_name(name)
+        proc = self._cli(["container", "inspect", name])
+        if proc.returncode != 0:
+            return None
+        data = self._inspect_json(name, proc.stdout) or {}
+        driver = data.get("GraphDriver")
+        upper = driver.get("Data", {}).get("UpperDir") if isinstance(driver, Mapping) else None
+        return upper if isinstance(upper, str) and os.path.isabs(upper) else None
+
+    def prune_volumes(self, keep: set[str]) -> None:
+        for name in sorted(self.scratch.names() - set(keep)):
+            if self._container_id(name) is not None:
+                continue  # a container still has it (another worker's, or being removed)
+            log.info("releasing the /scratch volume of %s (no such job container)", name)
+            self.scratch.release(name)
 
     def follow_logs(self, name: str, tail: int | None = None) -> LogStream:
         _check_name(name)
@@ -970,13 +1384,15 @@ def _probe(name: str, env: Mapping[str, str], timeout_s: float) -> tuple[str | N
 
 
 def detect_runtime(choice: str = "auto", *, extra_env: Mapping[str, str] | None = None,
-                   probe_timeout_s: float = 15.0) -> ContainerRuntime:
+                   probe_timeout_s: float = 15.0,
+                   scratch_dir: str | os.PathLike[str] = DEFAULT_SCRATCH_DIR
+                   ) -> ContainerRuntime:
     """The container runtime to run workloads with.
 
     ``"auto"``: podman if it works, else docker if it works; ``"podman"`` / ``"docker"``:
     that one. "Works" means the binary is on PATH (``extra_env`` may set PATH) and
     ``<binary> info`` succeeds within ``probe_timeout_s``. ``extra_env`` is also handed to
-    the runtime for every later call. Raises ``ContainerRuntimeError`` naming every runtime
+    the runtime for every later call; ``scratch_dir`` holds its /scratch volumes. Raises ``ContainerRuntimeError`` naming every runtime
     tried and why it failed; there is no fallback to running workloads on the host.
     """
     wanted = (choice or "").strip().lower()
@@ -989,7 +1405,7 @@ def detect_runtime(choice: str = "auto", *, extra_env: Mapping[str, str] | None 
     for name in candidates:
         path, why = _probe(name, env, probe_timeout_s)
         if path is not None:
-            return _RUNTIMES[name](path, extra_env=extra_env)
+            return _RUNTIMES[name](path, extra_env=extra_env, scratch_dir=scratch_dir)
         tried.append(why)
     if wanted == "auto":
         raise ContainerRuntimeError(f"{NO_RUNTIME_MESSAGE} (tried {'; '.join(tried)})")

@@ -23,6 +23,19 @@ acknowledged.
 Several due proofs for one validator go in one ``/v1/proofs/batch`` request (at most 64);
 a validator answering the batch route with 404/405/501 or a 4xx gets single requests.
 Resending the same bytes is always safe: validators deduplicate by (job, seq, hash).
+
+One slow destination delays only itself:
+
+* every call is a ``gpu_market.net.BoundedClient`` call: it ends within
+  ``RetryPolicy.timeout_s`` in total (however slowly the validator trickles its answer) and
+  reads at most ``MAX_ANSWER_BYTES``; a call that fails either way is a transient failure;
+* ``DeliveryLanes`` (``gpum-worker run``) gives every destination a thread, an outbox
+  connection and an HTTP client of its own, so a member that stalls or is down never holds
+  back the proofs owed to any other member or the main loop;
+* a destination that stopped answering is probed (``GET {endpoint}/health``, a short
+  deadline) every ``RetryPolicy.probe_s`` while its proofs wait out their backoff; once it
+  answers 200 its whole backlog is due at once, so a validator that returns gets every
+  proof within seconds, not after a backoff of up to ``cap_s``.
 """
 
 from __future__ import annotations
@@ -30,11 +43,13 @@ from __future__ import annotations
 import base64
 import logging
 import random
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
-import httpx
+from gpu_market.net import BoundedResponse, NetError
 
 from .keys import b58encode
 from .outbox import Outbox, OutboxItem
@@ -42,6 +57,17 @@ from .outbox import Outbox, OutboxItem
 log = logging.getLogger("gpum_worker.sender")
 
 BATCH_MAX = 64
+MAX_ANSWER_BYTES = 256 * 1024
+"""The largest answer read from a validator (a batch answer of 64 results is a few KiB)."""
+
+
+class HttpPoster(Protocol):
+    """``gpu_market.net.BoundedClient``: total deadline and size cap per call; raises
+    ``NetError`` on any failure."""
+
+    def post(self, url: str, **kw: Any) -> BoundedResponse: ...
+
+    def get(self, url: str, **kw: Any) -> BoundedResponse: ...
 
 
 @dataclass(frozen=True)
@@ -50,6 +76,11 @@ class RetryPolicy:
     cap_s: float = 60.0
     rejected_retry_s: float = 3600.0
     timeout_s: float = 10.0
+    """Total deadline of one request to a validator (connect, send, the whole answer)."""
+    probe_s: float = 3.0
+    """How often an unreachable destination is asked ``GET /health`` during its backoff."""
+    probe_timeout_s: float = 2.0
+    """Total deadline of one liveness probe."""
 
     def backoff(self, attempts: int, rng: random.Random) -> float:
         """Delay before attempt ``attempts + 1`` (attempts >= 1 failures so far)."""
@@ -122,31 +153,49 @@ def signed_proof_json(item: OutboxItem) -> dict[str, str]:
 
 
 class Sender:
-    """Sends due outbox items to their destinations; one ``deliver_once`` = one round."""
+    """Sends due outbox items to their destinations; one ``deliver_once`` = one round over
+    every destination, ``deliver_to`` = one destination (a ``DeliveryLanes`` lane)."""
 
-    def __init__(self, outbox: Outbox, client: httpx.Client,
+    def __init__(self, outbox: Outbox, client: HttpPoster,
                  policy: RetryPolicy = DEFAULT_RETRY, rng: random.Random | None = None,
-                 clock=time.time) -> None:
+                 clock: Callable[[], float] = time.time,
+                 single_only: set[str] | None = None) -> None:
         self.outbox = outbox
         self.client = client
         self.policy = policy
         self.rng = rng or random.Random()
         self.clock = clock
-        self._single_only: set[str] = set()
+        self._single_only: set[str] = single_only if single_only is not None else set()
+        self.unreachable: set[str] = set()
+        """Destinations whose last call got no HTTP answer (refused, reset, deadline, too
+        large); cleared by the next answer. Only these are probed during their backoff."""
 
     def deliver_once(self) -> int:
         """Try every due delivery once; returns the number of acknowledgements."""
+        return sum(self.deliver_to(v) for v in self.outbox.destinations())
+
+    def deliver_to(self, v: str) -> int:
+        """Send every delivery due to ``v`` (batches of ``BATCH_MAX``) until none is due or
+        ``v`` stops answering; returns the number of acknowledgements."""
         acked = 0
-        for v in self.outbox.destinations():
-            while True:
-                items = self.outbox.due(v, self.clock(), BATCH_MAX)
-                if not items:
-                    break
-                n, transport_ok = self._send(v, items)
-                acked += n
-                if not transport_ok or len(items) < BATCH_MAX:
-                    break
+        while True:
+            items = self.outbox.due(v, self.clock(), BATCH_MAX)
+            if not items:
+                break
+            n, transport_ok = self._send(v, items)
+            acked += n
+            if not transport_ok or len(items) < BATCH_MAX:
+                break
         return acked
+
+    def probe(self, v: str) -> bool:
+        """True when ``v`` answers ``GET /health`` with 200 within ``probe_timeout_s``."""
+        try:
+            r = self.client.get(v.rstrip("/") + "/health", deadline=self.policy.probe_timeout_s,
+                                max_bytes=16 * 1024)
+        except NetError:
+            return False
+        return r.status == 200
 
     def _send(self, v: str, items: list[OutboxItem]) -> tuple[int, bool]:
         if len(items) > 1 and v not in self._single_only:
@@ -161,19 +210,21 @@ class Sender:
                 return acked, False
         return acked, True
 
-    def _post(self, url: str, payload: Any) -> tuple[int, Any] | str:
+    def _post(self, v: str, url: str, payload: Any) -> tuple[int, Any] | str:
         try:
-            r = self.client.post(url, json=payload, timeout=self.policy.timeout_s)
-        except httpx.HTTPError as e:
+            r = self.client.post(url, json=payload, deadline=self.policy.timeout_s,
+                                 max_bytes=MAX_ANSWER_BYTES)
+        except NetError as e:
+            self.unreachable.add(v)
             return f"{type(e).__name__}: {e}"
-        try:
-            body = r.json()
-        except ValueError:
-            body = r.text[:200]
-        return r.status_code, body
+        self.unreachable.discard(v)
+        body = r.json_object()
+        if body is None:
+            body = r.body[:200].decode("utf-8", "replace")
+        return r.status, body
 
     def _send_single(self, v: str, it: OutboxItem) -> tuple[int, bool]:
-        res = self._post(v.rstrip("/") + "/v1/proofs", signed_proof_json(it))
+        res = self._post(v, v.rstrip("/") + "/v1/proofs", signed_proof_json(it))
         if isinstance(res, str):
             self._apply(v, it, Outcome("retry", res))
             return 0, False
@@ -183,7 +234,7 @@ class Sender:
 
     def _send_batch(self, v: str, items: list[OutboxItem]) -> tuple[int, bool]:
         payload = {"proofs": [signed_proof_json(it) for it in items]}
-        res = self._post(v.rstrip("/") + "/v1/proofs/batch", payload)
+        res = self._post(v, v.rstrip("/") + "/v1/proofs/batch", payload)
         if isinstance(res, str):
             for it in items:
                 self._apply(v, it, Outcome("retry", res))
@@ -231,3 +282,149 @@ class Sender:
             log.error("validator %s REJECTED job %s seq %d: %s. The proof is kept in the "
                       "outbox; next retry in %.0fs", v, job, it.seq, out.message,
                       self.policy.rejected_retry_s)
+
+
+class DeliveryLanes:
+    """One delivery thread ("lane") per destination, so no destination waits on another.
+
+    ``run`` (the agent's sender thread) starts a lane for every destination still owed a
+    proof, wakes every lane when the main loop records a proof (``wake``), and on ``stop``
+    lets each lane make one last round for what the main loop recorded last. Each lane opens
+    its own ``Outbox`` (``outbox_factory``) and HTTP client (``client_factory``); a lane
+    with nothing owed for ``idle_exit_s`` ends, and comes back when its destination is owed
+    a proof again.
+
+    Within a lane: deliver what is due; sleep until the next retry (at most 1 s, so a wake
+    is never missed for long); while the destination got no answer and its next retry is
+    still ahead, probe it every ``policy.probe_s`` and make its backlog due as soon as it
+    answers. A destination whose ``/health`` answers while its proofs still get no answer
+    is probed ever less often (doubling up to ``policy.cap_s``), so the probe never turns
+    into a resend loop.
+    """
+
+    def __init__(self, outbox_factory: Callable[[], Outbox],
+                 client_factory: Callable[[], HttpPoster], policy: RetryPolicy = DEFAULT_RETRY,
+                 *, clock: Callable[[], float] = time.time, idle_exit_s: float = 60.0) -> None:
+        self.outbox_factory = outbox_factory
+        self.client_factory = client_factory
+        self.policy = policy
+        self.clock = clock
+        self.idle_exit_s = idle_exit_s
+        self._single_only: set[str] = set()
+        self._lanes: dict[str, _Lane] = {}
+        self._lock = threading.Lock()
+
+    def lanes(self) -> list[str]:
+        """Destinations with a running lane (a snapshot)."""
+        with self._lock:
+            return [v for v, lane in self._lanes.items() if lane.thread.is_alive()]
+
+    def run(self, stop: threading.Event, wake: threading.Event,
+            main_done: threading.Event) -> None:
+        outbox = self.outbox_factory()
+        try:
+            while not stop.is_set():
+                wake.clear()
+                try:
+                    destinations = outbox.destinations()
+                except Exception:
+                    log.exception("listing delivery destinations failed")
+                    destinations = []
+                self._ensure(destinations, stop, main_done)
+                self._wake_all()
+                wake.wait(1.0)
+            self._wake_all()
+        finally:
+            outbox.close()
+            for lane in list(self._lanes.values()):
+                lane.thread.join(timeout=self.policy.timeout_s + 5)
+
+    def _ensure(self, destinations: list[str], stop: threading.Event,
+                main_done: threading.Event) -> None:
+        with self._lock:
+            for v in destinations:
+                lane = self._lanes.get(v)
+                if lane is not None and lane.thread.is_alive():
+                    continue
+                lane = _Lane(self, v, stop, main_done)
+                self._lanes[v] = lane
+                lane.thread.start()
+
+    def _wake_all(self) -> None:
+        with self._lock:
+            for lane in self._lanes.values():
+                lane.wake.set()
+
+
+class _Lane:
+    """The delivery thread of one destination (see ``DeliveryLanes``)."""
+
+    def __init__(self, lanes: DeliveryLanes, v: str, stop: threading.Event,
+                 main_done: threading.Event) -> None:
+        self.lanes = lanes
+        self.v = v
+        self.stop = stop
+        self.main_done = main_done
+        self.wake = threading.Event()
+        self.thread = threading.Thread(target=self._run, name=f"deliver {v}"[:60], daemon=True)
+
+    def _run(self) -> None:
+        lanes = self.lanes
+        try:
+            outbox = lanes.outbox_factory()
+            client = lanes.client_factory()
+        except Exception:
+            log.exception("validator %s: cannot start its delivery lane", self.v)
+            return
+        sender = Sender(outbox, client, lanes.policy, clock=lanes.clock,
+                        single_only=lanes._single_only)
+        next_probe = 0.0
+        false_alarms = 0  # probes answered while the resend that followed got no answer
+        resent = False
+        idle_since: float | None = None
+        try:
+            while not self.stop.is_set():
+                self.wake.clear()
+                try:
+                    sender.deliver_to(self.v)
+                    nxt = outbox.next_due_at(self.v)
+                except Exception:
+                    log.exception("validator %s: delivery round failed", self.v)
+                    nxt = None
+                now = lanes.clock()
+                if self.v not in sender.unreachable:
+                    false_alarms = 0
+                elif resent:  # /health answers but proofs do not get through: probe less
+                    false_alarms += 1
+                    next_probe = now + min(lanes.policy.cap_s,
+                                           lanes.policy.probe_s * 2 ** min(false_alarms, 20))
+                resent = False
+                if nxt is None:
+                    idle_since = now if idle_since is None else idle_since
+                    if now - idle_since >= lanes.idle_exit_s:
+                        return
+                else:
+                    idle_since = None
+                wait = 1.0 if nxt is None else min(1.0, max(0.05, nxt - now))
+                if self.v in sender.unreachable and nxt is not None and nxt > now:
+                    if now >= next_probe:
+                        next_probe = now + lanes.policy.probe_s
+                        if sender.probe(self.v):
+                            n = outbox.make_due(self.v, lanes.clock())
+                            resent = True
+                            log.info("validator %s answers again; resending its backlog of "
+                                     "%d proof(s) now", self.v, n)
+                            continue
+                    wait = min(wait, max(0.05, next_probe - lanes.clock()))
+                self.wake.wait(wait)
+            # Graceful stop: one last round for what the main loop recorded last.
+            self.main_done.wait(5)
+            try:
+                sender.deliver_to(self.v)
+            except Exception:
+                log.exception("validator %s: final delivery round failed", self.v)
+        finally:
+            close = getattr(client, "close", None)
+            if close is not None:
+                close()
+            outbox.close()

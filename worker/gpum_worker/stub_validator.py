@@ -3,7 +3,7 @@
 It speaks the worker -> validator HTTP format of docs/wire-formats.md: it decodes each
 proof, checks both signatures, deduplicates by (job, seq, hash) ("duplicate"), answers
 409 "equivocation" to a different proof for a stored (job, seq), and records what it
-accepted. It also serves ``GET /v1/jobs/<job base58>/head``: 200 with the stored proof of
+accepted. It answers ``GET /health`` with 200 and serves ``GET /v1/jobs/<job base58>/head``: 200 with the stored proof of
 the job's highest seq, whatever its decision, or 404 ``{"error": "job_unknown"}``.
 
 Fault injection: ``delay_s`` before answering a POST, ``drop_every`` (close every n-th POST
@@ -20,6 +20,7 @@ from __future__ import annotations
 import base64
 import json
 import threading
+import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -53,6 +54,8 @@ class StubValidator:
         self.proofs: dict[tuple[bytes, int], Any] = {}
         self.signed: dict[tuple[bytes, int], dict[str, Any]] = {}
         """(job, seq) -> the SignedProof JSON stored, plus its "decision"."""
+        self.arrived: dict[tuple[bytes, int], float] = {}
+        """(job, seq) -> when (monotonic) it was first stored."""
         self.seen: dict[tuple[bytes, int], set[bytes]] = {}
         """(job, seq) -> every distinct proof hash ever received for it (equivocations too)."""
         self.accepted = 0
@@ -74,6 +77,8 @@ class StubValidator:
                 pass
 
             def do_GET(self) -> None:
+                if self.path == "/health":
+                    return self._reply(200, {"ok": True})
                 with stub.lock:
                     stub.head_requests += 1
                 status = stub.fail_status or stub.head_status
@@ -180,6 +185,7 @@ class StubValidator:
             have = self.stored.get(key)
             if have is None:
                 self.stored[key] = h
+                self.arrived[key] = time.monotonic()
                 self.proofs[key] = p
                 self.signed[key] = {
                     "proof": sp["proof"], "proof_signature": sp["proof_signature"],

@@ -34,9 +34,27 @@ of its logs once its container is removed; plus a tombstone per job the worker s
     source's ``finish_job`` with the worker key) is called; retried next poll on failure,
     never again after it succeeded (recorded durably).
 
+  - every container runs under its job's limits (``limits.job_limits``: its GPU share of
+    the machine's memory, CPUs and pids less the worker's headroom, its shm, a disk-backed
+    /scratch of the spec's size, a capped log); /scratch volumes of containers that are
+    gone are released;
+  - the worker's disk stays writable: when the filesystem of its store has less than
+    ``disk_reserve_mib`` free, the Running job container that wrote most there outside its
+    volumes (its writable layer, at least ``EVICT_MIN_BYTES``) is removed, its log saved,
+    state "exited" (137) with an error telling the user to write large data to /scratch;
+    one container per poll;
+  - a start that failed ``MAX_START_FAILURES`` times in a row gives up: the job is
+    finished on chain (``finish``, with the worker key), so the user stops paying and its
+    GPUs are freed; the reason is logged and kept as the workload's error.
+
 * ``acceptance_blocker`` / ``ready_to_accept``: a job without a workload is always ready;
-  one with a workload only once its spec is stored and a container runtime is available
-  (a worker without one never accepts such a job).
+  one with a workload only once its spec is stored, a container runtime is available (a
+  worker without one never accepts such a job), the spec fits the job's share of this
+  machine (shm, scratch) and its image is here and runs on this machine
+  (``runtime.ensure_image``, which pulls it; in a thread of its own, retried with backoff
+  when it fails). So an image that cannot be pulled never books GPUs.
+* ``has_run``: whether the container ran by a given time; windows before it ever ran are
+  not billable (the agent claims 0 seconds for them).
 * ``window_state`` describes a window for its proof (``gpu_market.proof.WorkloadWindow``):
   the worst state observed in it and the GPU compute processes on the job's GPUs that are
   (``job_processes``) or are not (``foreign_processes``) in the container.
@@ -83,7 +101,19 @@ from gpu_market.workload import (
 from .errors import ContainerRuntimeError, JobSourceError, WorkerError
 from .jobs import AssignedJob
 from .keys import b58decode, b58encode
-from .runtime import JOB_LABEL, ContainerRuntime, ContainerSpec, ContainerState, PortBinding
+from .limits import JobLimits, LimitsError, MachineResources, job_limits, machine_from_host
+from .runtime import (
+    DEFAULT_SCRATCH_DIR,
+    JOB_LABEL,
+    LOG_LINE_MAX_BYTES,
+    LOG_READ_DEADLINE_S,
+    LOG_READ_MAX_BYTES,
+    ContainerRuntime,
+    ContainerSpec,
+    ContainerState,
+    PortBinding,
+    dir_bytes,
+)
 
 log = logging.getLogger("gpum_worker.workloads")
 
@@ -101,6 +131,15 @@ LOG_TAIL_BYTES = 1 << 20
 """At most this much of a container's log is kept after the container is removed."""
 RETRY_BASE_S = 30.0
 RETRY_CAP_S = 600.0
+MAX_START_FAILURES = 3
+"""After this many failed starts in a row the worker finishes the job on chain."""
+DISK_RESERVE_MIB = 1024
+"""Free disk the worker keeps for its store; below it, the biggest writer is removed."""
+EVICT_MIN_BYTES = 64 << 20
+"""A container's writable layer smaller than this is never blamed for a full disk."""
+_WRITABLE_DU_DEADLINE_S = 10.0
+MAX_IMAGE_CHECKS = 2
+"""Image checks (pulls) of not yet accepted jobs under way at once; the others wait."""
 OBSERVATION_KEEP_S = 7200.0
 """State observations older than this are pruned (the latest one before is kept)."""
 ENDED_KEEP_S = 30 * 86400
@@ -318,6 +357,15 @@ class _Obs:
 class _Retry:
     at: float
     backoff: float
+    failures: int = 1
+
+
+@dataclass
+class _ImageCheck:
+    image: str
+    done: bool = False
+    error: str | None = None
+    retry: _Retry | None = None
 
 
 class WorkloadManager:
@@ -329,15 +377,32 @@ class WorkloadManager:
     host address container ports are published on. ``attach_gpus=False`` (simulated GPUs
     only) starts containers without GPU devices. With ``background_starts`` (the default)
     ``runtime.run``, which may pull an image for minutes, runs in a thread of its own so the
-    agent's main loop keeps closing windows; ``wait_for_starts`` waits for those threads.
+    agent's main loop keeps closing windows (image checks before acceptance too);
+    ``wait_for_starts`` waits for those threads. ``machine`` is what this machine offers to
+    all jobs together (``limits.MachineResources``; the CLI sets it once the GPUs are
+    known); None: this host's RAM, CPUs and the free disk under ``scratch_dir``, shared by
+    as many GPUs as the job has (so the worker's headroom is still kept).
     """
 
     def __init__(self, runtime: ContainerRuntime | None, store: WorkloadStore, key: bytes,
                  publish_host: str = "0.0.0.0", clock: Callable[[], float] = time.time, *,
                  attach_gpus: bool = True, host_boot_time: Callable[[], float] = boot_time,
                  process_alive: Callable[[int], bool] = pid_alive,
-                 background_starts: bool = True, provider: bytes | None = None) -> None:
+                 background_starts: bool = True, provider: bytes | None = None,
+                 machine: MachineResources | None = None,
+                 scratch_dir: str | os.PathLike[str] | None = None,
+                 state_dir: str | os.PathLike[str] | None = None,
+                 disk_reserve_mib: int = DISK_RESERVE_MIB) -> None:
         self.runtime = runtime
+        self.state_dir = (str(state_dir) if state_dir is not None else None if
+                          store.path == ":memory:" else os.path.dirname(os.path.abspath(
+                              store.path)))
+        """The filesystem kept writable for the worker (default: the store's directory)."""
+        self.disk_reserve_mib = disk_reserve_mib
+        self.machine = machine
+        scratch = getattr(runtime, "scratch", None)
+        self.scratch_dir = (scratch_dir if scratch_dir is not None else
+                            getattr(scratch, "root", None))
         self.provider = provider
         """This worker's provider: containers are labelled with it and only its containers
         are ever removed as orphans (None: every ``gpum-*`` container with a job label)."""
@@ -361,8 +426,10 @@ class WorkloadManager:
         self._foreign_seen: dict[bytes, set[int]] = {}
         self._retry: dict[bytes, _Retry] = {}
         self._starting: dict[bytes, threading.Thread] = {}
+        self._images: dict[bytes, _ImageCheck] = {}
         self._noted: dict[bytes, str] = {}
         self._no_runtime_logged = False
+        self._disk_noted = False
 
     def wait_for_starts(self, timeout_s: float | None = None) -> bool:
         """Wait until no container start is under way; False on timeout."""
@@ -411,6 +478,7 @@ class WorkloadManager:
             self._foreign_seen.pop(job, None)
             self._retry.pop(job, None)
             self._noted.pop(job, None)
+            self._images.pop(job, None)
         try:
             self.store.mark_ended(job)
         except WorkloadUnavailable as e:
@@ -436,7 +504,78 @@ class WorkloadManager:
                      else "nowhere: the worker API is off (set [api] listen / --api-listen)")
             return (f"has a workload whose spec the user has not delivered yet ({where}); "
                     "accepting it once the spec is here")
-        return None
+        try:
+            spec = spec_from_json(rec.spec)
+            self.limits_for(job, spec)
+        except (WorkloadSpecError, LimitsError) as e:
+            return f"has a workload this machine cannot run as asked ({e}); not accepting it"
+        return self._image_blocker(job, spec.image)
+
+    # --------------------------------------------------------------- limits and images
+
+    def limits_for(self, job: AssignedJob, spec: WorkloadSpec) -> JobLimits:
+        """The limits ``job``'s container runs under (``LimitsError`` when its spec asks
+        more than its share of this machine)."""
+        machine = self.machine
+        if machine is None:
+            machine = machine_from_host(job.gpu_count, self.scratch_dir or DEFAULT_SCRATCH_DIR)
+        return job_limits(machine, job.gpu_count, shm_mib=spec.shm_size_mib,
+                          scratch_mib=spec.scratch_mib)
+
+    def _image_blocker(self, job: AssignedJob, image: str) -> str | None:
+        """None once ``image`` was found usable here; else why not yet (and a check is
+        started, in the background unless ``background_starts`` is off)."""
+        now = self.clock()
+        with self._lock:
+            check = self._images.get(job.job)
+            if check is None or check.image != image:
+                check = self._images[job.job] = _ImageCheck(image)
+            if check.done and check.error is None:
+                return None
+            running = job.job in self._starting
+            due = not running and (check.retry is None or now >= check.retry.at)
+            busy = sum(1 for t in self._starting.values() if t.name.startswith("image-"))
+            if due and self.background_starts and busy >= MAX_IMAGE_CHECKS:
+                return (f"has a workload whose image {image} waits for other image pulls to "
+                        "end; accepting it once it is here")
+            if due and self.background_starts:
+                t = threading.Thread(target=self._check_image, args=(job, check),
+                                     name=f"image-{job.job_b58}", daemon=True)
+                self._starting[job.job] = t
+                t.start()
+        if due and not self.background_starts:
+            self._check_image(job, check)
+            if check.done and check.error is None:
+                return None
+        if check.error is not None:
+            return (f"has a workload whose image cannot be used here ({check.error}); not "
+                    "accepting it (checking again later)")
+        return (f"has a workload whose image {image} is being pulled and checked; accepting it "
+                "once it is here")
+
+    def _check_image(self, job: AssignedJob, check: _ImageCheck) -> None:
+        assert self.runtime is not None
+        try:
+            try:
+                self.runtime.ensure_image(check.image)
+            except ContainerRuntimeError as e:
+                now = self.clock()
+                prev = check.retry
+                backoff = RETRY_BASE_S if prev is None else min(prev.backoff * 2, RETRY_CAP_S)
+                check.retry = _Retry(now + backoff, backoff)
+                check.error, check.done = str(e), True
+                log.error("job %s: its image %s cannot be used (%s); the job is not accepted; "
+                          "checking again in %ds", job.job_b58, check.image, e, backoff)
+                return
+            check.error, check.done, check.retry = None, True, None
+            log.info("job %s: image %s is here and runs on this machine", job.job_b58,
+                     check.image)
+        except Exception:
+            log.exception("job %s: checking its image failed", job.job_b58)
+        finally:
+            with self._lock:
+                if self._starting.get(job.job) is threading.current_thread():
+                    self._starting.pop(job.job, None)
 
     def ready_to_accept(self, job: AssignedJob) -> bool:
         return self.acceptance_blocker(job) is None
@@ -469,6 +608,10 @@ class WorkloadManager:
                 out["error"] = NO_RUNTIME
             return out
         out.update(state=rec.state, exit_code=rec.exit_code, error=rec.error)
+        with self._lock:
+            check = self._images.get(job.job)
+        if rec.state == "pending" and check is not None and check.error is not None:
+            out["error"] = f"the image cannot be used here: {check.error}"
         if self.runtime is None:
             if job.status == "running":
                 out.update(state="failed", error=NO_RUNTIME)
@@ -487,16 +630,22 @@ class WorkloadManager:
                                  "host_port": p.host_port} for p in st.ports]
         return out
 
-    def logs(self, job: AssignedJob, tail: int | None = None) -> bytes:
-        """The container's log (stdout and stderr), or the tail saved when it was removed."""
+    def logs(self, job: AssignedJob, tail: int | None = None, *,
+             max_bytes: int = LOG_READ_MAX_BYTES, deadline_s: float = LOG_READ_DEADLINE_S,
+             max_line_bytes: int = LOG_LINE_MAX_BYTES) -> bytes:
+        """The container's log (stdout and stderr), or the tail saved when it was removed:
+        at most the last ``max_bytes``, lines cut at ``max_line_bytes``, read within
+        ``deadline_s`` (``ContainerRuntime.logs``)."""
         if self.runtime is not None and self.store.get(job.job) is not None:
             name = container_name(job.job)
             try:
                 if self.runtime.state(name).status != "missing":
-                    return self.runtime.logs(name, tail=tail)
+                    return self.runtime.logs(name, tail=tail, max_bytes=max_bytes,
+                                             deadline_s=deadline_s,
+                                             max_line_bytes=max_line_bytes)
             except ContainerRuntimeError as e:
                 log.warning("job %s: cannot read its container's log: %s", job.job_b58, e)
-        return _tail_lines(self.store.logs(job.job) or b"", tail)
+        return _tail_lines(self.store.logs(job.job) or b"", tail)[-max_bytes:]
 
     def follow_logs(self, job: AssignedJob, tail: int | None = None) -> Iterator[bytes] | None:
         """A live log stream of the job's container (``close()`` ends it), or None when
@@ -545,6 +694,7 @@ class WorkloadManager:
             log.warning("cannot list the workload containers (%s); removing none this poll", e)
             containers = None
         with_container: set[bytes] = set()
+        removed: set[str] = set()
         for name, label in sorted((containers or {}).items()):
             if not name.startswith(CONTAINER_PREFIX):
                 continue  # labelled by someone else (a test, an operator): not ours
@@ -552,7 +702,9 @@ class WorkloadManager:
             if k is not None and k in keep and name == container_name(k):
                 continue
             view = jobs[k][0] if k is not None and k in jobs else None
-            if not self._remove(name, k, view) and k is not None:
+            if self._remove(name, k, view):
+                removed.add(name)
+            elif k is not None:
                 with_container.add(k)
         for k, (j, uuids) in jobs.items():
             if j.has_workload and j.status == "running":
@@ -565,6 +717,62 @@ class WorkloadManager:
                     log.warning("job %s: %s; retrying next poll", j.job_b58, e)
             elif j.has_workload and containers is not None and k not in with_container:
                 self._stopped(k)  # Open or Finishing, and no container (left)
+        if containers is not None:
+            try:
+                self.runtime.prune_volumes({container_name(k) for k in keep}
+                                           | (set(containers) - removed))
+            except ContainerRuntimeError as e:
+                log.warning("cannot release /scratch volumes of removed containers (%s); "
+                            "retrying next poll", e)
+        self._guard_disk(jobs, now, finish)
+
+    def _guard_disk(self, jobs: Mapping[bytes, tuple[AssignedJob, tuple[str, ...]]],
+                    now: float, finish: Callable[[AssignedJob], None] | None) -> None:
+        """Below ``disk_reserve_mib`` free on the store's filesystem, remove the Running
+        job container with the largest writable layer on it (see the module docstring)."""
+        assert self.runtime is not None
+        if self.state_dir is None:
+            return
+        try:
+            st = os.statvfs(self.state_dir)
+            dev = os.stat(self.state_dir).st_dev
+        except OSError:
+            return
+        free_mib = st.f_bavail * st.f_frsize >> 20
+        if free_mib >= self.disk_reserve_mib:
+            self._disk_noted = False
+            return
+        worst: tuple[int, AssignedJob] | None = None
+        for _, (j, _) in sorted(jobs.items()):
+            if not (j.has_workload and j.status == "running"):
+                continue
+            try:
+                upper = self.runtime.writable_dir(container_name(j.job))
+                if upper is None or os.stat(upper).st_dev != dev:
+                    continue
+            except (ContainerRuntimeError, OSError):
+                continue
+            size = dir_bytes(upper, _WRITABLE_DU_DEADLINE_S)
+            if worst is None or size > worst[0]:
+                worst = (size, j)
+        if worst is None or worst[0] < EVICT_MIN_BYTES:
+            if not self._disk_noted:
+                self._disk_noted = True
+                log.error("only %d MiB free under %s (the worker keeps %d MiB), and no job "
+                          "container wrote much of it: free disk space", free_mib,
+                          self.state_dir, self.disk_reserve_mib)
+            return
+        size, j = worst
+        error = (f"removed by the provider's worker: the container wrote {size >> 20} MiB "
+                 f"outside its volumes while the provider's disk ran out ({free_mib} MiB "
+                 "left); write large data to /scratch, whose size the spec sets")
+        name = container_name(j.job)
+        log.error("job %s: %s", j.job_b58, error)
+        if not self._remove(name, j.job, j):
+            return
+        self.store.set_state(j.job, "exited", exit_code=137, error=error)
+        self._observe(j.job, now, WORKLOAD_EXITED, 137)
+        self._maybe_finish(j, finish)
 
     def _remove(self, name: str, job: bytes | None, view: AssignedJob | None) -> bool:
         """Save the log tail (of a job the store knows) and remove container ``name``;
@@ -574,7 +782,8 @@ class WorkloadManager:
         try:
             if rec is not None:
                 try:
-                    self.store.save_logs(job, self.runtime.logs(name, tail=LOG_TAIL_LINES))
+                    self.store.save_logs(job, self.runtime.logs(
+                        name, tail=LOG_TAIL_LINES, max_bytes=LOG_TAIL_BYTES))
                 except ContainerRuntimeError as e:
                     log.warning("container %s: cannot save its log before removal: %s", name, e)
             self.runtime.remove(name)
@@ -622,12 +831,16 @@ class WorkloadManager:
             return
         name = container_name(k)
         st = self.runtime.state(name)
+        if rec.finish_requested and rec.state == "failed" and st.status != "running":
+            # It never started and the worker finished the job: nothing runs, nothing bills.
+            self._observe(k, now, WORKLOAD_FAILED)
+            return
         if st.status == "missing":
             if rec.finish_requested or rec.state in ("exited", "stopped"):
                 # It ran and exited; its container is gone (removed by hand): never rerun.
                 self._observe(k, now, WORKLOAD_EXITED, rec.exit_code)
                 return
-            self._start(j, uuids, rec, now)
+            self._start(j, uuids, rec, now, finish)
             return
         if st.status == "created" and rec.state == "failed":
             # A start that failed half-way left a container that never ran: start afresh.
@@ -637,32 +850,36 @@ class WorkloadManager:
                 self._observe(k, now, WORKLOAD_FAILED)
                 return
             self.runtime.remove(name)
-            self._start(j, uuids, rec, now)
+            self._start(j, uuids, rec, now, finish)
             return
         if st.status == "exited" and rec.state == "running" and rec.running_at is not None \
                 and self._boot_time() > rec.running_at:
             log.warning("job %s: container %s was stopped by a host reboot while it ran; "
                         "starting it again", j.job_b58, name)
             self.runtime.remove(name)
-            self._start(j, uuids, rec, now)
+            self._start(j, uuids, rec, now, finish)
             return
         self._record(j, st, now)
         if st.status == "exited":
             self._maybe_finish(j, finish)
 
     def _start(self, j: AssignedJob, uuids: tuple[str, ...], rec: WorkloadRecord,
-               now: float) -> None:
+               now: float, finish: Callable[[AssignedJob], None] | None = None) -> None:
         assert self.runtime is not None
         k = j.job
         with self._lock:
             retry = self._retry.get(k)
+        if retry is not None and retry.failures >= MAX_START_FAILURES:
+            self._give_up(j, rec, retry.failures, now, finish)
+            return
         if retry is not None and now < retry.at:
             self._observe(k, now, WORKLOAD_FAILED)
             return
         try:
             spec = spec_from_json(rec.spec)
+            limits = self.limits_for(j, spec)
             secrets = open_secrets(self._seed, spec)
-        except WorkloadSpecError as e:
+        except (WorkloadSpecError, LimitsError) as e:
             self._fail(j, now, f"the stored spec cannot be used: {e}")
             return
         cspec = ContainerSpec(
@@ -673,7 +890,7 @@ class WorkloadManager:
             labels=((JOB_LABEL, j.job_b58), (WORKLOAD_HASH_LABEL, j.workload_hash.hex()),
                     (PROVIDER_LABEL, b58encode(j.provider))),
             shm_size_mib=spec.shm_size_mib, scratch_mib=spec.scratch_mib,
-            publish_host=self.publish_host,
+            publish_host=self.publish_host, limits=limits,
         )
         del secrets
         self.store.set_state(k, "starting")
@@ -716,11 +933,34 @@ class WorkloadManager:
         with self._lock:
             prev = self._retry.get(j.job)
             backoff = RETRY_BASE_S if prev is None else min(prev.backoff * 2, RETRY_CAP_S)
-            self._retry[j.job] = _Retry(now + backoff, backoff)
+            failures = 1 if prev is None else prev.failures + 1
+            self._retry[j.job] = _Retry(now + backoff, backoff, failures)
         self.store.set_state(j.job, "failed", error=error)
         self._observe(j.job, now, WORKLOAD_FAILED)
-        log.error("job %s: the workload could not be started (windows are not billable until "
-                  "it runs); retrying in %ds: %s", j.job_b58, backoff, error)
+        if failures >= MAX_START_FAILURES:
+            log.error("job %s: the workload could not be started (%d failed starts); the job "
+                      "is finished: %s", j.job_b58, failures, error)
+        else:
+            log.error("job %s: the workload could not be started (windows are not billable "
+                      "until it runs); retrying in %ds (%d of %d tries): %s", j.job_b58,
+                      backoff, failures, MAX_START_FAILURES, error)
+
+    def _give_up(self, j: AssignedJob, rec: WorkloadRecord, failures: int, now: float,
+                 finish: Callable[[AssignedJob], None] | None) -> None:
+        """Finish the job on chain after ``failures`` failed starts (once; retried next poll
+        when the chain refuses), so the user stops paying and the GPUs are freed."""
+        self._observe(j.job, now, WORKLOAD_FAILED)
+        if rec.finish_requested or finish is None:
+            return
+        try:
+            finish(j)
+        except JobSourceError as e:
+            log.warning("job %s: its workload failed to start %d times; finishing the job "
+                        "failed (%s); retrying next poll", j.job_b58, failures, e)
+            return
+        self.store.mark_finish_requested(j.job)
+        log.error("job %s: finished on chain: its workload failed to start %d times in a row "
+                  "(last error: %s)", j.job_b58, failures, rec.error)
 
     def _record(self, j: AssignedJob, st: ContainerState, now: float) -> None:
         state = _STATE_OF_RUNTIME.get(st.status, "starting")
@@ -835,6 +1075,26 @@ class WorkloadManager:
                               if o.code == WORKLOAD_EXITED), None)
         mine, foreign = self._classify(job, set(gpu_process_pids))
         return WorkloadWindow(worst.code, exit_code, min(mine, 0xFFFF), min(foreign, 0xFFFF))
+
+    def has_run(self, job: AssignedJob, by: float) -> bool:
+        """True when ``job``'s container was seen running (or exited, so it ran) before
+        ``by``; always True for a job without a workload. A window ending before the
+        workload ever ran is not billable."""
+        if not job.has_workload:
+            return True
+        ran = (WORKLOAD_RUNNING, WORKLOAD_EXITED, WORKLOAD_RESTARTING)
+        with self._lock:
+            if any(o.code in ran and o.t < by for o in self._obs.get(job.job, ())):
+                return True
+        try:
+            rec = self.store.get(job.job)
+        except WorkloadUnavailable:
+            return True  # cannot tell: bill as before rather than refuse the provider
+        if rec is None or rec.workload_hash != job.workload_hash:
+            return False
+        if rec.running_at is not None and rec.running_at < by:
+            return True
+        return rec.exit_code is not None and rec.state in ("exited", "stopped")
 
     def _current(self, job: AssignedJob) -> _Obs:
         """The state from the store when nothing was observed (e.g. just restarted)."""

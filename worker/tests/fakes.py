@@ -292,9 +292,9 @@ class FakeLogStream:
 class FakeRuntime:
     """A ``ContainerRuntime`` in memory for unit tests.
 
-    ``fail`` maps a method name ("run", "state", "remove", "list", "pids", "logs") to an
-    error message it raises (``ContainerRuntimeError``); ``start_status`` is what a new
-    container's status is; ``exit(name, code)``, ``write(name, data)`` and ``add(name,
+    ``fail`` maps a method name ("run", "state", "remove", "list", "pids", "logs", "image",
+    "prune") to an error message it raises (``ContainerRuntimeError``); ``start_status`` is
+    what a new container's status is; ``exit(name, code)``, ``write(name, data)`` and ``add(name,
     labels)`` change containers behind the worker's back; ``calls`` counts calls by method.
     """
 
@@ -307,6 +307,7 @@ class FakeRuntime:
         self.calls: dict[str, int] = {}
         self.runs: list[Any] = []
         self.removed: list[str] = []
+        self.images_checked: list[str] = []
         self.streams: list[FakeLogStream] = []
         self.cond = threading.Condition()
         self.next_pid = 50_000
@@ -340,7 +341,7 @@ class FakeRuntime:
                               min(c.pids) if running and c.pids else None, ports,
                               c.started_at, c.error)
 
-    def logs(self, name: str, tail: int | None = None) -> bytes:
+    def logs(self, name: str, tail: int | None = None, **caps: Any) -> bytes:
         self._call("logs")
         c = self.containers.get(name)
         if c is None:
@@ -353,6 +354,16 @@ class FakeRuntime:
         if name not in self.containers:
             raise ContainerRuntimeError(f"no container named {name}")
         return FakeLogStream(self, name, tail)
+
+    def ensure_image(self, image: str) -> None:
+        self._call("image")
+        self.images_checked.append(image)
+
+    def prune_volumes(self, keep: set[str]) -> None:
+        self._call("prune")
+
+    def writable_dir(self, name: str) -> str | None:
+        return None
 
     def remove(self, name: str, timeout_s: int = 5) -> None:
         self._call("remove")

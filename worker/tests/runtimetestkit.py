@@ -68,7 +68,7 @@ def real_podman(directory: Path) -> RealPodman:
     """A working ``PodmanRuntime`` and the busybox test image, or ``pytest.fail``."""
     env = podman_env(directory)
     try:
-        rt = detect_runtime("podman", extra_env=env)
+        rt = detect_runtime("podman", extra_env=env, scratch_dir=Path(directory) / "scratch")
     except ContainerRuntimeError as e:
         pytest.fail(f"{INSTALL_HINT} ({e})", pytrace=False)
     assert isinstance(rt, PodmanRuntime)

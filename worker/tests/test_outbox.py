@@ -11,6 +11,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from gpu_market.net import BoundedClient
 from gpu_market.proof import (
     ZERO_HASH,
     GpuWindow,
@@ -192,7 +193,7 @@ class FakeValidators:
 
 
 def _sender(ob: Outbox, key: WorkerKey, fv: FakeValidators, clock: Clock, **kw) -> Sender:
-    client = httpx.Client(transport=httpx.MockTransport(fv))
+    client = BoundedClient(transport=httpx.MockTransport(fv))
     return Sender(ob, client, RetryPolicy(**kw), random.Random(1), clock)
 
 

@@ -15,9 +15,9 @@ from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
-import httpx
 import pytest
 from fakes import FakeBackend, FakeGpu
+from gpu_market.net import BoundedClient
 from gpu_market.proof import (
     ZERO_HASH,
     GpuWindow,
@@ -63,7 +63,7 @@ class Worker:
     def __init__(self, db: Path, key: WorkerKey, stubs: list[StubValidator],
                  job: AssignedJob = JOB, trusted: tuple[bytes, ...] = ()) -> None:
         self.outbox = Outbox(db, key.pubkey, [s.url for s in stubs])
-        self.client = httpx.Client(timeout=2)
+        self.client = BoundedClient(2.0)
         self.source = StaticJobSource([job], clock=lambda: T0, worker_keys=trusted)
         self.agent = Agent(backend=FakeBackend([FakeGpu("GPU-0")]), job_source=self.source,
                            outbox=self.outbox, key=key, window_seconds=W,

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 from gpum_worker import runtime as rtmod
 from gpum_worker.errors import ContainerRuntimeError, WorkerError
+from gpum_worker.limits import JobLimits
 from gpum_worker.localimage import (
     APPLETS,
     INDEX_HTML,
@@ -75,7 +76,7 @@ def test_podman_argv_full_spec() -> None:
              gpu_uuids=(GPU_A, GPU_B), labels=((JOB_LABEL, "JobAddr1"), ("x", "y=z")),
              shm_size_mib=512, scratch_mib=1024, publish_host="127.0.0.1")
     argv = run_argv("podman", s, env_file="/dev/shm/gpum-env-1", env_names=("PEM",),
-                    stop_timeout_s=7)
+                    stop_timeout_s=7, scratch_path="/var/lib/gpum/scratch/gpum-JobAddr1")
     assert argv == [
         "run", "-d", "--name", "gpum-JobAddr1",
         "--label", "gpum.job=JobAddr1", "--label", "x=y=z",
@@ -84,11 +85,25 @@ def test_podman_argv_full_spec() -> None:
         "-e", "NVIDIA_VISIBLE_DEVICES=void",
         "--device", f"nvidia.com/gpu={GPU_A}", "--device", f"nvidia.com/gpu={GPU_B}",
         "-p", "127.0.0.1::8000/tcp", "-p", "127.0.0.1::53/udp",
-        "--shm-size", "512m", "--tmpfs", "/scratch:rw,size=1024m",
+        "--oom-score-adj", "1000", "--log-opt", "max-size=16m",
+        "--shm-size", "512m", "-v", "/var/lib/gpum/scratch/gpum-JobAddr1:/scratch:rw",
         "--entrypoint", '["python", "-m"]', "docker.io/library/python:3.12",
         "http.server", "8000",
     ]
     assert "--privileged" not in argv
+    # With limits, they replace the spec's shm and scratch sizes.
+    lim = JobLimits(memory_mib=4096, cpus=1.5, pids=500, shm_mib=256, scratch_mib=2048,
+                    log_max_mib=8)
+    argv = run_argv("podman", replace(s, limits=lim), scratch_path="/s/gpum-JobAddr1")
+    i = argv.index("--memory")
+    assert argv[i:argv.index("--entrypoint")] == [
+        "--memory", "4096m", "--memory-swap", "4096m", "--cpus", "1.50", "--pids-limit", "500",
+        "--oom-score-adj", "1000", "--log-opt", "max-size=8m", "--shm-size", "256m",
+        "-v", "/s/gpum-JobAddr1:/scratch:rw"]
+    with pytest.raises(ContainerRuntimeError, match="scratch volume"):
+        run_argv("podman", s)
+    with pytest.raises(ContainerRuntimeError, match="scratch volume"):
+        run_argv("podman", s, scratch_path="relative/dir")
 
 
 def test_docker_argv_gpus_is_one_quoted_element_and_entrypoint_is_split() -> None:

@@ -351,6 +351,8 @@ def test_real_podman_through_the_api(tmp_path: Path, key: WorkerKey,
                       headers=sign_request(USER.to_bytes(), "deliver", j.job, spec_hash(spec),
                                            int(time.time())))
         assert r.status_code == 200, r.text
+        a.poll_jobs(T0 + 1)  # starts the check of the job's image, in the background
+        assert m.wait_for_starts(120)
         a.poll_jobs(T0 + 1)
         assert src.accepted == [j.job]
         a.poll_jobs(T0 + 2)
@@ -411,3 +413,23 @@ def test_the_sdk_client_speaks_this_api(env: Env) -> None:
     with pytest.raises(WorkerApiError) as e:
         workload_status(env.api.url, j.job, j.workload_hash, OTHER.to_bytes())
     assert e.value.status == 403
+
+
+def test_one_log_request_per_job_at_a_time(env: Env) -> None:
+    name = _running(env)
+    env.rt.write(name, b"first\n")
+    url = f"/v1/jobs/{env.running.job_b58}/logs"
+    h = env.signed("logs", env.running)
+    with env.http.stream("GET", url, params={"follow": 1}, headers=h) as r:
+        assert r.status_code == 200
+        chunks = r.iter_raw()
+        assert next(chunks) == b"first\n"
+        second = env.http.get(url, headers=h)  # the same job's log, while one streams
+        assert second.status_code == 429 and "already running" in second.json()["error"]
+        assert second.headers["retry-after"] == "1"
+    _wait_closed(env.rt)
+    deadline = time.time() + 5
+    while (r := env.http.get(url, headers=h)).status_code == 429:  # the stream's end frees it
+        assert time.time() < deadline
+        time.sleep(0.05)
+    assert r.status_code == 200 and r.text == "first\n"

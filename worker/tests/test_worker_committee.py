@@ -15,9 +15,9 @@ import types
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 from fakes import FakeBackend, FakeGpu
+from gpu_market.net import BoundedClient
 from gpu_market.proof import ZERO_HASH, GpuWindow, WindowProof, encode_proof, proof_hash
 from gpum_worker.agent import Agent
 from gpum_worker.committee import CommitteeRouter, endpoint_url
@@ -102,7 +102,7 @@ class Worker:
     def __init__(self, db: Path, key: WorkerKey, chain: FakeChain, n_gpus: int = 2,
                  static: tuple[str, ...] = ()) -> None:
         self.outbox = Outbox(db, key.pubkey, static)
-        self.client = httpx.Client(timeout=2)
+        self.client = BoundedClient(2.0)
         self.source = ChainJobSource(chain, PROVIDER, PROGRAM, key)
         self.agent = Agent(backend=FakeBackend([FakeGpu(f"GPU-{i}") for i in range(n_gpus)]),
                            job_source=self.source, outbox=self.outbox, key=key,

@@ -33,9 +33,12 @@ from gpum_worker.agent import Agent
 from gpum_worker.errors import JobSourceError
 from gpum_worker.jobs import AssignedJob, StaticJobSource
 from gpum_worker.keys import WorkerKey, b58encode
+from gpum_worker.limits import MachineResources
 from gpum_worker.outbox import Outbox
 from gpum_worker.runtime import JOB_LABEL
 from gpum_worker.workloads import (
+    MAX_IMAGE_CHECKS,
+    MAX_START_FAILURES,
     PROVIDER_LABEL,
     RETRY_BASE_S,
     WorkloadManager,
@@ -48,6 +51,7 @@ from solders.keypair import Keypair
 
 T0 = 1_700_000_000
 W = 10
+MACHINE = MachineResources(memory_mib=65536, cpus=16, gpu_count=8, scratch_mib=1 << 20)
 USER = bytes(Keypair().pubkey())
 
 
@@ -83,7 +87,7 @@ def manager(tmp_path: Path, key: WorkerKey, rt: FakeRuntime | None, clock: Clock
     store = WorkloadStore(tmp_path / "w.sqlite", clock=clock)
     return WorkloadManager(rt, store, key.seed, publish_host="127.0.0.1", clock=clock,
                            host_boot_time=lambda: boot, process_alive=lambda pid: True,
-                           background_starts=False)
+                           background_starts=False, machine=MACHINE)
 
 
 def deliver(m: WorkloadManager, j: AssignedJob, spec: WorkloadSpec) -> None:
@@ -618,6 +622,95 @@ def test_agent_failed_workload_window_is_not_billable(tmp_path: Path, key: Worke
     assert p.workload.state == WORKLOAD_FAILED and p.billable_seconds == 0
 
 
+def test_agent_windows_before_the_workload_ran_are_not_billable(tmp_path: Path,
+                                                                key: WorkerKey) -> None:
+    rt = FakeRuntime()
+    rt.start_status = "created"  # the runtime has not started it yet (a slow start)
+    m = manager(tmp_path, key, rt)
+    spec = make_spec(key)
+    j = wjob(1, spec)
+    deliver(m, j, spec)
+    a, _ = agent(tmp_path, key, [j], m)
+    a.poll_jobs(T0)
+    (p1,) = run_seconds(a, T0, T0 + W)
+    assert p1.workload.state == WORKLOAD_PENDING and p1.billable_seconds == 0
+    assert not m.has_run(j, T0 + W)
+    rt.containers[container_name(j.job)].status = "running"
+    a.poll_jobs(T0 + W + 0.2)
+    (p2,) = run_seconds(a, T0 + W, T0 + 2 * W)
+    assert p2.billable_seconds == W and p2.cumulative_seconds == W
+    # A restarted worker knows from its store that the container ran.
+    m.store.close()
+    m2 = manager(tmp_path, key, rt)
+    assert m2.has_run(j, T0 + 2 * W) and not m2.has_run(j, T0 + W)
+
+
+def test_image_check_runs_before_acceptance_in_the_background(tmp_path: Path,
+                                                              key: WorkerKey) -> None:
+    import threading
+
+    gate = threading.Event()
+
+    class SlowPull(FakeRuntime):
+        def ensure_image(self, image: str) -> None:
+            gate.wait(10)
+            super().ensure_image(image)
+
+    rt = SlowPull()
+    m = manager(tmp_path, key, rt)
+    m.background_starts = True
+    spec = make_spec(key)
+    j = wjob(1, spec, status="open")
+    m.deliver(j, spec)
+    assert "being pulled" in m.acceptance_blocker(j)
+    assert "being pulled" in m.acceptance_blocker(j)  # one check, not two
+    # At most MAX_IMAGE_CHECKS pulls at once: an unpaid Open job cannot make many.
+    others = [wjob(10 + i, spec, status="open") for i in range(MAX_IMAGE_CHECKS)]
+    for o in others:
+        m.deliver(o, spec)
+    assert [("waits for other" in (m.acceptance_blocker(o) or "")) for o in others] == [
+        False] * (MAX_IMAGE_CHECKS - 1) + [True]
+    gate.set()
+    assert m.wait_for_starts(10)
+    assert m.acceptance_blocker(j) is None and rt.images_checked == [spec.image] * MAX_IMAGE_CHECKS
+    # A failing check is reported, and retried only after its backoff.
+    rt.fail["image"] = "manifest unknown"
+    k = wjob(2, spec, status="open")
+    m.deliver(k, spec)
+    m.background_starts = False
+    assert "manifest unknown" in m.acceptance_blocker(k)
+    calls = rt.calls["image"]
+    assert "manifest unknown" in m.acceptance_blocker(k) and rt.calls["image"] == calls
+
+
+def test_start_failures_finish_the_job_once(tmp_path: Path, key: WorkerKey) -> None:
+    rt = FakeRuntime()
+    rt.fail["run"] = "exec: no such file"
+    m = manager(tmp_path, key, rt)
+    spec = make_spec(key)
+    j = wjob(1, spec)
+    deliver(m, j, spec)
+    finished: list = []
+
+    def finish(job: AssignedJob) -> None:
+        if len(finished) == 0 and "flaky" not in finished:
+            finished.append("flaky")
+            raise JobSourceError("rpc down")
+        finished.append(job.job)
+
+    t = T0
+    for _ in range(MAX_START_FAILURES):
+        m.reconcile(jobs((j, ("GPU-0",))), finish=finish, now=t)
+        t += 10 * RETRY_BASE_S
+    assert rt.calls["run"] == MAX_START_FAILURES and finished == []
+    m.reconcile(jobs((j, ("GPU-0",))), finish=finish, now=t)  # the chain refuses once
+    m.reconcile(jobs((j, ("GPU-0",))), finish=finish, now=t + 1)
+    m.reconcile(jobs((j, ("GPU-0",))), finish=finish, now=t + 2)
+    assert finished == ["flaky", j.job] and rt.calls["run"] == MAX_START_FAILURES
+    assert m.store.get(j.job).finish_requested
+    assert m.window_state(j, T0, t + 3, set()).state == WORKLOAD_FAILED
+
+
 def test_agent_exited_workload_window_stays_billable(tmp_path: Path, key: WorkerKey) -> None:
     rt = FakeRuntime()
     m = manager(tmp_path, key, rt)
@@ -712,13 +805,14 @@ def test_real_podman_lifecycle(tmp_path: Path, key: WorkerKey, real: RealPodman)
                         env=(("GREETING", "world"),),
                         secret_env=seal_secrets(key.pubkey, {"TOKEN": "s3cret"}))
     j = AssignedJob(job=os.urandom(32), market=b"\x02" * 32,
-                    program_id=b"\x01" * 32, provider=b"\x03" * 32, gpu_count=1,
+                    program_id=b"\x01" * 32, provider=os.urandom(32), gpu_count=1,
                     status="running", started_at=T0, user=USER, workload_hash=spec_hash(spec))
     name = container_name(j.job)
 
-    def mk() -> WorkloadManager:
+    def mk() -> WorkloadManager:  # its own provider: never removes other tests' containers
         return WorkloadManager(real.runtime, WorkloadStore(tmp_path / "w.sqlite"), key.seed,
-                               publish_host="127.0.0.1", attach_gpus=False)
+                               publish_host="127.0.0.1", attach_gpus=False,
+                               provider=j.provider)
 
     m = mk()
     try:
@@ -764,10 +858,10 @@ def test_real_podman_failed_start_is_failed(tmp_path: Path, key: WorkerKey,
 
     spec = WorkloadSpec(image="localhost/gpum-does-not-exist:1")
     j = AssignedJob(job=os.urandom(32), market=b"\x02" * 32, program_id=b"\x01" * 32,
-                    provider=b"\x03" * 32, gpu_count=1, status="running", started_at=T0,
+                    provider=os.urandom(32), gpu_count=1, status="running", started_at=T0,
                     user=USER, workload_hash=spec_hash(spec))
     m = WorkloadManager(real.runtime, WorkloadStore(tmp_path / "w.sqlite"), key.seed,
-                        attach_gpus=False)
+                        attach_gpus=False, provider=j.provider)
     try:
         m.deliver(j, spec)
         m.reconcile(jobs((j, ("GPU-0",))))
