@@ -20,7 +20,8 @@ VB's operator, the test asks the leader that got VB's signature for a seq to co-
 value at that seq, handing it the conflicting attestation that gets VB's bond slashed.
 
 The tests run in file order and share the network: V2 is killed and restarted with its
-database, V1 is killed and restarted on a fresh database, then provider B (its own worker)
+database, V1 is killed and restarted on a fresh database, V0 (J1's only member) is down for
+six windows and comes back without blaming the provider, then provider B (its own worker)
 gets a job whose worker stops. After every step each job's books are checked against the
 token balances on chain (``_assert_conserved``). The nodes settle every 3 windows, so
 settlement lags the proofs by more than ``max_missed_windows`` windows all the time; no
@@ -514,6 +515,25 @@ class ByzantineMember:
             def log_message(self, *a: Any) -> None:
                 pass
 
+            def do_GET(self) -> None:
+                # A worker checks the members' health and heads: answered as the honest
+                # member does (its head relayed).
+                if self.path == "/health":
+                    status, answer = 200, {"ok": True}
+                elif self.path.startswith("/v1/jobs/") and self.path.endswith("/head"):
+                    with httpx.Client(timeout=5) as h:
+                        r = h.get(outer.honest + self.path)
+                    status, answer = r.status_code, r.json()
+                else:
+                    status, answer = 404, {"error": "not_found", "message": "",
+                                           "retry": False}
+                raw = json.dumps(answer).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(raw)))
+                self.end_headers()
+                self.wfile.write(raw)
+
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 status, answer = outer.handle(self.path, body)
@@ -596,12 +616,15 @@ def test_a_byzantine_member_is_not_counted_and_its_conflicting_attestations_are_
         msg = byz.receipt_msg(str(net.jobs["J5"].address), seq)
         assert msg is not None
         high = value + ByzantineMember.INFLATE
-        req = sign_request_message(bytes(net.jobs["J5"].address), seq, high, bytes(vb.pubkey()))
+        round_ = seq // SETTLE_EVERY
+        req = sign_request_message(bytes(net.jobs["J5"].address), seq, high, bytes(vb.pubkey()),
+                                   bytes(Pubkey.from_string(leader)), round_, 0)
         b64 = lambda b: base64.b64encode(bytes(b)).decode()
         with httpx.Client(timeout=10) as h:
             r = h.post(f"http://127.0.0.1:{port}/v1/attestations/sign", json={
                 "job": str(net.jobs["J5"].address), "seq": seq, "approved_seconds": high,
-                "leader": str(vb.pubkey()), "leader_signature": b64(vb.sign_message(req)),
+                "leader": str(vb.pubkey()), "member": str(leader), "round": round_,
+                "attempt": 0, "leader_signature": b64(vb.sign_message(req)),
                 "leader_attestation": b64(attestation_signature(vb, msg, high))})
         assert (r.status_code, r.json()["error"]) == (409, "above_own_total"), r.text
         # The leader holds two attestations by VB for one seq: its reporter slashes VB's bond.
@@ -663,6 +686,28 @@ def test_a_member_started_on_a_fresh_database_catches_up(net: Net) -> None:
     (approved_total,) = _db_rows(fresh, "SELECT approved_total FROM jobs WHERE job = ?",
                                  bytes(net.jobs["J3"].address))[0]
     assert approved_total >= j3.paid_seconds
+    _assert_conserved(net)
+
+
+def test_a_validator_back_from_an_outage_does_not_blame_the_provider(net: Net) -> None:
+    """V0, J1's only member (quorum 1), is down for 6 windows: the worker keeps J1's proofs.
+    Back up on its database, V0 attests no downtime for silence it did not watch; the
+    worker's backlog arrives and J1 goes on being paid."""
+    v0 = 0
+    before = net.job("J1")
+    net.kill(net.vproc[v0], net.vname[v0])
+    time.sleep(6 * WINDOW)
+    net.start_validator(v0, tag="-back")
+    wait_http(f"http://127.0.0.1:{net.vports[v0]}/health", timeout=60)
+    # Settlements with everything the worker proved while V0 was down.
+    net.wait_settlements(["J1"], 2, timeout=120)
+    j1 = net.job("J1")
+    assert j1.status == "running", net.diag()
+    assert j1.paid_seconds > before.paid_seconds + 6 * WINDOW, (before, j1)
+    assert _metric(net.vports[v0], "gpum_validator_downtime_reports_total",
+                   'outcome="slashed"') == 0
+    provider_a = net.client.fetch_provider(net.providers["A"])
+    assert provider_a.stake == STAKE and provider_a.reputation.slashes == 0
     _assert_conserved(net)
 
 
