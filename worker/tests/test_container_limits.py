@@ -269,7 +269,11 @@ def test_podman_inspect_shows_every_limit(tmp_path: Path, key: WorkerKey,
 
 
 def test_a_container_over_its_memory_is_killed_in_its_cgroup(tmp_path: Path, key: WorkerKey,
-                                                              real: RealPodman) -> None:
+                                                              real: RealPodman,
+                                                              monkeypatch: pytest.MonkeyPatch
+                                                              ) -> None:
+    # conmon leaves an empty file named "oom" in its caller's directory after an OOM kill.
+    monkeypatch.chdir(tmp_path)
     # tail holds its whole input when it has no newline: 300 MB, over the job's 128 MiB.
     r = Run(tmp_path, key, real,
             sh(real, "head -c 300000000 /dev/zero | tail -n 1 | wc -c; echo after"))
