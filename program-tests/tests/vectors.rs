@@ -19,7 +19,7 @@ use gpu_market::{
     events::*,
     receipt::Receipt,
     state::{
-        EquivocationRecord, GpuSpec, Job, JobStatus, JobTerms, Market, MarketParams, MarketTotals,
+        ClosedJob, EquivocationRecord, GpuSpec, Job, JobStatus, JobTerms, Market, MarketParams, MarketTotals,
         Provider, ProviderStatus, Reputation, RetiredWorkerKey, Unbonding, Validator, ValidatorStatus,
     },
 };
@@ -120,12 +120,13 @@ to_j_struct!(Market { authority, creator, pending_authority, id, stake_mint, pay
 to_j_struct!(GpuSpec { gpu_model, gpu_count, vram_mib, region });
 to_j_struct!(Unbonding { amount, release_at });
 to_j_struct!(Reputation { verified_seconds, windows_missed, jobs_completed, jobs_failed, slashes });
-to_j_struct!(Provider { market, owner, worker_key, worker_key_expires_at, retired_keys, last_equivocation_slash_at, spec, price_per_gpu_second, status, stake, unbonding, gpus_in_use, reputation, bump, endpoint });
+to_j_struct!(Provider { market, owner, worker_key, worker_key_expires_at, retired_keys, last_equivocation_slash_at, spec, price_per_gpu_second, status, stake, unbonding, gpus_in_use, reputation, bump, endpoint, last_equivocation_slash_bps });
 to_j_struct!(RetiredWorkerKey { key, retired_at });
 to_j_struct!(JobTerms { rate_per_second, fee_bps, burn_bps, window_seconds, max_missed_windows, grace_seconds, max_skew_seconds, quorum, downtime_slash_bps, equivocation_slash_bps, reporter_reward_bps, temp_critical_c, ecc_uncorrected_max, validator_reward_bps });
 to_j_struct!(Validator { market, authority, bond, unbonding, status, settlements, bump, endpoint, rewards_earned, rewards_unclaimed, slashes });
 to_j_struct!(Job { market, user, provider, job_id, gpu_count, terms, committee, committee_len, deposited, claimed_seconds, paid_seconds, paid_provider, paid_validators, paid_treasury, burned, refunded, status, created_at, started_at, ended_at, last_seq, last_receipt_hash, last_window_end, bump, escrow_bump, workload_hash });
 to_j_struct!(EquivocationRecord { job, seq, offender, reporter, slashed, bump });
+to_j_struct!(ClosedJob { closed_at });
 
 to_j_struct!(MarketInitialized { market, authority, id, stake_mint, payment_mint, treasury, params });
 to_j_struct!(ProviderRegistered { market, provider, owner, worker_key, gpu_count, price_per_gpu_second });
@@ -274,6 +275,7 @@ fn provider(status: ProviderStatus) -> Provider {
         reputation: Reputation { verified_seconds: 600_001, windows_missed: 7, jobs_completed: 42, jobs_failed: 2, slashes: 1 },
         bump: 251,
         endpoint: gpu_market::state::encode_endpoint("http://203.0.113.9:7070").unwrap(),
+        last_equivocation_slash_bps: 4_999,
     }
 }
 
@@ -358,6 +360,7 @@ fn synthetic_accounts() -> Vec<J> {
     }
     let record = EquivocationRecord { job: key(40), seq: 9, offender: key(41), reporter: key(42), slashed: 50_000_000_001, bump: 247 };
     v.push(account_vector("equivocation_record", "EquivocationRecord", &record));
+    v.push(account_vector("closed_job", "ClosedJob", &ClosedJob { closed_at: 1_751_300_001 }));
     v
 }
 
@@ -525,7 +528,7 @@ fn every_event_and_account_type_has_a_vector() {
     for d in names {
         assert!(rendered.contains(&format!("\"hex\": \"{}", hex(d))), "no vector for discriminator {}", hex(d));
     }
-    for d in [Market::DISCRIMINATOR, Provider::DISCRIMINATOR, Validator::DISCRIMINATOR, Job::DISCRIMINATOR, EquivocationRecord::DISCRIMINATOR] {
+    for d in [Market::DISCRIMINATOR, Provider::DISCRIMINATOR, Validator::DISCRIMINATOR, Job::DISCRIMINATOR, EquivocationRecord::DISCRIMINATOR, ClosedJob::DISCRIMINATOR] {
         assert!(rendered.contains(&format!("\"hex\": \"{}", hex(d))), "no vector for account discriminator {}", hex(d));
     }
 }

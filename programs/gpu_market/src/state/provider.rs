@@ -74,6 +74,10 @@ pub struct Provider {
     /// The worker's public API (workload delivery, status, logs; zero-padded URL), or all
     /// zeros when the provider runs no workloads.
     pub endpoint: [u8; ENDPOINT_LEN],
+    /// The highest equivocation slash rate applied to the incident of
+    /// `last_equivocation_slash_at`: later evidence of that incident under a job whose terms
+    /// carry a higher rate slashes the difference, never the same rate twice.
+    pub last_equivocation_slash_bps: u16,
 }
 
 impl Provider {
@@ -141,6 +145,14 @@ impl Provider {
         self.worker_key = new_key;
         self.worker_key_expires_at = expires_at;
         Ok(())
+    }
+
+    /// Whether `key` is one the provider controls: its owner, or its current or a retired
+    /// worker key. Such a key never earns a reporter reward for a slash of this provider.
+    pub fn controls(&self, key: &Pubkey) -> bool {
+        *key == self.owner
+            || *key == self.worker_key
+            || self.retired_keys.iter().any(|r| r.key != Pubkey::default() && r.key == *key)
     }
 
     pub fn invariant(&self) -> Result<()> {
