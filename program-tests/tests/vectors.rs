@@ -19,7 +19,7 @@ use gpu_market::{
     events::*,
     receipt::Receipt,
     state::{
-        ClosedJob, EquivocationRecord, GpuSpec, Job, JobStatus, JobTerms, Market, MarketParams, MarketTotals,
+        EquivocationRecord, GpuSpec, Job, JobStatus, JobTerms, Market, MarketParams, MarketTotals,
         Provider, ProviderStatus, Reputation, RetiredWorkerKey, Unbonding, Validator, ValidatorStatus,
     },
 };
@@ -126,7 +126,6 @@ to_j_struct!(JobTerms { rate_per_second, fee_bps, burn_bps, window_seconds, max_
 to_j_struct!(Validator { market, authority, bond, unbonding, status, settlements, bump, endpoint, rewards_earned, rewards_unclaimed, slashes });
 to_j_struct!(Job { market, user, provider, job_id, gpu_count, terms, committee, committee_len, deposited, claimed_seconds, paid_seconds, paid_provider, paid_validators, paid_treasury, burned, refunded, status, created_at, started_at, ended_at, last_seq, last_receipt_hash, last_window_end, bump, escrow_bump, workload_hash });
 to_j_struct!(EquivocationRecord { job, seq, offender, reporter, slashed, bump });
-to_j_struct!(ClosedJob { closed_at });
 
 to_j_struct!(MarketInitialized { market, authority, id, stake_mint, payment_mint, treasury, params });
 to_j_struct!(ProviderRegistered { market, provider, owner, worker_key, gpu_count, price_per_gpu_second });
@@ -360,7 +359,6 @@ fn synthetic_accounts() -> Vec<J> {
     }
     let record = EquivocationRecord { job: key(40), seq: 9, offender: key(41), reporter: key(42), slashed: 50_000_000_001, bump: 247 };
     v.push(account_vector("equivocation_record", "EquivocationRecord", &record));
-    v.push(account_vector("closed_job", "ClosedJob", &ClosedJob { closed_at: 1_751_300_001 }));
     v
 }
 
@@ -528,7 +526,7 @@ fn every_event_and_account_type_has_a_vector() {
     for d in names {
         assert!(rendered.contains(&format!("\"hex\": \"{}", hex(d))), "no vector for discriminator {}", hex(d));
     }
-    for d in [Market::DISCRIMINATOR, Provider::DISCRIMINATOR, Validator::DISCRIMINATOR, Job::DISCRIMINATOR, EquivocationRecord::DISCRIMINATOR, ClosedJob::DISCRIMINATOR] {
+    for d in [Market::DISCRIMINATOR, Provider::DISCRIMINATOR, Validator::DISCRIMINATOR, Job::DISCRIMINATOR, EquivocationRecord::DISCRIMINATOR] {
         assert!(rendered.contains(&format!("\"hex\": \"{}", hex(d))), "no vector for account discriminator {}", hex(d));
     }
 }
