@@ -478,12 +478,14 @@ class ValidatorNetwork:
         with ``others`` (exactly ``terms.quorum - 1`` other members, each of which signs) as
         remaining (Validator PDA, authority as signer) pairs. ``last_proof_window_end``: the
         ``window_end`` of the newest proof of the job any of them accepted (the program counts
-        missed windows from it or the last settled window, whichever is later). The reward goes
-        to ``reporter_stake_account`` (default: the submitter's stake-mint ATA). ValueError,
+        missed windows from it or the last settled window, whichever is later, up to now while
+        Running and up to ``ended_at`` once Finishing). The reward goes to
+        ``reporter_stake_account`` (default: the submitter's stake-mint ATA). ValueError,
         before anything is built, where the program would refuse the signers or the job."""
         accounts, j, _, _ = self._slash_targets(job, validator_authority, reporter_stake_account)
-        if j.status != "running":
-            raise ValueError(f"job {job} is {j.status}: only a running job can be slashed for downtime")
+        if j.status not in ("running", "finishing"):
+            raise ValueError(f"job {job} is {j.status}: only a running or finishing job can be "
+                             "slashed for downtime")  # fmt: skip
         signers = [validator_authority, *others]
         outsiders = [str(a) for a in signers if j.member_index(a) is None]
         if outsiders:
