@@ -326,3 +326,30 @@ fn attack_authority_changes_terms_under_a_signed_create_job() {
     assert_eq!(b.job_state(&job).terms.fee_bps, 2_500);
     assert_eq!(b.provider_state().stake, STAKED);
 }
+
+/// `close_job` loads the job by hand (it leaves a tombstone, which Anchor's `Account<Job>`
+/// cannot): copies of a closable Job owned by another program, or another account type, are
+/// refused and nothing moves (their escrow PDA never exists; the owner and discriminator checks
+/// stand behind that).
+#[test]
+fn fail_close_job_on_a_fake_or_foreign_job_account() {
+    let mut b = Bench::new();
+    let user = b.user_kp();
+    let (job, escrow) = b.open_job(1, 1, 10_000);
+    b.as_user(&[b.ix_cancel_job(&user.pubkey(), job, b.user.payment)]);
+    for owner in [SYSTEM_PROGRAM, Pubkey::new_unique()] {
+        let mut account = b.svm.get_account(&job).unwrap();
+        account.owner = owner;
+        let fake = Pubkey::new_unique();
+        b.svm.set_account(fake, account).unwrap();
+        let ix = swap_account(b.ix_close_job(&user.pubkey(), b.user.payment, job), job, fake);
+        let ix = swap_account(ix, escrow, pda(&[gpu_market::seeds::ESCROW, fake.as_ref()]));
+        assert_eq!(b.user_err(&[ix]), anchor_err(0, anchor_lang::error::ErrorCode::AccountNotInitialized));
+    }
+    // The real escrow with another program account as the job: the escrow's seeds fail.
+    let ix = swap_account(b.ix_close_job(&user.pubkey(), b.user.payment, job), job, b.provider);
+    assert_eq!(b.user_err(&[ix]), anchor_err(0, anchor_lang::error::ErrorCode::ConstraintSeeds));
+    assert!(b.account::<gpu_market::state::Job>(&job).is_some());
+    b.as_user(&[b.ix_close_job(&user.pubkey(), b.user.payment, job)]);
+    assert!(b.is_tombstone(&job));
+}
