@@ -97,15 +97,18 @@ pub fn handler(ctx: Context<CloseJob>) -> Result<()> {
 }
 
 /// The Job at `info`: owned by this program, with the Job discriminator (the checks Anchor's
-/// `Account<Job>` makes, with its errors). A `ClosedJob` tombstone is not one.
-fn load_job(info: &AccountInfo, program_id: &Pubkey) -> Result<Job> {
+/// `Account<Job>` makes, with its errors). A `ClosedJob` tombstone is not one. Boxed, like
+/// every large account here, so the SBF stack frame stays small.
+fn load_job(info: &AccountInfo, program_id: &Pubkey) -> Result<Box<Job>> {
     if info.owner != program_id {
         return Err(Error::from(ErrorCode::AccountOwnedByWrongProgram)
             .with_account_name("job")
             .with_pubkeys((*info.owner, *program_id)));
     }
     let data = info.try_borrow_data()?;
-    Job::try_deserialize(&mut &data[..]).map_err(|e| e.with_account_name("job"))
+    Job::try_deserialize(&mut &data[..])
+        .map(Box::new)
+        .map_err(|e| e.with_account_name("job"))
 }
 
 /// Shrinks the job account to a `ClosedJob` and moves every lamport above its rent exemption
