@@ -275,6 +275,17 @@ fn attack_validator_reporting_itself_earns_nothing() {
     let ixs = b.validator_equivocation_ixs(&signing_key(byz), &byz.pubkey(), &honest.pubkey(), honest_stake, job, (r, 60), (r, 61));
     let e: ValidatorEquivocationSlashed = event(&b.send(&ixs, &[honest]).unwrap().logs);
     assert_eq!((e.slashed, e.reward), (1_250, 125));
+    // So does the job's provider (its owner), the party a lying member hurts; a stranger not.
+    let owner = b.owner_kp();
+    let r = receipt(3, 180, b.now);
+    let ixs = b.validator_equivocation_ixs(&signing_key(byz), &byz.pubkey(), &owner.pubkey(), b.provider_owner.stake, job, (r, 60), (r, 61));
+    let e: ValidatorEquivocationSlashed = event(&b.as_owner(&ixs));
+    assert_eq!((e.slashed, e.reward), (625, 62));
+    let stranger = b.new_party(0, 0);
+    let r = receipt(4, 240, b.now);
+    let ixs = b.validator_equivocation_ixs(&signing_key(byz), &byz.pubkey(), &stranger.key.pubkey(), stranger.stake, job, (r, 60), (r, 61));
+    let e: ValidatorEquivocationSlashed = event(&b.send(&ixs, &[&stranger.key]).unwrap().logs);
+    assert_eq!((e.slashed, e.reward), (312, 0));
 }
 
 // ---- rewards at bond withdrawal --------------------------------------------------------------

@@ -243,10 +243,20 @@ pub fn provider_reporter_reward_bps(reporter: &Pubkey, job: &Job, provider: &Pro
 }
 
 /// The reporter reward rate a slash of the validator `offender` (an authority) on `job` pays
-/// `reporter`: the job's `reporter_reward_bps` if the reporter is the job's user or another
-/// member of its committee; else 0, and the whole slash is burned.
-pub fn validator_reporter_reward_bps(reporter: &Pubkey, job: &Job, offender: &Pubkey) -> u16 {
-    let party = *reporter == job.user || job.member_index(reporter).is_some();
+/// `reporter`: the job's `reporter_reward_bps` if the reporter is the job's user, the owner of
+/// its provider (the Provider PDA of `reporter` is `job.provider`) or another member of its
+/// committee; else 0, and the whole slash is burned.
+pub fn validator_reporter_reward_bps(
+    reporter: &Pubkey,
+    job: &Job,
+    offender: &Pubkey,
+    program_id: &Pubkey,
+) -> u16 {
+    let provider_owner = || {
+        Pubkey::find_program_address(&[seeds::PROVIDER, job.market.as_ref(), reporter.as_ref()], program_id).0
+            == job.provider
+    };
+    let party = *reporter == job.user || job.member_index(reporter).is_some() || provider_owner();
     if party && reporter != offender {
         job.terms.reporter_reward_bps
     } else {

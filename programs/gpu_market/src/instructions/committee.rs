@@ -78,9 +78,9 @@ pub fn replace(ctx: Context<ReplaceCommitteeMember>, index: u8) -> Result<()> {
 /// that started can be the subject (`JobNeverStarted`), and only attestations of receipts for
 /// windows that ended after it started count; a job address is used once (`close_job` leaves a
 /// tombstone), so attestations bound to it belong to this job. The reward goes to
-/// `reporter_stake_account` only when the signing reporter is the job's user or another member
-/// of its committee; otherwise (the offender itself, or a stranger who may be it) the whole
-/// slash is burned.
+/// `reporter_stake_account` only when the signing reporter is the job's user, its provider's
+/// owner or another member of its committee; otherwise (the offender itself, or a stranger who
+/// may be it) the whole slash is burned.
 #[derive(Accounts)]
 #[instruction(first: Receipt)]
 pub struct SlashValidatorEquivocation<'info> {
@@ -157,7 +157,8 @@ pub fn slash_validator_equivocation(
     }
 
     let terms = job.terms;
-    let reward_bps = ops::validator_reporter_reward_bps(&accounts.reporter.key(), job, &authority);
+    let reward_bps =
+        ops::validator_reporter_reward_bps(&accounts.reporter.key(), job, &authority, ctx.program_id);
     let validator = &ctx.accounts.validator;
     let split = math::slash_split(
         validator.bond,
