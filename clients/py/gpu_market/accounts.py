@@ -26,13 +26,13 @@ from .codec import Codec, default_codec
 from .constants import ENDPOINT_LEN
 
 __all__ = [
+    "CLOSED_JOB_DISCRIMINATOR",
     "DEFAULT_MARKET_PARAMS",
     "GPU_MODEL_LEN",
     "JOB_STATUSES",
     "PROVIDER_STATUSES",
     "REGION_LEN",
     "TERMINAL_JOB_STATUSES",
-    "CLOSED_JOB_DISCRIMINATOR",
     "ClosedJobView",
     "EquivocationRecordView",
     "GpuSpec",
