@@ -214,6 +214,25 @@ fn attack_provider_reporting_itself_earns_nothing() {
     assert_eq!(b.token_balance(&b.user.stake), 5_000);
 }
 
+/// The provider cannot strip the user of its reward by naming the user's pubkey as a worker key
+/// (it holds no such key: only its owner and the keys that signed the evidence count as its own).
+#[test]
+fn provider_naming_the_users_key_as_worker_key_does_not_strip_the_reward() {
+    let mut b = Bench::new();
+    let (job, _) = b.running_job(1, 1, 10_000);
+    b.advance(30);
+    let (first, second) = equivocating_pair(1, 30, b.now);
+    let owner = b.owner_kp();
+    let user = b.user_kp();
+    let real_worker = worker_pubkey(&b.worker);
+    b.as_owner(&[b.ix_rotate_worker_key(&owner.pubkey(), user.pubkey(), 0)]);
+    b.as_owner(&[b.ix_rotate_worker_key(&owner.pubkey(), real_worker, 0)]);
+    assert_eq!(b.provider_state().retired_keys[0].key, user.pubkey());
+    let ixs = b.equivocation_ixs(&b.worker.clone(), &user.pubkey(), b.user.stake, job, first, second);
+    let e: EquivocationSlashed = event(&b.as_user(&ixs));
+    assert_eq!((e.slashed, e.reward), (50_000, 5_000));
+}
+
 /// The review's sequence: the provider pre-empts the real evidence with a self-report on an old
 /// job whose terms carry a low slash rate. The real evidence of the same incident still brings
 /// the punishment up to its higher rate.

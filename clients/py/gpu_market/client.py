@@ -862,7 +862,8 @@ class GpuMarketClient(MarketAdmin, JobEndings, ValidatorNetwork):
         ``started_at``, or it belongs to the incident the provider was already slashed for at
         this job's rate or a higher one (evidence under a higher rate tops the slash up). The
         reporter reward is paid only when ``reporter`` is the job's user or a committee member
-        and none of the provider's keys; anyone else's report burns the whole slash."""
+        and neither the provider's owner nor a key that signed the evidence; anyone else's
+        report burns the whole slash."""
         r1, r2 = receipt_args(first), receipt_args(second)
         if r1["seq"] != r2["seq"]:
             raise ValueError(f"receipts have different seqs ({r1['seq']} and {r2['seq']})")

@@ -230,12 +230,14 @@ pub fn book_slash(provider: &mut Provider, market: &mut Market, split: &math::Sl
 
 /// The reporter reward rate a slash of `provider` on `job` pays `reporter`: the job's
 /// `reporter_reward_bps` if the reporter is the job's user or a member of its committee and
-/// none of the keys the provider controls (owner, current or retired worker key); else 0, and
-/// the whole slash is burned. A stranger may be the offender under another name, so only the
-/// parties the offender is not earn from its punishment.
-pub fn provider_reporter_reward_bps(reporter: &Pubkey, job: &Job, provider: &Provider) -> u16 {
+/// none of `offender_keys`, the keys the provider provably holds (its owner, which signed its
+/// registration, and the worker keys that signed the evidence); else 0, and the whole slash
+/// is burned. A stranger may be the offender under another name, so only the parties the
+/// offender is not earn from its punishment. Keys the provider merely names (a worker key it
+/// rotated to someone else's pubkey) do not count, so it cannot strip a reporter of its reward.
+pub fn provider_reporter_reward_bps(reporter: &Pubkey, job: &Job, offender_keys: &[Pubkey]) -> u16 {
     let party = *reporter == job.user || job.member_index(reporter).is_some();
-    if party && !provider.controls(reporter) {
+    if party && !offender_keys.contains(reporter) {
         job.terms.reporter_reward_bps
     } else {
         0

@@ -75,8 +75,9 @@ impl SlashTargets<'_> {
 /// once (`close_job` leaves a tombstone), so receipts bound to it belong to this job.
 ///
 /// The reporter reward (`reporter_reward_bps` of the slash) goes to `reporter_stake_account`
-/// only when the signing reporter is the job's user or a committee member and none of the
-/// provider's own keys; otherwise the whole slash is burned: self-reporting never pays.
+/// only when the signing reporter is the job's user or a committee member and neither the
+/// provider's owner nor a key that signed the evidence; otherwise the whole slash is burned:
+/// self-reporting never pays.
 ///
 /// One incident is punished once, at the highest rate that applies to it: evidence for windows
 /// that ended within `MAX_SKEW_SECONDS` after the provider's last equivocation slash belongs to
@@ -161,7 +162,8 @@ pub fn slash_equivocation(ctx: Context<SlashEquivocation>, first: Receipt, secon
     let jail_until = now
         .checked_add(t.market.params_at(now).unbonding_seconds)
         .ok_or(GpuMarketError::MathOverflow)?;
-    let reward_bps = ops::provider_reporter_reward_bps(&ctx.accounts.reporter.key(), &t.job, &t.provider);
+    let offender_keys = [t.provider.owner, entries[0].signer, entries[1].signer];
+    let reward_bps = ops::provider_reporter_reward_bps(&ctx.accounts.reporter.key(), &t.job, &offender_keys);
     let (stake, unbonding) = (t.provider.stake, t.provider.unbonding.amount);
     let split = if same_incident {
         math::top_up_slash_split(stake, unbonding, applied, rate, reward_bps)
@@ -215,7 +217,7 @@ pub fn slash_equivocation(ctx: Context<SlashEquivocation>, first: Receipt, secon
 /// and the job fails, so a job is slashed for downtime at most once; the committee has the
 /// job's grace after the finish to report (`complete_job` and `close_job` wait for it). The
 /// reward (`reporter_reward_bps`) goes to the submitting member's `reporter_stake_account`
-/// unless the submitter is one of the provider's own keys (then it is burned with the rest);
+/// unless the submitter is the provider's owner (then it is burned with the rest);
 /// the user's `close_job` refunds the escrow. Downtime is measured from proofs the committee
 /// saw, so late settlement never slashes an honest provider. The signer is one member; the
 /// others are passed as remaining accounts in pairs (Validator account, its authority as a
@@ -278,7 +280,7 @@ pub fn slash_downtime<'info>(
     let missed = u64::try_from(missed).map_err(|_| GpuMarketError::MathOverflow)?;
     let bps = terms.downtime_slash_bps;
     let t = &ctx.accounts.targets;
-    let reward_bps = if t.provider.controls(&v.authority) { 0 } else { terms.reporter_reward_bps };
+    let reward_bps = if v.authority == t.provider.owner { 0 } else { terms.reporter_reward_bps };
     let split = math::slash_split(t.provider.stake, t.provider.unbonding.amount, bps, reward_bps)
         .map_err(|_| GpuMarketError::MathOverflow)?;
     ctx.accounts.targets.apply(&split, now)?;

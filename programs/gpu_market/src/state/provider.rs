@@ -147,14 +147,6 @@ impl Provider {
         Ok(())
     }
 
-    /// Whether `key` is one the provider controls: its owner, or its current or a retired
-    /// worker key. Such a key never earns a reporter reward for a slash of this provider.
-    pub fn controls(&self, key: &Pubkey) -> bool {
-        *key == self.owner
-            || *key == self.worker_key
-            || self.retired_keys.iter().any(|r| r.key != Pubkey::default() && r.key == *key)
-    }
-
     pub fn invariant(&self) -> Result<()> {
         require!(
             self.gpus_in_use <= self.spec.gpu_count,
