@@ -462,15 +462,19 @@ fn attack_closed_account_revival() {
     b.as_user(&[close.clone()]);
     let settle = b.settle_ixs(&b.worker.clone(), job, receipt(2, 60, T0 + 61));
     let top_up = b.ix_top_up(&user.pubkey(), b.user.payment, job, 1);
-    assert_eq!(b.va_err(&settle), anchor_err(1, AE::AccountNotInitialized));
-    assert_eq!(b.user_err(&[top_up.clone()]), anchor_err(0, AE::AccountNotInitialized));
+    // The address holds a ClosedJob tombstone: no instruction reads it as a Job, and the
+    // escrow is gone.
+    assert!(b.is_tombstone(&job));
+    assert_eq!(b.va_err(&settle), anchor_err(1, AE::AccountDiscriminatorMismatch));
+    assert_eq!(b.user_err(&[top_up.clone()]), anchor_err(0, AE::AccountDiscriminatorMismatch));
     assert_eq!(b.user_err(&[close.clone()]), anchor_err(0, AE::AccountNotInitialized));
-    // Re-funding the closed address with lamports does not revive it: it is a system account.
+    // Re-funding the closed address with lamports does not revive it: it stays a tombstone.
     let transfer = gpum_localnet::solana_system_interface::instruction::transfer(&user.pubkey(), &job, 10_000_000);
     b.as_user(&[transfer]);
-    assert_eq!(b.va_err(&settle), anchor_err(1, AE::AccountOwnedByWrongProgram));
-    assert_eq!(b.user_err(&[top_up]), anchor_err(0, AE::AccountOwnedByWrongProgram));
-    assert_eq!(b.user_err(&[close]), anchor_err(0, AE::AccountOwnedByWrongProgram));
+    assert!(b.is_tombstone(&job));
+    assert_eq!(b.va_err(&settle), anchor_err(1, AE::AccountDiscriminatorMismatch));
+    assert_eq!(b.user_err(&[top_up]), anchor_err(0, AE::AccountDiscriminatorMismatch));
+    assert_eq!(b.user_err(&[close]), anchor_err(0, AE::AccountNotInitialized));
     assert!(b.svm.get_account(&escrow).map_or(true, |a| a.lamports == 0));
     assert_eq!(b.token_balance(&b.provider_owner.payment), 540);
 }

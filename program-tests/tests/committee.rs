@@ -126,7 +126,7 @@ fn settle_approval_rules() {
     let o = &others[0];
     let cases = [
         (receipt(2, 120, T0 + 120), 49, E::ApprovedDecreased),
-        (receipt(2, 120, T0 + 120), 111, E::ApprovedExceedsClaim), // 61 more for 60 claimed
+        (receipt(2, 120, T0 + 120), 121, E::ApprovedExceedsClaim), // above the cumulative claim
         (receipt(2, 140, T0 + 120), 126, E::BilledSecondsExceedWallTime), // 120 s + 5 s skew
     ];
     for (r, approved, error) in cases {
@@ -272,7 +272,8 @@ fn validator_attesting_two_values_for_one_seq_is_slashed_once() {
     b.advance(60);
     let (byz, byz_account) = (&others[0].0, others[0].1);
     let r = receipt(1, 60, T0 + 60);
-    let reporter = b.new_party(0, 0);
+    // The job's user reports (a party the validator is not: it earns the reward).
+    let reporter = Party { key: b.user_kp(), payment: b.user.payment, stake: b.user.stake };
     let ixs = b.validator_equivocation_ixs(&signing_key(byz), &byz.pubkey(), &reporter.key.pubkey(), reporter.stake, job, (r, 60), (r, 61));
     let logs = b.send(&ixs, &[&reporter.key]).unwrap().logs;
     let e: ValidatorEquivocationSlashed = event(&logs);

@@ -174,14 +174,16 @@ fn parameter_change_applies_only_to_jobs_created_after_it_is_in_force() {
 
 #[test]
 fn quorum_raise_cannot_stall_running_jobs() {
-    // unbonding 0: changes apply at once, and still the running job settles with its quorum.
+    // unbonding 0: changes apply after the minimum delay, and still the running job settles
+    // with its quorum.
     let mut b = Bench::with_params(MarketParams { unbonding_seconds: 0, ..default_params() });
     let (job, _) = b.running_job(1, 1, 10_000);
     let ix = b.ix_update_params(&b.admin.pubkey(), MarketParams { unbonding_seconds: 0, min_quorum: 3, ..default_params() });
     b.as_admin(&[ix]);
-    assert_eq!(b.market_state().params.min_quorum, 3);
-    b.advance(60);
-    b.settle(job, receipt(1, 60, T0 + 60)).expect("the job's quorum of 1 still settles");
+    b.advance(gpu_market::state::MIN_PARAMS_DELAY_SECONDS);
+    assert_eq!(b.market_state().params_at(b.now).min_quorum, 3);
+    let started = b.started(&job);
+    b.settle(job, receipt(1, 60, started + 60)).expect("the job's quorum of 1 still settles");
 }
 
 #[test]

@@ -5,7 +5,7 @@ mod common;
 use common::*;
 use gpu_market::errors::GpuMarketError as E;
 use gpu_market::events::*;
-use gpu_market::state::{Market, MarketParams, MarketTotals, MAX_UNBONDING_SECONDS};
+use gpu_market::state::{Market, MarketParams, MarketTotals, MAX_UNBONDING_SECONDS, MIN_PARAMS_DELAY_SECONDS};
 use gpum_localnet::solana_keypair::Keypair;
 use gpum_localnet::solana_signer::Signer;
 use gpum_localnet::solana_instruction::error::InstructionError;
@@ -89,11 +89,15 @@ fn success_update_params_announces_and_applies_after_unbonding_seconds() {
     b.as_admin(&[b.ix_update_params(&b.admin.pubkey(), low)]);
     let m = b.market_state();
     assert_eq!((m.params, m.pending_params, m.params_effective_at), (new, low, effective_at + MAX_UNBONDING_SECONDS));
-    // With unbonding_seconds == 0 in force, a change applies at once.
-    b.set_time(effective_at + MAX_UNBONDING_SECONDS);
-    b.as_admin(&[b.ix_update_params(&b.admin.pubkey(), default_params())]);
+    // With unbonding_seconds == 0 in force, a change still waits MIN_PARAMS_DELAY_SECONDS.
+    let now = effective_at + MAX_UNBONDING_SECONDS;
+    b.set_time(now);
+    let logs = b.as_admin(&[b.ix_update_params(&b.admin.pubkey(), default_params())]);
     let m = b.market_state();
-    assert_eq!((m.params, m.params_effective_at), (default_params(), 0));
+    let due = now + MIN_PARAMS_DELAY_SECONDS;
+    assert_eq!((m.params, m.pending_params, m.params_effective_at), (low, default_params(), due));
+    assert_eq!((m.params_at(due - 1), m.params_at(due)), (low, default_params()));
+    assert_event(&logs, ParamsAnnounced { market: b.market, current: low, pending: default_params(), effective_at: due });
 }
 
 #[test]
@@ -245,7 +249,7 @@ fn success_pause_does_not_block_existing_business() {
     b.send(&[b.ix_withdraw_validator_bond(&v2.key.pubkey(), v2.stake)], &[&v2.key]).unwrap();
 
     assert!(b.market_state().paused);
-    assert!(b.svm.get_account(&settled).map_or(true, |a| a.lamports == 0));
+    assert!(b.is_tombstone(&settled));
     assert_eq!(b.job_state(&expired).status, gpu_market::state::JobStatus::Failed);
     assert_eq!(b.token_balance(&v2.stake), 5_000);
     assert_eq!(b.token_balance(&b.provider_owner.stake), 1_000_000 - 100_000 - 100 + 1_000);

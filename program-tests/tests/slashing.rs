@@ -16,11 +16,12 @@ use gpum_localnet::solana_transaction_error::TransactionError;
 const STAKED: u64 = 100_000;
 const UNBONDING: i64 = 14 * 86_400;
 
-/// A running job of the bench user (deposit 10_000) and a reporter with a stake account.
+/// A running job of the bench user (deposit 10_000) and its user as the reporter (a party the
+/// provider is not, so it earns the reporter reward), with an empty stake account.
 fn equivocation_bench() -> (Bench, Pubkey, Party) {
     let mut b = Bench::new();
     let (job, _) = b.running_job(1, 1, 10_000);
-    let reporter = b.new_party(0, 0);
+    let reporter = Party { key: b.user_kp(), payment: b.user.payment, stake: b.user.stake };
     (b, job, reporter)
 }
 

@@ -120,7 +120,7 @@ to_j_struct!(Market { authority, creator, pending_authority, id, stake_mint, pay
 to_j_struct!(GpuSpec { gpu_model, gpu_count, vram_mib, region });
 to_j_struct!(Unbonding { amount, release_at });
 to_j_struct!(Reputation { verified_seconds, windows_missed, jobs_completed, jobs_failed, slashes });
-to_j_struct!(Provider { market, owner, worker_key, worker_key_expires_at, retired_keys, last_equivocation_slash_at, spec, price_per_gpu_second, status, stake, unbonding, gpus_in_use, reputation, bump, endpoint });
+to_j_struct!(Provider { market, owner, worker_key, worker_key_expires_at, retired_keys, last_equivocation_slash_at, spec, price_per_gpu_second, status, stake, unbonding, gpus_in_use, reputation, bump, endpoint, last_equivocation_slash_bps });
 to_j_struct!(RetiredWorkerKey { key, retired_at });
 to_j_struct!(JobTerms { rate_per_second, fee_bps, burn_bps, window_seconds, max_missed_windows, grace_seconds, max_skew_seconds, quorum, downtime_slash_bps, equivocation_slash_bps, reporter_reward_bps, temp_critical_c, ecc_uncorrected_max, validator_reward_bps });
 to_j_struct!(Validator { market, authority, bond, unbonding, status, settlements, bump, endpoint, rewards_earned, rewards_unclaimed, slashes });
@@ -274,6 +274,7 @@ fn provider(status: ProviderStatus) -> Provider {
         reputation: Reputation { verified_seconds: 600_001, windows_missed: 7, jobs_completed: 42, jobs_failed: 2, slashes: 1 },
         bump: 251,
         endpoint: gpu_market::state::encode_endpoint("http://203.0.113.9:7070").unwrap(),
+        last_equivocation_slash_bps: 4_999,
     }
 }
 

@@ -50,9 +50,14 @@ const [validatorPda] = PublicKey.findProgramAddressSync(
 );
 const out = { job: job.toBase58(), signatures: {} };
 
-// 1. create_job (the user), the committee is the one validator, quorum 1.
+// 1. create_job (the user), the committee is the one validator, quorum 1, signed for the market
+// parameters in force now (the program refuses the job if they change before it lands).
+const marketAccount = await program.account.market.fetch(market);
+const chainNow = await connection.getBlockTime(await connection.getSlot());
+const due = marketAccount.paramsEffectiveAt.toNumber();
+const inForce = due !== 0 && chainNow >= due ? marketAccount.pendingParams : marketAccount.params;
 const createTx = await program.methods
-  .createJob(jobId, 1, new BN(cfg.deposit), new BN(cfg.maxPrice), [validator.publicKey], 1, Array(32).fill(0))
+  .createJob(jobId, 1, new BN(cfg.deposit), new BN(cfg.maxPrice), [validator.publicKey], 1, Array(32).fill(0), inForce)
   .accountsStrict({
     user: user.publicKey, market, provider: providerPda, job, escrow, paymentMint: pk(cfg.paymentMint),
     userPaymentAccount: pk(cfg.userPayment), tokenProgram: TOKEN_PROGRAM, systemProgram: SystemProgram.programId,

@@ -12,7 +12,7 @@ Nothing here does I/O; ``settlement``, ``downtime`` and ``members`` use it.
   approved changes nothing (it is one of the totals *above* the q-th); one claiming less can
   only lower the value to what an honest quorum would also accept in a q-of-q committee.
 * ``settle_bound``: the program's limits on a settle's approved total, applied to a value
-  (never more than ``paid + (cumulative - claimed)``, the wall-time bound; None below
+  (never more than the receipt's cumulative claim, nor the wall-time bound; None below
   ``paid_seconds``).
 * ``member_total``: a member's query answer, read against the receipt it must hold.
 * ``attestation_message``: the 40 bytes a member signs, ``sha256(receipt_message) ||
@@ -98,13 +98,12 @@ def quorum_value(totals: Sequence[int], quorum: int) -> int | None:
 def settle_bound(value: int, chain: ChainJobInfo, cumulative_seconds: int,
                  window_end: int) -> int | None:
     """``value`` lowered to what ``settle`` accepts for a receipt (``cumulative_seconds``,
-    ``window_end``) of a job in state ``chain``: at most ``paid + (cumulative - claimed)``
-    (the committee never pays a second the worker did not claim since the last settlement)
-    and the wall-time bound ``window_end - started_at + skew`` (``ended_at - started_at``
-    once Finishing). None when that is below ``paid_seconds`` (nothing can be settled with
-    this receipt)."""
-    claimed = max(0, cumulative_seconds - chain.claimed_seconds)
-    bound = min(value, chain.paid_seconds + claimed,
+    ``window_end``) of a job in state ``chain``: settlement is by totals, so at most the
+    receipt's cumulative claim (the committee never pays a second the worker did not claim,
+    and seconds an earlier settle left unapproved stay payable) and the wall-time bound
+    ``window_end - started_at + skew`` (``ended_at - started_at`` once Finishing). None when
+    that is below ``paid_seconds`` (nothing can be settled with this receipt)."""
+    bound = min(value, cumulative_seconds,
                 window_end - chain.started_at + chain.max_skew_seconds)
     if chain.status == "finishing" and chain.ended_at > 0:
         bound = min(bound, chain.ended_at - chain.started_at)

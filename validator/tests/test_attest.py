@@ -70,7 +70,8 @@ CHAIN = ChainJobInfo(status="running", last_seq=5, paid_seconds=290, rate_per_se
 def test_settle_bound_applies_the_program_rules():
     # paid 290 at claimed 300; the receipt claims 600 at T0 + 600
     assert settle_bound(590, CHAIN, 600, T0 + 600) == 590
-    assert settle_bound(600, CHAIN, 600, T0 + 600) == 590  # approved - paid <= claimed delta
+    assert settle_bound(600, CHAIN, 600, T0 + 600) == 600  # totals: up to the cumulative claim
+    assert settle_bound(601, CHAIN, 600, T0 + 600) == 600
     assert settle_bound(290, CHAIN, 600, T0 + 600) == 290  # pays nothing, moves the claim
     assert settle_bound(289, CHAIN, 600, T0 + 600) is None  # below paid: not settleable
     wall = replace(CHAIN, paid_seconds=0, claimed_seconds=0)

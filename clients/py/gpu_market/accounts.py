@@ -16,6 +16,7 @@ will accept: :func:`effective_params` (``Market::params_at``), :func:`announced_
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,12 +26,14 @@ from .codec import Codec, default_codec
 from .constants import ENDPOINT_LEN
 
 __all__ = [
+    "CLOSED_JOB_DISCRIMINATOR",
     "DEFAULT_MARKET_PARAMS",
     "GPU_MODEL_LEN",
     "JOB_STATUSES",
     "PROVIDER_STATUSES",
     "REGION_LEN",
     "TERMINAL_JOB_STATUSES",
+    "ClosedJobView",
     "EquivocationRecordView",
     "GpuSpec",
     "JobTerms",
@@ -273,6 +276,10 @@ class ProviderView:
     """The worker's public API (workload delivery, status, logs); "" when none."""
     jailed_until: int | None = None
     address: Pubkey | None = None
+    last_equivocation_slash_bps: int = 0
+    """The highest equivocation slash rate applied to the incident of
+    ``last_equivocation_slash_at`` (later evidence of it under a higher rate slashes the
+    difference)."""
 
     @property
     def free_gpus(self) -> int:
@@ -483,6 +490,7 @@ def _provider(d: Any, address: Pubkey | None) -> ProviderView:
         endpoint=decode_fixed_str(bytes(d.endpoint)),
         jailed_until=getattr(variant, "until", None) if status == "jailed" else None,
         address=address,
+        last_equivocation_slash_bps=d.last_equivocation_slash_bps,
     )
 
 
@@ -518,6 +526,19 @@ def _job(d: Any, address: Pubkey | None) -> JobView:
 
 
 @dataclass(frozen=True)
+class ClosedJobView:
+    """What ``close_job`` leaves at a job's address: a program-owned tombstone, so the address
+    never holds a Job again (one job id, one job). ``fetch_job`` reads it as None."""
+
+    closed_at: int
+    address: Pubkey | None = None
+
+
+CLOSED_JOB_DISCRIMINATOR = hashlib.sha256(b"account:ClosedJob").digest()[:8]
+"""Anchor's discriminator of ``ClosedJob`` (not in the IDL: no instruction takes one)."""
+
+
+@dataclass(frozen=True)
 class EquivocationRecordView:
     """A slashed equivocation: ``["equivocation", job, started_at, seq]`` for a provider's two
     receipts (``offender`` = the Provider account), ``["validator_equivocation", validator, job,
@@ -549,8 +570,12 @@ _BUILDERS = {
 
 def decode_account(
     data: bytes, address: Pubkey | None = None, codec: Codec | None = None
-) -> MarketView | ProviderView | ValidatorView | JobView | EquivocationRecordView:
+) -> MarketView | ProviderView | ValidatorView | JobView | EquivocationRecordView | ClosedJobView:
     """Decode any gpu_market account into its view; ValueError if ``data`` is not one."""
+    if bytes(data[:8]) == CLOSED_JOB_DISCRIMINATOR:
+        if len(data) < 16:
+            raise ValueError(f"ClosedJob account data is {len(data)} bytes, expected 16")
+        return ClosedJobView(int.from_bytes(bytes(data[8:16]), "little", signed=True), address)
     codec = codec or default_codec()
     name, decoded = codec.decode_account(data)
     return _BUILDERS[name](decoded, address)

@@ -150,8 +150,9 @@ class MarketAdmin:
     ) -> Signature:
         """Announce new parameters for ``market`` (market authority only).
 
-        They come into force ``unbonding_seconds`` (of the parameters in force now) after the
-        announcement, at once when that is 0; read ``fetch_market(market).params_effective_at``
+        They come into force ``max(unbonding_seconds, MIN_PARAMS_DELAY_SECONDS)`` (of the
+        parameters in force now; :data:`gpu_market.constants.MIN_PARAMS_DELAY_SECONDS`, never
+        at once) after the announcement; read ``fetch_market(market).params_effective_at``
         afterwards, and :func:`gpu_market.accounts.effective_params` for what is in force at a
         given time. Jobs already created keep their terms. ``params`` is merged onto the most
         recently announced parameters (:func:`gpu_market.accounts.announced_params`), so a

@@ -39,6 +39,7 @@ from .accounts import (
     GPU_MODEL_LEN,
     JOB_STATUSES,
     REGION_LEN,
+    ClosedJobView,
     EquivocationRecordView,
     JobView,
     MarketParams,
@@ -259,6 +260,8 @@ class GpuMarketClient(MarketAdmin, JobEndings, ValidatorNetwork):
             view = decode_account(data, key, self.codec)
         except ValueError as e:
             raise InvalidAccount(f"{key}: {e}") from None
+        if kind == "Job" and isinstance(view, ClosedJobView):
+            return None  # the job was closed: its address holds a tombstone for good
         if type(view).__name__ != f"{kind}View":
             raise InvalidAccount(f"{key} is a {type(view).__name__[:-4]} account, not a {kind}")
         return view
@@ -284,12 +287,18 @@ class GpuMarketClient(MarketAdmin, JobEndings, ValidatorNetwork):
         return self._fetch(validator, "Validator")
 
     def fetch_job(self, job: Pubkey) -> JobView | None:
-        """The Job at ``job``, or None (closed jobs no longer exist)."""
+        """The Job at ``job``, or None: no job was ever created there, or it was closed (a
+        closed job leaves a :class:`~gpu_market.accounts.ClosedJobView` tombstone, so its
+        address is never used again; read it with :meth:`fetch_closed_job`)."""
         return self._fetch(job, "Job")
 
+    def fetch_closed_job(self, job: Pubkey) -> ClosedJobView | None:
+        """The tombstone ``close_job`` left at ``job``, or None if the job was not closed."""
+        return self._fetch(job, "ClosedJob")
+
     def fetch_jobs(self, jobs: Sequence[Pubkey]) -> list[JobView | None]:
-        """The Jobs at ``jobs``, in order (None where no account is), 100 per RPC call;
-        InvalidAccount when an account there is not a Job."""
+        """The Jobs at ``jobs``, in order (None where no account is or the job was closed),
+        100 per RPC call; InvalidAccount when an account there is not a Job."""
         keys = list(jobs)
         return [self._decode_info(k, i, "Job") for k, i in zip(keys, self._account_infos(keys))]
 
@@ -580,7 +589,10 @@ class GpuMarketClient(MarketAdmin, JobEndings, ValidatorNetwork):
         them must agree on each settlement, ``min_quorum <= quorum <= min(3, len(committee))``.
         The job's terms (rate, fee, window, grace, ...) are fixed now from the parameters in
         force at chain time (:func:`gpu_market.accounts.effective_params`) and the provider's
-        price. ``max_price_per_gpu_second`` (base units) is the highest price the user accepts:
+        price. The transaction carries the parameters read here (``expected_params``): if the
+        ones in force when it lands differ (an announced change came into force meanwhile), the
+        program refuses the job with ``MarketParamsChanged`` and nothing moves; read the market
+        again. ``max_price_per_gpu_second`` (base units) is the highest price the user accepts:
         the program refuses the job with ``PriceAboveLimit`` if the provider's price is above
         it when the transaction lands (so a provider cannot front-run the user with a price
         rise); by default it is the price read here, before the transaction is built.
@@ -630,7 +642,7 @@ class GpuMarketClient(MarketAdmin, JobEndings, ValidatorNetwork):
             "create_job",
             {"job_id": job_id, "gpu_count": gpu_count, "deposit": deposit,
              "max_price_per_gpu_second": max_price, "committee": committee, "quorum": int(quorum),
-             "workload_hash": list(workload_hash)},
+             "workload_hash": list(workload_hash), "expected_params": asdict(params)},
             {
                 "user": user.pubkey(),
                 "market": market,
@@ -845,9 +857,13 @@ class GpuMarketClient(MarketAdmin, JobEndings, ValidatorNetwork):
         signature must verify, over its receipt message, under a key that signs that window
         (``ProviderView.key_signs_window``: the current key unexpired, or a retired key for a
         window that ended by its retirement; found by verifying locally); ValueError
-        otherwise, or when the receipts have different seqs or are identical, the job is Open,
-        a receipt ends at or before the job's ``started_at`` (an earlier job at this address),
-        or within the incident the provider was already slashed for."""
+        otherwise, or when the receipts have different seqs or are identical, the job is Open
+        or never started (``JobNeverStarted``), a receipt ends at or before the job's
+        ``started_at``, or it belongs to the incident the provider was already slashed for at
+        this job's rate or a higher one (evidence under a higher rate tops the slash up). The
+        reporter reward is paid only when ``reporter`` is the job's user or a committee member
+        and neither the provider's owner nor a key that signed the evidence; anyone else's
+        report burns the whole slash."""
         r1, r2 = receipt_args(first), receipt_args(second)
         if r1["seq"] != r2["seq"]:
             raise ValueError(f"receipts have different seqs ({r1['seq']} and {r2['seq']})")
@@ -856,19 +872,25 @@ class GpuMarketClient(MarketAdmin, JobEndings, ValidatorNetwork):
         accounts, j, p, _ = self._slash_targets(job, reporter, reporter_stake_account)
         if j.status == "open":
             raise ValueError(f"job {job} is Open: it has no receipts to equivocate on")
+        if j.started_at == 0:
+            raise ValueError(f"job {job} never started: it cannot be the subject of a slash "
+                             "(the program's JobNeverStarted)")  # fmt: skip
         for label, r in (("first", r1), ("second", r2)):
             if r["window_end"] <= j.started_at:
                 raise ValueError(
                     f"the {label} receipt ends at {r['window_end']}, not after this job started "
-                    f"({j.started_at}): it belongs to an earlier job at this address"
+                    f"({j.started_at}): it is not evidence about this job"
                 )
         if p.last_equivocation_slash_at != 0:
             incident_over = p.last_equivocation_slash_at + MAX_SKEW_SECONDS
-            if min(r1["window_end"], r2["window_end"]) <= incident_over:
+            rate = j.terms.equivocation_slash_bps
+            if (min(r1["window_end"], r2["window_end"]) <= incident_over
+                    and rate <= p.last_equivocation_slash_bps):  # fmt: skip
                 raise ValueError(
-                    f"the provider was slashed for equivocation at {p.last_equivocation_slash_at}; "
-                    f"only receipts for windows ending after {incident_over} count as a new "
-                    "incident (the program's EquivocationAlreadyPunished)"
+                    f"the provider was slashed for equivocation at {p.last_equivocation_slash_at} "
+                    f"at {p.last_equivocation_slash_bps} bps; receipts for windows ending by "
+                    f"{incident_over} belong to that incident and count only under a higher "
+                    f"rate than this job's {rate} bps (the program's EquivocationAlreadyPunished)"
                 )
         candidates = [p.worker_key, *(r.key for r in p.retired_worker_keys)]
         entries = []

@@ -406,8 +406,19 @@ class ValidatorNetwork:
 
     def withdraw_validator_bond(self, authority: Keypair, market: Pubkey) -> Signature:
         """Pay an exited validator's released bond to its stake-mint ATA (created in the same
-        transaction if missing) and close the Validator account (rent to the authority)."""
+        transaction if missing) and close the Validator account (rent to the authority). The
+        program refuses to close it with rewards unclaimed (``RewardsUnclaimed``), so when
+        ``ValidatorView.rewards_unclaimed`` is non-zero the same transaction first claims them
+        to the authority's payment-mint ATA (created if missing)."""
         m = self._require(market, "Market")
+        owner = authority.pubkey()
+        v = self._fetch(pda.validator_pda(market, owner, self.program_id), "Validator")
+        claim: list[Instruction] = []
+        if v is not None and v.rewards_unclaimed > 0:
+            claim = [
+                tokens.create_ata_idempotent_ix(owner, owner, m.payment_mint),
+                claim_validator_rewards_ix(self.codec, owner, m, tokens.ata(owner, m.payment_mint)),
+            ]
         ix = self.codec.instruction(
             "withdraw_validator_bond",
             {},
@@ -422,7 +433,7 @@ class ValidatorNetwork:
             },
         )
         ata_ix = tokens.create_ata_idempotent_ix(authority.pubkey(), authority.pubkey(), m.stake_mint)
-        return self.send([ata_ix, ix], [authority])
+        return self.send([*claim, ata_ix, ix], [authority])
 
     # -------------------------------------------------------------- committees
 
@@ -467,12 +478,14 @@ class ValidatorNetwork:
         with ``others`` (exactly ``terms.quorum - 1`` other members, each of which signs) as
         remaining (Validator PDA, authority as signer) pairs. ``last_proof_window_end``: the
         ``window_end`` of the newest proof of the job any of them accepted (the program counts
-        missed windows from it or the last settled window, whichever is later). The reward goes
-        to ``reporter_stake_account`` (default: the submitter's stake-mint ATA). ValueError,
+        missed windows from it or the last settled window, whichever is later, up to now while
+        Running and up to ``ended_at`` once Finishing). The reward goes to
+        ``reporter_stake_account`` (default: the submitter's stake-mint ATA). ValueError,
         before anything is built, where the program would refuse the signers or the job."""
         accounts, j, _, _ = self._slash_targets(job, validator_authority, reporter_stake_account)
-        if j.status != "running":
-            raise ValueError(f"job {job} is {j.status}: only a running job can be slashed for downtime")
+        if j.status not in ("running", "finishing"):
+            raise ValueError(f"job {job} is {j.status}: only a running or finishing job can be "
+                             "slashed for downtime")  # fmt: skip
         signers = [validator_authority, *others]
         outsiders = [str(a) for a in signers if j.member_index(a) is None]
         if outsiders:

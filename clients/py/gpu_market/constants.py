@@ -20,6 +20,7 @@ __all__ = [
     "MAX_SKEW_SECONDS",
     "MAX_UNBONDING_SECONDS",
     "MAX_WINDOW_SECONDS",
+    "MIN_PARAMS_DELAY_SECONDS",
     "PACKET_DATA_SIZE",
     "PROGRAM_ID",
     "SYSTEM_PROGRAM_ID",
@@ -41,6 +42,9 @@ CLOCK_SYSVAR_ID = Pubkey.from_string("SysvarC1ock1111111111111111111111111111111
 MAX_FEE_BPS = 2_500
 MAX_WINDOW_SECONDS = 3_600
 MAX_UNBONDING_SECONDS = 365 * 24 * 3_600
+MIN_PARAMS_DELAY_SECONDS = 3_600
+"""The shortest delay between ``update_params`` and the new parameters coming into force,
+whatever ``unbonding_seconds`` is (``state/market.rs``)."""
 MAX_SKEW_SECONDS = 300
 """Also the margin after an equivocation slash within which evidence counts as the same
 incident (``slash_equivocation``)."""

@@ -97,8 +97,9 @@ class SettleItem:
 
     ``receipt_signature`` is the worker key's Ed25519 signature over the receipt digest, the
     sha256 of the receipt message (``gpu_market.receipt.sign_receipt``). ``approved_seconds`` is the job's approved
-    cumulative total (the program pays ``approved_seconds - job.paid_seconds``; it must not
-    exceed what the worker claimed since the last settlement). ``attestations`` are the
+    cumulative total (the program pays ``approved_seconds - job.paid_seconds``; it must lie
+    between ``job.paid_seconds`` and ``cumulative_seconds``, and within the wall-time bound).
+    ``attestations`` are the
     ``terms.quorum - 1`` other committee members' signatures over the attestation message; they
     follow the worker's signature in the Ed25519 instruction, and their Validator PDAs are the
     remaining accounts, in this order.

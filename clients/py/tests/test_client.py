@@ -112,6 +112,26 @@ def test_fetch_job_and_absent(fake, job_bytes):
         client.fetch_market(job)
 
 
+def test_a_closed_job_is_a_tombstone_that_fetch_job_reads_as_none(fake, job_bytes):
+    """``close_job`` leaves a ``ClosedJob`` (discriminator pinned to the program's:
+    sha256("account:ClosedJob")[:8]) at the job's address for good."""
+    from gpu_market.accounts import CLOSED_JOB_DISCRIMINATOR, ClosedJobView, decode_account
+
+    assert CLOSED_JOB_DISCRIMINATOR.hex() == "0b24094c59a786ab"
+    rpc, client = fake
+    job = Pubkey.new_unique()
+    data = CLOSED_JOB_DISCRIMINATOR + (1_751_300_001).to_bytes(8, "little")
+    rpc.accounts[str(job)] = (str(PROGRAM_ID), data)
+    assert decode_account(data, job) == ClosedJobView(1_751_300_001, job)
+    assert client.fetch_job(job) is None
+    assert client.fetch_jobs([job]) == [None]
+    assert client.fetch_closed_job(job) == ClosedJobView(1_751_300_001, job)
+    with pytest.raises(ValueError, match="not a Market"):
+        client.fetch_market(job)
+    with pytest.raises(ValueError, match="expected 16"):
+        decode_account(CLOSED_JOB_DISCRIMINATOR + bytes(7))
+
+
 def test_list_jobs_filters(fake, job_bytes, codec):
     rpc, client = fake
     market, user, provider = (Pubkey.new_unique() for _ in range(3))

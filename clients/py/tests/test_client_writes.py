@@ -45,7 +45,7 @@ def params_bytes(p: dict) -> bytes:
 
 def provider_bytes(codec, market: Pubkey, owner: Pubkey, worker: Pubkey,
                    retired: list[tuple[Pubkey, int]] = (), last_equivocation_slash_at: int = 0,
-                   price: int = 5) -> bytes:  # fmt: skip
+                   price: int = 5, last_equivocation_slash_bps: int = 0) -> bytes:  # fmt: skip
     """A Provider account encoded by hand (state/provider.rs), status Active, 8 GPUs;
     ``retired``: (key, retired_at) pairs, newest first (at most 4)."""
     slots = b"".join(bytes(k) + struct.pack("<q", t) for k, t in retired)
@@ -54,6 +54,9 @@ def provider_bytes(codec, market: Pubkey, owner: Pubkey, worker: Pubkey,
     raw = (hashlib.sha256(b"account:Provider").digest()[:8] + bytes(market) + bytes(owner)
            + bytes(worker) + bytes(8) + slots + struct.pack("<q", last_equivocation_slash_at)
            + spec + struct.pack("<Q", price) + b"\x00")  # fmt: skip
+    # stake, unbonding, gpus_in_use, reputation, bump and endpoint (all zero), then the last
+    # field, last_equivocation_slash_bps (u16); an Active status is one byte in borsh.
+    raw += bytes(8 + 16 + 2 + 36 + 1 + 96) + struct.pack("<H", last_equivocation_slash_bps)
     return raw.ljust(codec.account_size("Provider"), b"\0")
 
 
@@ -392,7 +395,7 @@ def test_slash_equivocation_rejects_bad_evidence(world):
         world.client.slash_equivocation(reporter, world.job, r1, s1, r1, s1)
     early, s_early, _ = _signed(world, world.worker, 0, 0, 3)  # window_end before started_at
     r0, s0, _ = _signed(world, world.worker, 0, 10, 4)
-    with pytest.raises(ValueError, match="earlier job at this address"):
+    with pytest.raises(ValueError, match="not evidence about this job"):
         world.client.slash_equivocation(reporter, world.job, early, s_early, r0, s0)
     r3, s3, _ = _signed(world, Keypair(), 3, 170, 2)  # a stranger's key
     with pytest.raises(ValueError, match="second_signature"):

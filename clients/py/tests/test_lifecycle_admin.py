@@ -303,6 +303,8 @@ def test_create_job_min_deposit_uses_the_params_in_force_at_chain_time(fake, cod
     (ix,), _ = world.last()
     # no max_price_per_gpu_second: the provider's price read before building (5), never u64::MAX
     assert bytes(ix.data)[:34] == disc("create_job") + struct.pack("<QHQQ", 1, 2, 300, 5)
+    # the user signs for the parameters in force at chain time: the announced ones now
+    assert bytes(ix.data).endswith(params_bytes({**PARAMS, "window_seconds": 30}))
     assert job == pda.job_pda(world.market, user.pubkey(), 1)
 
 
@@ -324,10 +326,11 @@ def test_create_job_matches_the_idl(fake, codec, job_bytes, new_idl):
     args = next(i for i in new_idl["instructions"] if i["name"] == "create_job")["args"]
     assert [(a["name"], a["type"]) for a in args] == [
         ("job_id", "u64"), ("gpu_count", "u16"), ("deposit", "u64"), ("max_price_per_gpu_second", "u64"),
-        ("committee", {"vec": "pubkey"}), ("quorum", "u8"), ("workload_hash", {"array": ["u8", 32]})]  # fmt: skip
+        ("committee", {"vec": "pubkey"}), ("quorum", "u8"), ("workload_hash", {"array": ["u8", 32]}),
+        ("expected_params", {"defined": {"name": "MarketParams"}})]  # fmt: skip
     assert bytes(ix.data) == (disc("create_job") + struct.pack("<QHQQ", 9, 1, 600, 7)
                               + struct.pack("<I", 3) + b"".join(bytes(k) for k in members) + b"\x02"
-                              + bytes(32))  # fmt: skip
+                              + bytes(32) + params_bytes(PARAMS))  # fmt: skip
     world.client.create_job(user, world.market, world.provider, 10, 1, 600, **world.committee(),
                             max_price_per_gpu_second=5)  # = the price  # fmt: skip
     (ix,), _ = world.last()
@@ -390,11 +393,19 @@ def test_slash_evidence_from_a_retired_key_must_predate_its_retirement(fake, cod
 
 def test_slash_evidence_of_an_incident_already_punished_is_refused(fake, codec, job_bytes):
     rpc, client = fake
-    world = World(rpc, client, codec, job_bytes, last_equivocation_slash_at=1_700_000_200)
+    # Slashed at the job's own rate (5000 bps): nothing higher applies to the incident.
+    world = World(rpc, client, codec, job_bytes, last_equivocation_slash_at=1_700_000_200,
+                  last_equivocation_slash_bps=5_000)  # fmt: skip
     r1, s1 = _signed(world, world.worker, 5, 1_700_000_200 + 300, 1)  # within the 300 s margin
     r2, s2 = _signed(world, world.worker, 5, 1_700_000_200 + 300, 2)
     with pytest.raises(ValueError, match="EquivocationAlreadyPunished"):
         client.slash_equivocation(Keypair(), world.job, r1, s1, r2, s2)
+    # Slashed at 100 bps elsewhere: this job's 5000 bps tops the same incident up.
+    lower = World(rpc, client, codec, job_bytes, last_equivocation_slash_at=1_700_000_200,
+                  last_equivocation_slash_bps=100)  # fmt: skip
+    r1, s1 = _signed(lower, lower.worker, 5, 1_700_000_200 + 300, 1)
+    r2, s2 = _signed(lower, lower.worker, 5, 1_700_000_200 + 300, 2)
+    assert len(client.slash_equivocation_instructions(Keypair().pubkey(), lower.job, r1, s1, r2, s2)) == 2
     r1, s1 = _signed(world, world.worker, 6, 1_700_000_200 + 301, 1)  # a new incident
     r2, s2 = _signed(world, world.worker, 6, 1_700_000_200 + 301, 2)
     assert len(client.slash_equivocation_instructions(Keypair().pubkey(), world.job, r1, s1, r2, s2)) == 2

@@ -447,19 +447,27 @@ impl Bench {
 
     /// `create_job` with the bench's committee and a workload hash.
     pub fn ix_create_job_workload(&self, user: &Party, job_id: u64, gpu_count: u16, deposit: u64, workload_hash: [u8; 32]) -> Instruction {
-        let mut ix = self.ix_create_job(user, job_id, gpu_count, deposit);
-        // The workload hash is the last argument: replace the default zeros.
-        let n = ix.data.len();
-        ix.data[n - 32..].copy_from_slice(&workload_hash);
-        ix
+        self.ix_create_job_full(user, job_id, gpu_count, deposit, u64::MAX, &self.committee.clone(), self.quorum, workload_hash)
     }
 
     /// `create_job` with `committee` (their Validator accounts as remaining accounts) and `quorum`.
     #[allow(clippy::too_many_arguments)]
     pub fn ix_create_job_with(&self, user: &Party, job_id: u64, gpu_count: u16, deposit: u64, max_price_per_gpu_second: u64, committee: &[Pubkey], quorum: u8) -> Instruction {
+        self.ix_create_job_full(user, job_id, gpu_count, deposit, max_price_per_gpu_second, committee, quorum, [0; 32])
+    }
+
+    /// The market parameters in force at the bench's clock: what a user reads and signs for.
+    pub fn params_in_force(&self) -> MarketParams {
+        self.market_state().params_at(self.now)
+    }
+
+    /// `create_job` signed for the parameters in force now (`params_in_force`).
+    #[allow(clippy::too_many_arguments)]
+    pub fn ix_create_job_full(&self, user: &Party, job_id: u64, gpu_count: u16, deposit: u64, max_price_per_gpu_second: u64, committee: &[Pubkey], quorum: u8, workload_hash: [u8; 32]) -> Instruction {
         let (job, escrow) = self.job_address(&user.key.pubkey(), job_id);
+        let expected_params = self.params_in_force();
         let mut ix = Self::ix(
-            gpu_market::instruction::CreateJob { job_id, gpu_count, deposit, max_price_per_gpu_second, committee: committee.to_vec(), quorum, workload_hash: [0; 32] },
+            gpu_market::instruction::CreateJob { job_id, gpu_count, deposit, max_price_per_gpu_second, committee: committee.to_vec(), quorum, workload_hash, expected_params },
             gpu_market::accounts::CreateJob {
                 user: user.key.pubkey(),
                 market: self.market,
@@ -1041,7 +1049,7 @@ impl Bench {
 
     /// The record of (job incarnation, seq); reads the job's `started_at`.
     pub fn equivocation_record(&self, job: &Pubkey, seq: u64) -> Pubkey {
-        let started_at = self.job_state(job).started_at;
+        let started_at = self.account::<Job>(job).map_or(0, |j| j.started_at);
         pda(&[gpu_market::seeds::EQUIVOCATION, job.as_ref(), &started_at.to_le_bytes(), &seq.to_le_bytes()])
     }
 
@@ -1104,6 +1112,12 @@ impl Bench {
         let mut settle = self.ix_settle_approved(&self.validator_authority.pubkey(), job, r, approved);
         settle.accounts.extend(extra_validators.iter().map(|v| meta(*v, true)));
         vec![ed25519_settle_ix(&self.worker, &keys.iter().collect::<Vec<_>>(), &msg), settle]
+    }
+
+    /// Whether `job` holds the `ClosedJob` tombstone `close_job` leaves (program-owned, for good).
+    pub fn is_tombstone(&self, job: &Pubkey) -> bool {
+        self.svm.get_account(job).is_some_and(|a| a.owner == gpu_market::ID)
+            && self.account::<gpu_market::state::ClosedJob>(job).is_some()
     }
 
     /// `started_at` of a job.

@@ -125,7 +125,7 @@ pub enum GpuMarketError {
     EquivocationSeqMismatch,
     #[msg("the two receipts are identical: no equivocation")]
     NotEquivocation,
-    #[msg("a receipt ends before this job started (it belongs to an earlier job at this address)")]
+    #[msg("a receipt ends before this job started")]
     ReceiptBeforeJobStart,
     // -- math --
     #[msg("arithmetic overflow")]
@@ -165,7 +165,7 @@ pub enum GpuMarketError {
     NotCommitteeMember,
     #[msg("approved seconds are below those already paid")]
     ApprovedDecreased,
-    #[msg("approved seconds grew by more than the claimed seconds")]
+    #[msg("approved seconds exceed the receipt's cumulative claim")]
     ApprovedExceedsClaim,
     #[msg("the committee member to replace is still Active")]
     MemberStillActive,
@@ -173,4 +173,10 @@ pub enum GpuMarketError {
     NothingToClaim,
     #[msg("equivocation evidence must be two different attestations for one seq")]
     NotValidatorEquivocation,
+    #[msg("the job never started: it cannot be the subject of a slash")]
+    JobNeverStarted,
+    #[msg("the market parameters in force differ from those the user signed for; read the market again")]
+    MarketParamsChanged,
+    #[msg("the validator has unclaimed rewards: claim_validator_rewards before withdrawing the bond")]
+    RewardsUnclaimed,
 }

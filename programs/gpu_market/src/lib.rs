@@ -89,7 +89,7 @@ pub mod gpu_market {
         )
     }
 
-    /// Opens a job and escrows the user's deposit.
+    /// Opens a job on the terms the user signed for and escrows the user's deposit.
     #[allow(clippy::too_many_arguments)]
     pub fn create_job<'info>(
         ctx: Context<'info, CreateJob<'info>>,
@@ -100,6 +100,7 @@ pub mod gpu_market {
         committee: Vec<Pubkey>,
         quorum: u8,
         workload_hash: [u8; 32],
+        expected_params: MarketParams,
     ) -> Result<()> {
         instructions::create_job::handler(
             ctx,
@@ -110,6 +111,7 @@ pub mod gpu_market {
             committee,
             quorum,
             workload_hash,
+            expected_params,
         )
     }
 
@@ -137,7 +139,8 @@ pub mod gpu_market {
         instructions::close_job::handler(ctx)
     }
 
-    /// Announces new market parameters, in force after `unbonding_seconds` (authority).
+    /// Announces new market parameters, in force after `max(unbonding_seconds,
+    /// MIN_PARAMS_DELAY_SECONDS)` (authority).
     pub fn update_params(ctx: Context<UpdateParams>, params: MarketParams) -> Result<()> {
         instructions::update_params::handler(ctx, params)
     }

@@ -122,7 +122,39 @@ pub fn slash_split(
     reward_bps: u16,
 ) -> Result<SlashSplit, MathOverflow> {
     let base = stake.checked_add(unbonding).ok_or(MathOverflow)?;
-    let amount = bps_of(base, slash_bps)?;
+    split_amount(stake, unbonding, bps_of(base, slash_bps)?, reward_bps)
+}
+
+/// The slash that raises an incident already slashed at `applied_bps` to `rate_bps`
+/// (`rate_bps > applied_bps`): `floor(left * (rate - applied) / (10000 - applied))` of what is
+/// left (`stake + unbonding` now), so both slashes together take `rate_bps` of the stake held
+/// before the incident, rounded down (never more). Same guarantees as `slash_split`.
+pub fn top_up_slash_split(
+    stake: u64,
+    unbonding: u64,
+    applied_bps: u16,
+    rate_bps: u16,
+    reward_bps: u16,
+) -> Result<SlashSplit, MathOverflow> {
+    if rate_bps <= applied_bps || u64::from(rate_bps) > BPS_DENOMINATOR {
+        return Err(MathOverflow);
+    }
+    let left = stake.checked_add(unbonding).ok_or(MathOverflow)?;
+    let step = u128::from(rate_bps.checked_sub(applied_bps).ok_or(MathOverflow)?);
+    let rest = u128::from(BPS_DENOMINATOR.checked_sub(u64::from(applied_bps)).ok_or(MathOverflow)?);
+    let amount = u128::from(left)
+        .checked_mul(step)
+        .and_then(|p| p.checked_div(rest))
+        .ok_or(MathOverflow)?;
+    split_amount(stake, unbonding, u64::try_from(amount).map_err(|_| MathOverflow)?, reward_bps)
+}
+
+/// Takes `amount <= stake + unbonding` from stake first, then unbonding; `reward_bps` of it to
+/// the reporter (rounded down), the rest burned.
+fn split_amount(stake: u64, unbonding: u64, amount: u64, reward_bps: u16) -> Result<SlashSplit, MathOverflow> {
+    if amount > stake.checked_add(unbonding).ok_or(MathOverflow)? {
+        return Err(MathOverflow);
+    }
     let from_stake = amount.min(stake);
     let from_unbonding = amount.checked_sub(from_stake).ok_or(MathOverflow)?;
     let reward = bps_of(amount, reward_bps)?;
@@ -176,6 +208,19 @@ mod tests {
         assert_eq!((s.amount, s.from_stake, s.from_unbonding), (500, 100, 400));
         assert_eq!((s.reward, s.burned), (50, 450));
         assert_eq!(slash_split(u64::MAX, 1, 1, 0), Err(MathOverflow));
+    }
+
+    #[test]
+    fn top_up_brings_an_incident_to_the_higher_rate() {
+        // 1 % of 100_000, then up to 50 % of the 100_000: 49_000 more.
+        let first = slash_split(100_000, 0, 100, 0).unwrap();
+        assert_eq!(first.amount, 1_000);
+        let top = top_up_slash_split(99_000, 0, 100, 5_000, 1_000).unwrap();
+        assert_eq!((top.amount, top.reward, top.burned), (49_000, 4_900, 44_100));
+        assert_eq!(top_up_slash_split(99_000, 0, 5_000, 5_000, 0), Err(MathOverflow));
+        assert_eq!(top_up_slash_split(99_000, 0, 5_000, 100, 0), Err(MathOverflow));
+        assert_eq!(top_up_slash_split(0, 0, 0, 10_000, 0).map(|s| s.amount), Ok(0));
+        assert_eq!(top_up_slash_split(1, 0, 0, 10_001, 0), Err(MathOverflow));
     }
 
     #[test]
@@ -246,6 +291,24 @@ mod properties {
             } else {
                 prop_assert!(stake.checked_add(unbonding).is_none());
             }
+        }
+
+        /// One incident slashed at `first` and topped up to `rate` takes `rate` of the stake
+        /// held before it, rounded down by at most 2 units, never more.
+        #[test]
+        fn top_up_reaches_the_higher_rate(stake in 0u64..=u64::MAX / 2, unbonding in 0u64..=u64::MAX / 2,
+                                          first in 0u16..10_000, rate in 1u16..=10_000, reward_bps in 0u16..=5_000) {
+            prop_assume!(rate > first);
+            let s1 = slash_split(stake, unbonding, first, reward_bps).unwrap();
+            let (stake2, unbonding2) = (stake - s1.from_stake, unbonding - s1.from_unbonding);
+            let s2 = top_up_slash_split(stake2, unbonding2, first, rate, reward_bps).unwrap();
+            prop_assert!(s2.from_stake <= stake2 && s2.from_unbonding <= unbonding2);
+            prop_assert_eq!(s2.from_stake + s2.from_unbonding, s2.amount);
+            prop_assert_eq!(s2.reward + s2.burned, s2.amount);
+            let target = (u128::from(stake) + u128::from(unbonding)) * u128::from(rate) / 10_000;
+            let total = u128::from(s1.amount) + u128::from(s2.amount);
+            prop_assert!(total <= target, "total {} above {}", total, target);
+            prop_assert!(total + 2 >= target, "total {} below {} by more than 2", total, target);
         }
     }
 }

@@ -154,6 +154,10 @@ pub fn add(a: u64, b: u64) -> Result<u64> {
     a.checked_add(b).ok_or_else(|| GpuMarketError::MathOverflow.into())
 }
 
+pub fn add32(a: u32, b: u32) -> Result<u32> {
+    a.checked_add(b).ok_or_else(|| GpuMarketError::MathOverflow.into())
+}
+
 pub fn sub(a: u64, b: u64) -> Result<u64> {
     a.checked_sub(b).ok_or_else(|| GpuMarketError::MathOverflow.into())
 }
@@ -192,49 +196,72 @@ pub struct EscrowRefund {
 }
 
 /// Pays the whole escrow balance to `to` (a payment account of the job's user, checked by the
-/// caller) and books its booked part as refunded. Donations never block this: the balance may
-/// exceed the books, and the surplus goes to the user too.
+/// caller) and books its booked part as refunded; `job_info` is the job's account, the escrow's
+/// authority. Donations never block this: the balance may exceed the books, and the surplus
+/// goes to the user too.
 pub fn refund_escrow<'info>(
     token_program: &Program<'info, Token>,
     escrow: &mut Account<'info, TokenAccount>,
     mint: &Account<'info, Mint>,
     to: AccountInfo<'info>,
-    job: &mut Account<'info, Job>,
+    job: &mut Job,
+    job_info: AccountInfo<'info>,
 ) -> Result<EscrowRefund> {
     let booked = job.booked_escrow()?;
     let balance = escrow.amount;
     let surplus = balance.checked_sub(booked).ok_or(GpuMarketError::InvariantViolated)?;
     let signer = JobSigner::of(job);
-    transfer_signed(token_program, escrow, mint, to, job.to_account_info(), &signer.seeds(), balance)?;
+    transfer_signed(token_program, escrow, mint, to, job_info, &signer.seeds(), balance)?;
     job.refunded = add(job.refunded, booked)?;
     escrow.reload()?;
     job.invariant(escrow.amount)?;
     Ok(EscrowRefund { booked, surplus })
 }
 
-/// Applies a slash of `slash_bps` (reward `reporter_reward_bps` of it) to the provider's stake (then unbonding) and books it.
-/// Returns the split; the caller moves the tokens (reward, burn) out of the stake vault.
-pub fn book_slash(
-    provider: &mut Provider,
-    market: &mut Market,
-    slash_bps: u16,
-    reporter_reward_bps: u16,
-) -> Result<math::SlashSplit> {
-    let split = math::slash_split(
-        provider.stake,
-        provider.unbonding.amount,
-        slash_bps,
-        reporter_reward_bps,
-    )
-    .map_err(|_| GpuMarketError::MathOverflow)?;
+/// Books `split` against the provider's stake (then unbonding) and the market totals. The caller
+/// moves the tokens (reward, burn) out of the stake vault.
+pub fn book_slash(provider: &mut Provider, market: &mut Market, split: &math::SlashSplit) -> Result<()> {
     provider.stake = sub(provider.stake, split.from_stake)?;
     provider.unbonding.amount = sub(provider.unbonding.amount, split.from_unbonding)?;
-    provider.reputation.slashes = provider
-        .reputation
-        .slashes
-        .checked_add(1)
-        .ok_or(GpuMarketError::MathOverflow)?;
     market.totals.staked = sub(market.totals.staked, split.amount)?;
     market.totals.slashed = add(market.totals.slashed, split.amount)?;
-    Ok(split)
+    Ok(())
+}
+
+/// The reporter reward rate a slash of `provider` on `job` pays `reporter`: the job's
+/// `reporter_reward_bps` if the reporter is the job's user or a member of its committee and
+/// none of `offender_keys`, the keys the provider provably holds (its owner, which signed its
+/// registration, and the worker keys that signed the evidence); else 0, and the whole slash
+/// is burned. A stranger may be the offender under another name, so only the parties the
+/// offender is not earn from its punishment. Keys the provider merely names (a worker key it
+/// rotated to someone else's pubkey) do not count, so it cannot strip a reporter of its reward.
+pub fn provider_reporter_reward_bps(reporter: &Pubkey, job: &Job, offender_keys: &[Pubkey]) -> u16 {
+    let party = *reporter == job.user || job.member_index(reporter).is_some();
+    if party && !offender_keys.contains(reporter) {
+        job.terms.reporter_reward_bps
+    } else {
+        0
+    }
+}
+
+/// The reporter reward rate a slash of the validator `offender` (an authority) on `job` pays
+/// `reporter`: the job's `reporter_reward_bps` if the reporter is the job's user, the owner of
+/// its provider (the Provider PDA of `reporter` is `job.provider`) or another member of its
+/// committee; else 0, and the whole slash is burned.
+pub fn validator_reporter_reward_bps(
+    reporter: &Pubkey,
+    job: &Job,
+    offender: &Pubkey,
+    program_id: &Pubkey,
+) -> u16 {
+    let provider_owner = || {
+        Pubkey::find_program_address(&[seeds::PROVIDER, job.market.as_ref(), reporter.as_ref()], program_id).0
+            == job.provider
+    };
+    let party = *reporter == job.user || job.member_index(reporter).is_some() || provider_owner();
+    if party && reporter != offender {
+        job.terms.reporter_reward_bps
+    } else {
+        0
+    }
 }

@@ -74,9 +74,13 @@ pub fn replace(ctx: Context<ReplaceCommitteeMember>, index: u8) -> Result<()> {
 /// `second`'s, everything inside that instruction). Slashes the job's `equivocation_slash_bps`
 /// of the validator's bond + unbonding (reporter reward `reporter_reward_bps` of it, the rest
 /// burned) and ends its service: it becomes Exiting with what is left of its bond unbonding, so
-/// it settles nothing more and users can replace it. Once per (validator, job incarnation,
-/// seq); only attestations that could settle on the current incarnation
-/// (`window_end > started_at`) count.
+/// it settles nothing more and users can replace it. Once per (validator, job, seq). Only a job
+/// that started can be the subject (`JobNeverStarted`), and only attestations of receipts for
+/// windows that ended after it started count; a job address is used once (`close_job` leaves a
+/// tombstone), so attestations bound to it belong to this job. The reward goes to
+/// `reporter_stake_account` only when the signing reporter is the job's user, its provider's
+/// owner or another member of its committee; otherwise (the offender itself, or a stranger who
+/// may be it) the whole slash is burned.
 #[derive(Accounts)]
 #[instruction(first: Receipt)]
 pub struct SlashValidatorEquivocation<'info> {
@@ -132,6 +136,7 @@ pub fn slash_validator_equivocation(
     let accounts = &ctx.accounts;
     let job = &accounts.job;
     require!(job.status != JobStatus::Open, GpuMarketError::InvalidJobStatus);
+    require!(job.started_at != 0, GpuMarketError::JobNeverStarted);
     require!(
         first.window_end > job.started_at && second.window_end > job.started_at,
         GpuMarketError::ReceiptBeforeJobStart
@@ -152,12 +157,14 @@ pub fn slash_validator_equivocation(
     }
 
     let terms = job.terms;
+    let reward_bps =
+        ops::validator_reporter_reward_bps(&accounts.reporter.key(), job, &authority, ctx.program_id);
     let validator = &ctx.accounts.validator;
     let split = math::slash_split(
         validator.bond,
         validator.unbonding.amount,
         terms.equivocation_slash_bps,
-        terms.reporter_reward_bps,
+        reward_bps,
     )
     .map_err(|_| GpuMarketError::MathOverflow)?;
     ops::pay_slash(
@@ -201,7 +208,7 @@ pub fn slash_validator_equivocation(
         second_approved,
         reporter: ctx.accounts.reporter.key(),
         slash_bps: terms.equivocation_slash_bps,
-        reporter_reward_bps: terms.reporter_reward_bps,
+        reporter_reward_bps: reward_bps,
         slashed: split.amount,
         reward: split.reward,
         burned: split.burned,

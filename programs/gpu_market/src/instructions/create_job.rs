@@ -7,8 +7,8 @@ use crate::events::{emit_event, JobCreated};
 use crate::math;
 use crate::seeds;
 use crate::state::{
-    Job, JobStatus, JobTerms, Market, Provider, ProviderStatus, Validator, ValidatorStatus,
-    MAX_COMMITTEE, MAX_QUORUM,
+    Job, JobStatus, JobTerms, Market, MarketParams, Provider, ProviderStatus, Validator,
+    ValidatorStatus, MAX_COMMITTEE, MAX_QUORUM,
 };
 
 /// The user opens job `job_id` on `provider` and moves `deposit` payment tokens from their own
@@ -20,7 +20,9 @@ use crate::state::{
 /// none of them the provider's owner or worker key, with a quorum between the market's
 /// `min_quorum` and `min(3, committee size)`; the provider's price is at most the
 /// `max_price_per_gpu_second` the user signed (a provider cannot front-run the user with a price
-/// rise); the deposit covers at least one window.
+/// rise); the market parameters in force equal `expected_params`, the ones the user read and
+/// signed for (else `MarketParamsChanged`), so the authority cannot change the fee, grace, slash
+/// or any other term under a signed `create_job`; the deposit covers at least one window.
 #[derive(Accounts)]
 #[instruction(job_id: u64)]
 pub struct CreateJob<'info> {
@@ -65,10 +67,12 @@ pub fn handler<'info>(
     committee: Vec<Pubkey>,
     quorum: u8,
     workload_hash: [u8; 32],
+    expected_params: MarketParams,
 ) -> Result<()> {
     let now = Clock::get()?.unix_timestamp;
     ctx.accounts.market.promote_params(now);
     let params = ctx.accounts.market.params;
+    require!(params == expected_params, GpuMarketError::MarketParamsChanged);
     let provider = &mut ctx.accounts.provider;
     require!(
         provider.status == ProviderStatus::Active,

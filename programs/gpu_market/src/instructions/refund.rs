@@ -42,12 +42,14 @@ pub fn cancel(ctx: Context<RefundJob>) -> Result<()> {
     let accounts = ctx.accounts;
     require_keys_eq!(accounts.signer.key(), accounts.job.user, GpuMarketError::NotJobUser);
     require!(accounts.job.status == JobStatus::Open, GpuMarketError::InvalidJobStatus);
+    let job_info = accounts.job.to_account_info();
     let refund = ops::refund_escrow(
         &accounts.token_program,
         &mut accounts.escrow,
         &accounts.payment_mint,
         accounts.user_payment_account.to_account_info(),
         &mut accounts.job,
+        job_info,
     )?;
     ops::end_job(&mut accounts.job, &mut accounts.provider, JobStatus::Cancelled, now)?;
     accounts.provider.invariant()?;

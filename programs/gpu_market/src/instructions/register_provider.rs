@@ -58,6 +58,7 @@ pub fn handler(ctx: Context<RegisterProvider>, args: RegisterProviderArgs) -> Re
         worker_key_expires_at: args.worker_key_expires_at,
         retired_keys: Default::default(),
         last_equivocation_slash_at: 0,
+        last_equivocation_slash_bps: 0,
         spec: args.spec,
         price_per_gpu_second: args.price_per_gpu_second,
         status: ProviderStatus::Active,

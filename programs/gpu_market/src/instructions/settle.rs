@@ -25,11 +25,11 @@ use crate::state::{Job, JobStatus, Market, Provider, Validator, ValidatorStatus}
 /// - the job is Running, or Finishing with `window_end <= ended_at` within the grace;
 /// - `seq > last_seq`, `cumulative_seconds >= claimed_seconds`, `window_end > last_window_end`,
 ///   `window_end <= now + max_skew_seconds`;
-/// - `approved_seconds >= paid_seconds`, `approved_seconds - paid_seconds <=
-///   cumulative_seconds - claimed_seconds` (a committee pays no second the worker did not
-///   claim in this receipt), and, absolutely, `approved_seconds <= window_end - started_at +
-///   max_skew_seconds` and `<= ended_at - started_at` once the job finished: seconds ever
-///   paid never exceed wall time;
+/// - settlement is by totals: `paid_seconds <= approved_seconds <= cumulative_seconds` (a
+///   committee pays no second the worker did not claim, and a second an earlier settle left
+///   unapproved stays payable by any later one), and, absolutely, `approved_seconds <=
+///   window_end - started_at + max_skew_seconds` and `<= ended_at - started_at` once the job
+///   finished: seconds ever paid never exceed wall time;
 /// - billed seconds (`approved - paid`) are capped by the escrow's booked balance (a donation
 ///   is never paid out); the fee is rounded up; `validator_reward_bps` of it is credited to the
 ///   attesting members in equal parts (the remainder to the submitter), claimable with
@@ -129,7 +129,10 @@ pub fn handler<'info>(
     let approved = approved_seconds
         .checked_sub(job.paid_seconds)
         .ok_or(GpuMarketError::ApprovedDecreased)?;
-    require!(approved <= claimed, GpuMarketError::ApprovedExceedsClaim);
+    require!(
+        approved_seconds <= receipt.cumulative_seconds,
+        GpuMarketError::ApprovedExceedsClaim
+    );
     require!(
         i128::from(approved_seconds) <= i128::from(wall_bound),
         GpuMarketError::BilledSecondsExceedWallTime

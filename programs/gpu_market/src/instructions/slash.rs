@@ -3,7 +3,7 @@ use anchor_spl::token::{Mint, Token, TokenAccount};
 
 use crate::errors::GpuMarketError;
 use crate::events::{emit_event, DowntimeSlashed, EquivocationSlashed};
-use crate::math::SlashSplit;
+use crate::math::{self, SlashSplit};
 use crate::ops;
 use crate::receipt::{preceding_ed25519_entries, Receipt};
 use crate::seeds;
@@ -39,26 +39,25 @@ pub struct SlashTargets<'info> {
 }
 
 impl SlashTargets<'_> {
-    /// Slashes `slash_bps` of stake + unbonding (the job's terms), pays `reward_bps` of it to the
-    /// reporter, burns the rest, and fails the job (freeing its GPUs) if it still holds them. A
-    /// job that already ended keeps its status, so no job counts both completed and failed.
-    fn apply(&mut self, slash_bps: u16, reward_bps: u16, now: i64) -> Result<SlashSplit> {
-        let split = ops::book_slash(&mut self.provider, &mut self.market, slash_bps, reward_bps)?;
+    /// Takes `split` from the provider's stake + unbonding (reward to the reporter, rest
+    /// burned) and fails the job (freeing its GPUs) if it still holds them. A job that already
+    /// ended keeps its status, so no job counts both completed and failed.
+    fn apply(&mut self, split: &SlashSplit, now: i64) -> Result<()> {
+        ops::book_slash(&mut self.provider, &mut self.market, split)?;
         ops::pay_slash(
             &self.token_program,
             &self.stake_vault,
             &self.stake_mint,
             &self.market,
             self.reporter_stake_account.to_account_info(),
-            &split,
+            split,
         )?;
         if self.job.status.holds_gpus() {
             ops::end_job(&mut self.job, &mut self.provider, JobStatus::Failed, now)?;
         }
         self.stake_vault.reload()?;
         self.market.invariant(self.stake_vault.amount)?;
-        self.provider.invariant()?;
-        Ok(split)
+        self.provider.invariant()
     }
 }
 
@@ -67,21 +66,26 @@ impl SlashTargets<'_> {
 /// retirement), prove equivocation. The Ed25519 instruction right before
 /// this one carries both signatures (entry 0 over `first`'s digest, entry 1 over `second`'s,
 /// everything inside that instruction: one instruction and no escrow accounts keep the slash
-/// within one packet). Slashes `equivocation_slash_bps` of stake + unbonding (reporter reward
-/// `reporter_reward_bps` of it, the rest burned), jails the provider for `unbonding_seconds`
-/// and fails the job; the user's `close_job` then refunds the whole escrow at once. Once per
-/// (job incarnation, seq): the record account makes a repeat fail.
+/// within one packet). Slashes `equivocation_slash_bps` of stake + unbonding (the job's terms),
+/// jails the provider for `unbonding_seconds` and fails the job; the user's `close_job` then
+/// refunds the whole escrow at once. Once per (job, seq): the record account makes a repeat fail.
 ///
-/// Job ids are chosen by users and a closed job's address can be used again, so the receipt
-/// message alone does not say which incarnation of the address it belongs to. Only receipts that
-/// could settle on the current job count (`window_end > started_at`): receipts of an earlier
-/// incarnation always end before the current one started, so honest receipts of two
-/// incarnations are never taken for equivocation. The record is keyed by `started_at` too.
+/// Only a job that started can be the subject (`JobNeverStarted`), and only receipts for
+/// windows that ended after it started count (`ReceiptBeforeJobStart`). A job address is used
+/// once (`close_job` leaves a tombstone), so receipts bound to it belong to this job.
 ///
-/// One incident is punished once: evidence counts only for windows that ended more than
-/// `MAX_SKEW_SECONDS` after the provider's last equivocation slash, whatever the seq or job, so
-/// a key holder cannot slash the same provider again and again with receipts signed before it
-/// was caught. Evidence dated further than the job's skew in the future is refused.
+/// The reporter reward (`reporter_reward_bps` of the slash) goes to `reporter_stake_account`
+/// only when the signing reporter is the job's user or a committee member and neither the
+/// provider's owner nor a key that signed the evidence; otherwise the whole slash is burned:
+/// self-reporting never pays.
+///
+/// One incident is punished once, at the highest rate that applies to it: evidence for windows
+/// that ended within `MAX_SKEW_SECONDS` after the provider's last equivocation slash belongs to
+/// that incident; under a job whose rate is higher than the one applied so far it slashes the
+/// difference (`math::top_up_slash_split`), otherwise it fails with
+/// `EquivocationAlreadyPunished`. So a provider cannot pre-empt the real evidence with a
+/// self-report under a lower rate. Evidence dated further than the job's skew in the future is
+/// refused.
 #[derive(Accounts)]
 #[instruction(first: Receipt)]
 pub struct SlashEquivocation<'info> {
@@ -114,22 +118,27 @@ pub fn slash_equivocation(ctx: Context<SlashEquivocation>, first: Receipt, secon
     let program_id = *ctx.program_id;
     let t = &ctx.accounts.targets;
     require!(t.job.status != JobStatus::Open, GpuMarketError::InvalidJobStatus);
+    require!(t.job.started_at != 0, GpuMarketError::JobNeverStarted);
     require!(
         first.window_end > t.job.started_at && second.window_end > t.job.started_at,
         GpuMarketError::ReceiptBeforeJobStart
     );
+    let terms = t.job.terms;
+    let rate = terms.equivocation_slash_bps;
     let incident_over = t
         .provider
         .last_equivocation_slash_at
         .checked_add(i64::from(MAX_SKEW_SECONDS))
         .ok_or(GpuMarketError::MathOverflow)?;
+    let same_incident = t.provider.last_equivocation_slash_at != 0
+        && (first.window_end <= incident_over || second.window_end <= incident_over);
+    let applied = t.provider.last_equivocation_slash_bps;
     require!(
-        t.provider.last_equivocation_slash_at == 0
-            || (first.window_end > incident_over && second.window_end > incident_over),
+        !same_incident || rate > applied,
         GpuMarketError::EquivocationAlreadyPunished
     );
     let latest = now
-        .checked_add(i64::from(t.job.terms.max_skew_seconds))
+        .checked_add(i64::from(terms.max_skew_seconds))
         .ok_or(GpuMarketError::MathOverflow)?;
     require!(
         first.window_end <= latest && second.window_end <= latest,
@@ -153,12 +162,27 @@ pub fn slash_equivocation(ctx: Context<SlashEquivocation>, first: Receipt, secon
     let jail_until = now
         .checked_add(t.market.params_at(now).unbonding_seconds)
         .ok_or(GpuMarketError::MathOverflow)?;
-    let terms = t.job.terms;
-    let bps = terms.equivocation_slash_bps;
-    let split = ctx.accounts.targets.apply(bps, terms.reporter_reward_bps, now)?;
+    let offender_keys = [t.provider.owner, entries[0].signer, entries[1].signer];
+    let reward_bps = ops::provider_reporter_reward_bps(&ctx.accounts.reporter.key(), &t.job, &offender_keys);
+    let (stake, unbonding) = (t.provider.stake, t.provider.unbonding.amount);
+    let split = if same_incident {
+        math::top_up_slash_split(stake, unbonding, applied, rate, reward_bps)
+    } else {
+        math::slash_split(stake, unbonding, rate, reward_bps)
+    }
+    .map_err(|_| GpuMarketError::MathOverflow)?;
+    ctx.accounts.targets.apply(&split, now)?;
     let provider = &mut ctx.accounts.targets.provider;
-    provider.status = ProviderStatus::Jailed { until: jail_until };
-    provider.last_equivocation_slash_at = now;
+    let jailed_until = match provider.status {
+        ProviderStatus::Jailed { until } => until.max(jail_until),
+        _ => jail_until,
+    };
+    provider.status = ProviderStatus::Jailed { until: jailed_until };
+    if !same_incident {
+        provider.last_equivocation_slash_at = now;
+        provider.reputation.slashes = ops::add32(provider.reputation.slashes, 1)?;
+    }
+    provider.last_equivocation_slash_bps = rate;
     ctx.accounts.record.set_inner(EquivocationRecord {
         job: job_key,
         seq: first.seq,
@@ -174,24 +198,30 @@ pub fn slash_equivocation(ctx: Context<SlashEquivocation>, first: Receipt, secon
         first_proof_hash: first.proof_hash,
         second_proof_hash: second.proof_hash,
         reporter: ctx.accounts.reporter.key(),
-        slash_bps: bps,
-        reporter_reward_bps: terms.reporter_reward_bps,
+        slash_bps: rate,
+        reporter_reward_bps: reward_bps,
         slashed: split.amount,
         reward: split.reward,
         burned: split.burned,
-        jailed_until: jail_until,
+        jailed_until,
     });
     Ok(())
 }
 
 /// A quorum (the job's `quorum`) of distinct Active members of the job's committee attests,
-/// by signing this transaction, that none of them accepted a proof of this Running job ending
-/// after `last_proof_window_end`; if `max_missed_windows` windows have passed since the later of
-/// that and the last settled window, the provider is slashed `downtime_slash_bps` (reward to
-/// the submitting validator's `reporter_stake_account`, rest burned) and the job fails; the
-/// user's `close_job` refunds the escrow. Downtime is measured from proofs the committee saw,
-/// so late settlement never slashes an honest provider. The signer is one member; the others
-/// are passed as remaining accounts in pairs (Validator account, its authority as a signer).
+/// by signing this transaction, that none of them accepted a proof of this job ending after
+/// `last_proof_window_end`. The job is Running, or Finishing: a provider that finishes its own
+/// job does not escape, since the missed windows are counted up to `ended_at` (up to now while
+/// Running) from the later of that and the last settled window. With at least
+/// `max_missed_windows` of them the provider is slashed `downtime_slash_bps` (the job's terms)
+/// and the job fails, so a job is slashed for downtime at most once; the committee has the
+/// job's grace after the finish to report (`complete_job` and `close_job` wait for it). The
+/// reward (`reporter_reward_bps`) goes to the submitting member's `reporter_stake_account`
+/// unless the submitter is the provider's owner (then it is burned with the rest);
+/// the user's `close_job` refunds the escrow. Downtime is measured from proofs the committee
+/// saw, so late settlement never slashes an honest provider. The signer is one member; the
+/// others are passed as remaining accounts in pairs (Validator account, its authority as a
+/// signer).
 #[derive(Accounts)]
 pub struct SlashDowntime<'info> {
     pub validator_authority: Signer<'info>,
@@ -231,10 +261,15 @@ pub fn slash_downtime<'info>(
         seen.push(other.authority);
     }
 
-    require!(job.status == JobStatus::Running, GpuMarketError::InvalidJobStatus);
+    let observed_until = match job.status {
+        JobStatus::Running => now,
+        JobStatus::Finishing => job.ended_at,
+        _ => return err!(GpuMarketError::InvalidJobStatus),
+    };
+    require!(job.started_at != 0, GpuMarketError::JobNeverStarted);
     let window = i64::from(terms.window_seconds);
     let last_seen = job.last_window_end.max(last_proof_window_end);
-    let missed = now
+    let missed = observed_until
         .checked_sub(last_seen)
         .and_then(|idle| idle.checked_div(window))
         .ok_or(GpuMarketError::MathOverflow)?;
@@ -244,9 +279,14 @@ pub fn slash_downtime<'info>(
     );
     let missed = u64::try_from(missed).map_err(|_| GpuMarketError::MathOverflow)?;
     let bps = terms.downtime_slash_bps;
-    let split = ctx.accounts.targets.apply(bps, terms.reporter_reward_bps, now)?;
+    let t = &ctx.accounts.targets;
+    let reward_bps = if v.authority == t.provider.owner { 0 } else { terms.reporter_reward_bps };
+    let split = math::slash_split(t.provider.stake, t.provider.unbonding.amount, bps, reward_bps)
+        .map_err(|_| GpuMarketError::MathOverflow)?;
+    ctx.accounts.targets.apply(&split, now)?;
     let reputation = &mut ctx.accounts.targets.provider.reputation;
     reputation.windows_missed = ops::add(reputation.windows_missed, missed)?;
+    reputation.slashes = ops::add32(reputation.slashes, 1)?;
     emit_event(DowntimeSlashed {
         provider: ctx.accounts.targets.provider.key(),
         job: ctx.accounts.targets.job.key(),
@@ -254,7 +294,7 @@ pub fn slash_downtime<'info>(
         last_proof_window_end,
         validators: seen.len() as u8,
         slash_bps: bps,
-        reporter_reward_bps: terms.reporter_reward_bps,
+        reporter_reward_bps: reward_bps,
         slashed: split.amount,
         reward: split.reward,
         burned: split.burned,

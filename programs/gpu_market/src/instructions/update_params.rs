@@ -2,14 +2,16 @@ use anchor_lang::prelude::*;
 
 use crate::errors::GpuMarketError;
 use crate::events::{emit_event, ParamsAnnounced};
-use crate::state::{Market, MarketParams};
+use crate::state::{Market, MarketParams, MIN_PARAMS_DELAY_SECONDS};
 
 /// Announces new market parameters after checking every bound. They come into force
-/// `unbonding_seconds` (of the parameters in force now) after the announcement, so every
-/// provider and validator who disagrees can unbond and leave before a change touches its stake;
-/// with `unbonding_seconds == 0` at once. A new announcement replaces a pending one whose time
-/// has not come. Jobs already created keep their terms whatever changes. Can only be signed by
-/// the market authority.
+/// `max(unbonding_seconds, MIN_PARAMS_DELAY_SECONDS)` (of the parameters in force now) after the
+/// announcement: every provider and validator who disagrees can unbond and leave before a change
+/// touches its stake, and every user sees the change before it applies (a `create_job` signed
+/// for other parameters fails with `MarketParamsChanged`). The minimum delay does not depend on
+/// `unbonding_seconds`, so no parameter ever applies at once. A new announcement replaces a
+/// pending one whose time has not come. Jobs already created keep their terms whatever changes.
+/// Can only be signed by the market authority.
 #[derive(Accounts)]
 pub struct UpdateParams<'info> {
     pub authority: Signer<'info>,
@@ -22,19 +24,15 @@ pub fn handler(ctx: Context<UpdateParams>, params: MarketParams) -> Result<()> {
     let now = Clock::get()?.unix_timestamp;
     let market = &mut ctx.accounts.market;
     market.promote_params(now);
-    let delay = market.params.unbonding_seconds;
+    let delay = market.params.unbonding_seconds.max(MIN_PARAMS_DELAY_SECONDS);
+    let effective_at = now.checked_add(delay).ok_or(GpuMarketError::MathOverflow)?;
     market.pending_params = params;
-    if delay == 0 {
-        market.params = params;
-        market.params_effective_at = 0;
-    } else {
-        market.params_effective_at = now.checked_add(delay).ok_or(GpuMarketError::MathOverflow)?;
-    }
+    market.params_effective_at = effective_at;
     emit_event(ParamsAnnounced {
         market: market.key(),
         current: market.params,
         pending: params,
-        effective_at: now.saturating_add(delay),
+        effective_at,
     });
     Ok(())
 }

@@ -38,7 +38,10 @@ pub fn request(ctx: Context<RequestValidatorExit>) -> Result<()> {
 }
 
 /// Pays an exiting validator's bond back once released and closes its account (rent to the
-/// authority). Allowed while paused. Can only be signed by the validator's authority.
+/// authority). Its settlement rewards must be claimed first (`claim_validator_rewards`, in the
+/// same transaction if it likes; else `RewardsUnclaimed`): a closed account could never claim
+/// them, and the market's books would owe them for good. Allowed while paused. Can only be
+/// signed by the validator's authority.
 #[derive(Accounts)]
 pub struct WithdrawValidatorBond<'info> {
     #[account(mut)]
@@ -70,6 +73,7 @@ pub fn withdraw(ctx: Context<WithdrawValidatorBond>) -> Result<()> {
     let validator = &ctx.accounts.validator;
     require!(validator.status == ValidatorStatus::Exiting, GpuMarketError::ValidatorNotExiting);
     require!(now >= validator.unbonding.release_at, GpuMarketError::UnbondingNotReleased);
+    require!(validator.rewards_unclaimed == 0, GpuMarketError::RewardsUnclaimed);
     let amount = validator.unbonding.amount;
     let signer = MarketSigner::of(&ctx.accounts.market);
     ops::transfer_signed(

@@ -175,3 +175,12 @@ impl Job {
         })
     }
 }
+
+/// What `close_job` leaves at a job's address: a program-owned tombstone, so the address can
+/// never hold a Job again (`create_job`'s `init` finds it in use). One address, one incarnation:
+/// every receipt, attestation and piece of evidence bound to a job address is about one job.
+#[account]
+#[derive(InitSpace)]
+pub struct ClosedJob {
+    pub closed_at: i64,
+}

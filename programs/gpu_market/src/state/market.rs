@@ -18,6 +18,10 @@ pub const MAX_REPORTER_REWARD_BPS: u16 = 5_000;
 /// Health thresholds used for billing stay within what real GPUs report.
 pub const TEMP_CRITICAL_RANGE_C: core::ops::RangeInclusive<u16> = 50..=150;
 pub const MAX_ECC_UNCORRECTED: u32 = 1_000_000;
+/// The shortest time between `update_params` and the new parameters coming into force, whatever
+/// `unbonding_seconds` is: long enough for every client to see the announcement (a `create_job`
+/// signed for the old parameters fails with `MarketParamsChanged` once they apply).
+pub const MIN_PARAMS_DELAY_SECONDS: i64 = 3_600;
 
 /// Bounded market parameters; `validate` runs on every write.
 #[derive(AnchorSerialize, AnchorDeserialize, Clone, Copy, Debug, PartialEq, Eq, InitSpace)]
@@ -136,8 +140,9 @@ pub struct Market {
     pub params: MarketParams,
     /// Parameters announced by `update_params`; in force from `params_effective_at` on.
     pub pending_params: MarketParams,
-    /// 0 when nothing is pending; else at least `unbonding_seconds` after the announcement, so
-    /// every provider and validator who disagrees can leave before a change touches its stake.
+    /// 0 when nothing is pending; else at least `max(unbonding_seconds,
+    /// MIN_PARAMS_DELAY_SECONDS)` after the announcement, so every provider and validator who
+    /// disagrees can leave before a change touches its stake, and every user sees it coming.
     pub params_effective_at: i64,
     pub paused: bool,
     pub totals: MarketTotals,

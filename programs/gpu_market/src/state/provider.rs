@@ -74,6 +74,10 @@ pub struct Provider {
     /// The worker's public API (workload delivery, status, logs; zero-padded URL), or all
     /// zeros when the provider runs no workloads.
     pub endpoint: [u8; ENDPOINT_LEN],
+    /// The highest equivocation slash rate applied to the incident of
+    /// `last_equivocation_slash_at`: later evidence of that incident under a job whose terms
+    /// carry a higher rate slashes the difference, never the same rate twice.
+    pub last_equivocation_slash_bps: u16,
 }
 
 impl Provider {
