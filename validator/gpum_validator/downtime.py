@@ -55,7 +55,7 @@ from .attest import leader_of, timeouts_elapsed
 from .chain import chain_error_name, job_info, read
 from .config import SettlePolicy
 from .errors import ChainUnavailable
-from .liveness import Liveness
+from .liveness import Liveness, watch_due
 from .metrics import Metrics
 from .peers import Peers
 from .settlement import backoff, round_of
@@ -206,7 +206,7 @@ class DowntimeReporter:
             log.debug("downtime of job=%s: this node is not known to be up and reachable "
                       "now; not judging", Pubkey.from_bytes(row.job))
             return None
-        due_at = watched_from + chain.max_missed_windows * window
+        due_at = watch_due(idle_from, watched_from, chain.max_missed_windows * window)
         if chain.status == "finishing" and due_at > chain.ended_at:
             # Silence after the finish is no downtime: only a silence this node watched for
             # the whole allowance before ``ended_at`` is reported.

@@ -19,7 +19,11 @@ nobody beats, and the gap is there for all of them.
 is older than ``max_gap``: it is not known to be up). ``observation_start(since, now)`` is
 ``max(since, observed_from)``: the moment from which silence since ``since`` was watched.
 Downtime of a job idle since ``since`` is attested only when ``now - observation_start`` is
-at least the job's ``max_missed_windows * window_seconds`` (``downtime.py``, ``members.py``).
+at least the job's ``max_missed_windows * window_seconds`` (``downtime.py``, ``members.py``),
+plus ``REJOIN_GRACE_SECONDS`` when this node began watching after the silence began
+(``watch_due``): a worker finds a returning validator with a ``/health`` probe every few
+seconds and only then sends its backlog, so a short allowance alone would let a node that
+just came back blame the worker for its own outage.
 """
 
 from __future__ import annotations
@@ -38,6 +42,17 @@ log = logging.getLogger("gpum_validator.liveness")
 
 LIVENESS_META = "liveness"
 DEFAULT_BEAT_SECONDS = 2.0
+REJOIN_GRACE_SECONDS = 30.0
+"""Extra silence a node that was not watching when a job fell silent waits before it judges
+the job: longer than a worker's probe period plus the delivery of its backlog."""
+
+
+def watch_due(idle_from: float, watched_from: float, allowance: float) -> float:
+    """When a silence since ``idle_from``, watched by this node from ``watched_from``, has
+    lasted long enough to attest: the allowance counted from ``watched_from``, plus the
+    rejoin grace when the node began watching after the silence began."""
+    grace = REJOIN_GRACE_SECONDS if watched_from > idle_from else 0.0
+    return watched_from + allowance + grace
 
 
 @dataclass(frozen=True)

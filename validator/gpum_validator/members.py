@@ -54,7 +54,8 @@ Guarantees:
   ``saw_later_proof``; ``downtime.heard_elsewhere``) and ``max_missed_windows``
   windows have passed since then and since the last settled window (409
   ``not_enough_missed_windows``), all of them watched by this node while it was up and
-  reachable (409 ``not_observed``, retryable; ``liveness.Liveness``), over a message that is
+  reachable, with the rejoin grace when it began watching after the silence began (409
+  ``not_observed``, retryable; ``liveness.watch_due``), over a message that is
   exactly that slash (``attest.check_downtime_message``; 400 ``bad_downtime_message``).
 
 Errors use the intake's body ``{"error", "message", "retry"}``; a chain or database failure is
@@ -105,7 +106,7 @@ from .errors import (
     StoreError,
     error_body,
 )
-from .liveness import Liveness
+from .liveness import Liveness, watch_due
 from .metrics import Metrics
 from .peers import Peers
 from .schema import b58_pubkey
@@ -437,9 +438,11 @@ class Member:
                             f"the job's terms need {needed}s", 409)
         watched_from = self.observation_start(since)
         watched = None if watched_from is None else int(until - watched_from)
-        if watched is None or watched < needed:
+        if watched_from is None or watched is None or until < watch_due(since, watched_from,
+                                                                          needed):
             raise Rejection("not_observed", "this validator has been up and reachable for "
-                            f"{watched or 0}s of the {needed}s without a proof; it attests "
+                            f"{watched or 0}s of the {needed}s without a proof (plus a "
+                            "rejoin grace when it came back during the silence); it attests "
                             "only silence it watched (the worker may still be delivering its "
                             "backlog)", 409, UNAVAILABLE_RETRY_AFTER_SECONDS)
         if (self.peers is not None and self.deliver is not None

@@ -37,6 +37,7 @@ from gpum_validator.attest import (
     sign_request_message,
 )
 from gpum_validator.config import SettlePolicy
+from gpum_validator.liveness import REJOIN_GRACE_SECONDS
 from gpum_validator.settlement import SettlementLoop
 from gpum_validator.signing import AttestationSigner, SignedOtherValue
 from gpum_validator.store import SQLiteStore
@@ -380,10 +381,30 @@ def test_a_validator_back_from_an_outage_reports_once_it_watched_the_allowance(n
     node.stop()
     net.at(ps[-1].window_end + 12 * WINDOW)
     node.start()
-    net.tick(10 * WINDOW - 1)
+    net.tick(10 * WINDOW + REJOIN_GRACE_SECONDS - 1)
     assert node.downtime.report_pending() == []
-    net.tick(2)  # ten windows watched after the restart, and still no proof
+    net.tick(2)  # ten windows and the rejoin grace watched after the restart, still no proof
     assert node.downtime.report_pending() == ["downtime1"]
+
+
+def test_a_returning_validator_gives_the_worker_a_rejoin_grace(nets, chain):
+    """The allowance alone has passed since the node came back, but a worker finds a
+    returning validator only at its next /health probe: no report within the grace; the
+    backlog delivered in it clears the job."""
+    net = nets(K[:1], 1, policy=SettlePolicy(settle_every_windows=5, chain_refresh_seconds=0))
+    (node,) = net.nodes
+    ps = chain_of(27)
+    net.at(ps[4].window_end + 1)
+    net.deliver(ps[:5])
+    node.stop()
+    net.at(ps[4].window_end + 12 * WINDOW)
+    node.start()
+    net.tick(10 * WINDOW + 1)  # the allowance, watched; the worker has not found us yet
+    assert node.downtime.report_pending() == []
+    net.deliver(ps[5:])  # the backlog and the windows since, within the grace
+    net.tick(REJOIN_GRACE_SECONDS)
+    assert node.downtime.report_pending() == []
+    assert chain.downtime_calls == []
 
 
 def test_a_member_back_from_an_outage_refuses_to_cosign_downtime(nets, chain):

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -129,11 +129,11 @@ class Outbox:
         """The key this database was used with before, when this open switched keys."""
         try:
             self._db = sqlite3.connect(self.path, isolation_level=None, timeout=30.0)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=FULL")
             self._db.execute("PRAGMA busy_timeout=30000")
-            self._db.executescript(_SCHEMA)
-            self._check_owner(worker_key)
+            _retry_locked(lambda: self._db.execute("PRAGMA journal_mode=WAL"))
+            self._db.execute("PRAGMA synchronous=FULL")
+            _retry_locked(lambda: self._db.executescript(_SCHEMA))
+            _retry_locked(lambda: self._check_owner(worker_key))
         except sqlite3.Error as e:
             raise OutboxError(f"cannot open outbox database {self.path}: {e}") from None
 
@@ -465,6 +465,21 @@ class Outbox:
     def accepted_here(self, job: bytes) -> bool:
         return self._db.execute("SELECT 1 FROM accepted_here WHERE job=?",
                                 (job,)).fetchone() is not None
+
+
+def _retry_locked(step: Callable[[], object], within_s: float = 30.0) -> None:
+    """Run ``step``, again while SQLite answers "database is locked" without waiting (the
+    switch to WAL and a schema change racing another connection's first open do), for at
+    most ``within_s`` seconds: the worker's threads open their connections at once."""
+    end = time.monotonic() + within_s
+    while True:
+        try:
+            step()
+            return
+        except sqlite3.OperationalError as e:
+            if "locked" not in str(e) or time.monotonic() >= end:
+                raise
+            time.sleep(0.05)
 
 
 class _Tx:

@@ -123,6 +123,32 @@ def test_schema_1_database_is_migrated(tmp_path: Path, key: WorkerKey) -> None:
     assert ob.rotated_from == key.pubkey
 
 
+def test_many_threads_open_one_new_database_at_once(tmp_path: Path, key: WorkerKey) -> None:
+    """The worker's prover and delivery lanes open their connections at start, at once: no
+    open may fail because another one is switching the new database to WAL."""
+    import threading
+
+    for attempt in range(30):
+        db = tmp_path / f"o{attempt}.sqlite"
+        errors: list[BaseException] = []
+        go = threading.Barrier(8)
+
+        def open_one(db: Path = db, errors: list[BaseException] = errors,
+                     go: threading.Barrier = go) -> None:
+            go.wait()
+            try:
+                Outbox(db, key.pubkey, ["http://v"]).close()
+            except BaseException as e:  # noqa: BLE001 - the test reports it
+                errors.append(e)
+
+        threads = [threading.Thread(target=open_one) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert errors == []
+
+
 def test_resume_job_only_moves_forward(tmp_path: Path, key: WorkerKey) -> None:
     from gpum_worker.heads import ResumePoint
 
