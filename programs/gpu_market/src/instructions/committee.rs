@@ -77,13 +77,12 @@ pub fn replace(ctx: Context<ReplaceCommitteeMember>, index: u8) -> Result<()> {
 /// for `unbonding_seconds` (still slashable), so it joins no new committee and users can
 /// replace it; like any exiting member it still counts in the settlements of the committees it
 /// is in (its co-members' pay for the provider does not hang on its status). Once per
-/// (validator, job, seq). Only a job
-/// that started can be the subject (`JobNeverStarted`), and only attestations of receipts for
-/// windows that ended after it started count; a job address is used once (`close_job` leaves a
-/// tombstone), so attestations bound to it belong to this job. The reward goes to
-/// `reporter_stake_account` only when the signing reporter is the job's user, its provider's
-/// owner or another member of its committee; otherwise (the offender itself, or a stranger who
-/// may be it) the whole slash is burned.
+/// (validator, job, seq). Only a job that started can be the subject (`JobNeverStarted`), and
+/// only attestations of receipts for windows that ended after it started count; a job address
+/// is used once (`close_job` leaves a tombstone), so attestations bound to it belong to this
+/// job. The reward goes to `reporter_stake_account` only when the signing reporter is the job's
+/// user, its provider's owner or another member of its committee; otherwise (the offender
+/// itself, or a stranger who may be it) the whole slash is burned.
 #[derive(Accounts)]
 #[instruction(first: Receipt)]
 pub struct SlashValidatorEquivocation<'info> {
