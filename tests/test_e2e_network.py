@@ -22,8 +22,9 @@ value at that seq, handing it the conflicting attestation that gets VB's bond sl
 The tests run in file order and share the network: V2 is killed and restarted with its
 database, V1 is killed and restarted on a fresh database, V0 (J1's only member) is down for
 six windows and comes back without blaming the provider, then provider B (its own worker)
-gets a job whose worker stops. After every step each job's books are checked against the
-token balances on chain (``_assert_conserved``). The nodes settle every 3 windows, so
+gets a job whose worker stops, and last V3 requests its exit while J4 goes on settling with
+it. After every step each job's books are checked against the token balances on chain
+(``_assert_conserved``). The nodes settle every 3 windows, so
 settlement lags the proofs by more than ``max_missed_windows`` windows all the time; no
 provider may be slashed for that. Process logs are in the module's tmp dir (``network*``).
 """
@@ -751,4 +752,20 @@ def test_downtime_is_slashed_when_the_worker_stops_and_not_for_late_settlement(n
     c.close_job(net.user, net.jobs["JB"].address)
     assert net.balance(net.user.pubkey()) - before == jb.booked_escrow > 0
     net.jobs["JB"].closed, net.jobs["JB"].refunded_at_close = jb, jb.booked_escrow
+    _assert_conserved(net)
+
+
+def test_a_member_that_exits_still_settles_the_jobs_it_serves(net: Net) -> None:
+    """V3, J4's second member (quorum 2), requests its exit: it joins no new committee, but
+    until it withdraws its bond it still answers, co-signs and leads J4's rounds, so its exit
+    stalls no second the worker proved."""
+    v3 = net.validators[STRICT]
+    net.client.request_validator_exit(v3, net.market)
+    assert net.validator_view(v3.pubkey()).status == "exiting"
+    before = net.job("J4")
+    net.wait_settlements(["J4"], 2, timeout=90)
+    j4 = net.job("J4")
+    assert j4.status == "running" and j4.paid_seconds > before.paid_seconds, (before, j4,
+                                                                             net.diag())
+    assert j4.paid_seconds <= j4.claimed_seconds
     _assert_conserved(net)

@@ -1,14 +1,14 @@
 //! No honest party can be slashed, starved or stalled by one other party: the attack sequences
 //! against the money paths (settlement by totals, single-use job addresses, downtime after a
-//! finish, reporter rewards and incident rates, rewards at bond withdrawal, job terms the user
-//! signed for), each with the success path that must keep working.
+//! finish, reporter rewards and incident rates, members that leave, rewards at bond withdrawal, job
+//! terms the user signed for), each with the success path that must keep working.
 mod common;
 
 use anchor_lang::prelude::Pubkey;
 use common::*;
 use gpu_market::errors::GpuMarketError as E;
 use gpu_market::events::{DowntimeSlashed, EquivocationSlashed, ValidatorEquivocationSlashed};
-use gpu_market::state::{JobStatus, MarketParams, ProviderStatus, Validator};
+use gpu_market::state::{JobStatus, MarketParams, ProviderStatus, Validator, ValidatorStatus};
 use gpum_localnet::solana_keypair::Keypair;
 use gpum_localnet::solana_signer::Signer;
 
@@ -305,6 +305,100 @@ fn attack_validator_reporting_itself_earns_nothing() {
     let ixs = b.validator_equivocation_ixs(&signing_key(byz), &byz.pubkey(), &stranger.key.pubkey(), stranger.stake, job, (r, 60), (r, 61));
     let e: ValidatorEquivocationSlashed = event(&b.send(&ixs, &[&stranger.key]).unwrap().logs);
     assert_eq!((e.slashed, e.reward), (312, 0));
+}
+
+// ---- a member that leaves ---------------------------------------------------------------------
+
+/// A running 1-GPU job (deposit 10_000, started at `T0`) with the committee [bench validator A,
+/// B] and quorum 2; returns (bench, job, B's key, B's Validator account).
+fn two_of_two() -> (Bench, Pubkey, Keypair, Pubkey) {
+    let mut b = Bench::new();
+    let (v, account) = b.add_validator(5_000);
+    b.committee.push(v.key.pubkey());
+    b.quorum = 2;
+    let (job, _) = b.running_job(1, 1, 10_000);
+    (b, job, v.key, account)
+}
+
+/// [Ed25519(worker over `r`, the bench validator A's attestation), settle submitted by `submitter`
+/// (a member other than A) with A's Validator account]: the quorum-2 settle led by `submitter`.
+fn settle_led_by(b: &Bench, submitter: &Pubkey, job: Pubkey, r: gpu_market::Receipt) -> Vec<gpum_localnet::solana_instruction::Instruction> {
+    let msg = gpu_market::receipt::attestation_message(&b.receipt_digest(&job, &r), r.cumulative_seconds);
+    let a = signing_key(&b.va_kp());
+    let mut settle = b.ix_settle(submitter, job, r);
+    settle.accounts.push(meta(b.validator, true));
+    vec![ed25519_settle_ix(&b.worker, &[&a], &msg), settle]
+}
+
+/// The user's own validator B in a 2-of-2 committee [A, B] requests its exit (free: its bond
+/// just unbonds) after the worker proved three windows. An exiting member still attests and
+/// submits settlements of the jobs whose committee it is in, so the seconds proved before and
+/// after the exit are paid, whoever of A and B leads.
+#[test]
+fn attack_member_exiting_cannot_stall_the_proved_seconds() {
+    let (mut b, job, v, v_account) = two_of_two();
+    b.advance(180);
+    b.send(&[b.ix_request_validator_exit(&v.pubkey())], &[&v]).unwrap();
+    let ixs = b.quorum_settle_ixs(job, receipt(3, 180, b.now), &[&v], &[v_account]);
+    b.as_va(&ixs);
+    assert_eq!(b.job_state(&job).paid_seconds, 180, "the exit stalls nothing");
+    b.advance(60);
+    let ixs = settle_led_by(&b, &v.pubkey(), job, receipt(4, 240, b.now));
+    b.send(&ixs, &[&v]).unwrap();
+    let j = b.job_state(&job);
+    assert_eq!((j.claimed_seconds, j.paid_seconds, j.last_seq), (240, 240, 4));
+    assert_eq!(b.token_balance(&b.provider_owner.payment), 240 * 10 - 240);
+    let exiting: Validator = b.account(&v_account).unwrap();
+    assert_eq!((exiting.status, exiting.bond, exiting.unbonding.amount, exiting.settlements), (ValidatorStatus::Exiting, 0, 5_000, 1));
+}
+
+/// A member force-exited by an equivocation slash still counts in its committees' quorums while
+/// its bond unbonds (its co-members' pay for the provider does not hang on its status), and it
+/// stays slashable: evidence of a second incident takes its share of what is still unbonding
+/// and restarts the unbonding.
+#[test]
+fn attack_slashed_member_does_not_stall_its_co_members_and_stays_slashable() {
+    let (mut b, job, v, v_account) = two_of_two();
+    b.advance(120);
+    let reporter = Party { key: b.user_kp(), payment: b.user.payment, stake: b.user.stake };
+    let r1 = receipt(1, 60, T0 + 60);
+    let ixs = b.validator_equivocation_ixs(&signing_key(&v), &v.pubkey(), &reporter.key.pubkey(), reporter.stake, job, (r1, 60), (r1, 59));
+    b.send(&ixs, &[&reporter.key]).unwrap();
+    let slashed: Validator = b.account(&v_account).unwrap();
+    assert_eq!((slashed.status, slashed.unbonding.amount), (ValidatorStatus::Exiting, 2_500));
+    let ixs = b.quorum_settle_ixs(job, receipt(2, 120, b.now), &[&v], &[v_account]);
+    b.as_va(&ixs);
+    assert_eq!(b.job_state(&job).paid_seconds, 120);
+    b.advance(60);
+    let r3 = receipt(3, 180, b.now);
+    let ixs = b.validator_equivocation_ixs(&signing_key(&v), &v.pubkey(), &reporter.key.pubkey(), reporter.stake, job, (r3, 180), (r3, 170));
+    b.send(&ixs, &[&reporter.key]).unwrap();
+    let again: Validator = b.account(&v_account).unwrap();
+    assert_eq!((again.unbonding.amount, again.unbonding.release_at, again.slashes), (1_250, b.now + 14 * 86_400, 2));
+}
+
+/// A member that withdrew its bond has no Validator account: it attests and submits nothing
+/// (its unbonding period is how long the user has to replace it), and the user's replacement
+/// settles again.
+#[test]
+fn fail_settle_with_a_member_whose_account_closed() {
+    let (mut b, job, v, v_account) = two_of_two();
+    let v_stake = b.token_accounts_of(&v.pubkey(), &b.stake_mint)[0];
+    b.send(&[b.ix_request_validator_exit(&v.pubkey())], &[&v]).unwrap();
+    b.advance(14 * 86_400);
+    b.send(&[b.ix_withdraw_validator_bond(&v.pubkey(), v_stake)], &[&v]).unwrap();
+    let r = receipt(1, 60, b.now);
+    let ixs = b.quorum_settle_ixs(job, r, &[&v], &[v_account]);
+    assert_eq!(b.va_err(&ixs), anchor_err(1, anchor_lang::error::ErrorCode::AccountNotInitialized));
+    let ixs = settle_led_by(&b, &v.pubkey(), job, r);
+    assert_eq!(b.send_err(&ixs, &[&v]), anchor_err(1, anchor_lang::error::ErrorCode::AccountNotInitialized));
+    assert_eq!(b.job_state(&job).last_seq, 0);
+    let (newcomer, newcomer_account) = b.add_validator(5_000);
+    let user = b.user_kp();
+    b.as_user(&[b.ix_replace_committee_member(&user.pubkey(), job, 1, &v.pubkey(), &newcomer.key.pubkey())]);
+    let ixs = b.quorum_settle_ixs(job, r, &[&newcomer.key], &[newcomer_account]);
+    b.as_va(&ixs);
+    assert_eq!(b.job_state(&job).paid_seconds, 60);
 }
 
 // ---- rewards at bond withdrawal --------------------------------------------------------------

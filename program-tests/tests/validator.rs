@@ -100,14 +100,28 @@ fn fail_request_validator_exit_with_another_market() {
     assert_eq!(b.va_err(&[ix]), program_err(0, E::NotAValidator));
 }
 
+/// An exiting validator still settles the jobs whose committee it is in, up to its withdrawal.
 #[test]
-fn fail_settle_by_exited_validator() {
+fn success_settle_by_exiting_validator() {
     let mut b = Bench::new();
     let (job, _) = b.running_job(1, 1, 10_000);
     b.as_va(&[exit_ix(&b)]);
     b.advance(60);
     let r = receipt(1, 60, b.started(&job) + 60);
-    assert_eq!(b.settle(job, r).unwrap_err().err, program_err(1, E::ValidatorNotActive));
+    b.settle(job, r).unwrap();
+    assert_eq!(b.job_state(&job).paid_seconds, 60);
+    assert_eq!(b.validator_state().settlements, 1);
+}
+
+#[test]
+fn fail_settle_by_withdrawn_validator() {
+    let mut b = Bench::new();
+    let (job, _) = b.running_job(1, 1, 10_000);
+    b.as_va(&[exit_ix(&b)]);
+    b.set_time(T0 + UNBONDING);
+    b.as_va(&[withdraw_ix(&b)]);
+    let r = receipt(1, 60, b.started(&job) + 60);
+    assert_eq!(b.settle(job, r).unwrap_err().err, anchor_err(1, anchor_lang::error::ErrorCode::AccountNotInitialized));
     assert_eq!(b.job_state(&job).last_seq, 0);
 }
 

@@ -357,8 +357,9 @@ def _warn_if_not_validator(client: Any, market: Pubkey, authority: Pubkey) -> No
                     "this node's public URL)", authority, market)
         return
     if str(field_of(v, "status")).lower() != "active":
-        log.warning("validator %s is %s, not active: settle will fail", authority,
-                    field_of(v, "status"))
+        log.warning("validator %s is %s, not active: it joins no new committee and reports no "
+                    "downtime; it still settles for the committees it is in until it withdraws "
+                    "its bond", authority, field_of(v, "status"))
     if not str(field_of(v, "endpoint") or ""):
         log.warning("validator %s has no endpoint on chain: workers and other committee "
                     "members cannot reach it (update_validator with this node's public URL)",

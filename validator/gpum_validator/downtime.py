@@ -19,17 +19,22 @@ validator holds proofs of, on its committee and Running on chain (re-read every
    its backlog to a returning validator in that time).
 2. Leader: ``attest.leader_of(job, last_seq // settle_every, committee, timeouts)``, where
    ``timeouts`` counts the ``leader_timeout_windows`` since the job became idle (a moment
-   every member computes alike from the proofs it saw).
+   every member computes alike from the proofs it saw). Only an Active validator reports
+   (``Peers.active``; the program counts only Active members for downtime): a leader that is
+   exiting does nothing (``not_active``) and the next member leads after the timeout.
 3. Before it asks anyone, the leader asks every other member for the newest proof it holds
    (``GET /v1/jobs/<job>/head``, in parallel, each within the peer deadline). A proof newer
    than its own is handed to this node's own intake (``deliver``), which verifies it like
    any worker delivery: a worker that reached other members but not this one is not idle,
    and this node catches up. Forged or unverifiable heads change nothing.
+   Exiting members are asked too (they still receive proofs): more evidence of a live worker
+   only ever means fewer slashes.
 4. The leader builds the ``slash_downtime`` message with the SDK
    (``client.slash_downtime_message(me, job, others, last_proof_window_end)``), asks each
    co-signer ``POST /v1/downtime/sign`` (a member signs only if it saw no later proof), and
-   replaces a member that refuses or does not answer by the next one; with ``q - 1``
-   signatures it records ``sent`` and calls ``client.send_presigned(tx)``.
+   replaces a member that refuses or does not answer by the next one; co-signers are the
+   other Active members only; with ``q - 1`` signatures it records ``sent`` and calls
+   ``client.send_presigned(tx)``.
 5. Success -> ``done`` (the job fails; its user's ``close_job`` refunds). The job no longer
    Running -> ``done`` (nothing to report). ``NotEnoughMissedWindows`` (the chain's clock is
    behind ours), transport errors -> ``retry`` with backoff; other errors up to
@@ -230,6 +235,12 @@ class DowntimeReporter:
         committee = list(chain.committee)
         if leader_of(row.job, round_of(row.last_seq, self.policy), committee, k) != self.me:
             return None
+        if self.peers is not None and not self.peers.active(self.me):
+            self.metrics.downtime_report("not_active")
+            log.info("downtime of job=%s: this validator is not Active (exiting): it reports "
+                     "no downtime; the next member leads after the timeout",
+                     Pubkey.from_bytes(row.job))
+            return None
         if self._heard_elsewhere(row, chain):
             self.metrics.downtime_report("proof_elsewhere")
             return None
@@ -238,7 +249,8 @@ class DowntimeReporter:
     def _report(self, row: JobRow, chain: ChainJobInfo, lpwe: int, attempts: int) -> str | None:
         job = Pubkey.from_bytes(row.job)
         need = max(1, chain.quorum) - 1
-        candidates = [m for m in chain.committee if m != self.me]
+        candidates = [m for m in chain.committee if m != self.me
+                      and (self.peers is None or self.peers.active(m))]
         try:
             signatures, chosen = self._cosign(row.job, lpwe, candidates, need)
         except Exception as e:  # noqa: BLE001 - building the message read the chain

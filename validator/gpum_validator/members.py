@@ -48,7 +48,10 @@ Guarantees:
   through ``signing.AttestationSigner`` (on disk before the signature is returned); the same
   value again gets the same signature, another value 409 ``already_signed_other_value`` (with
   the signed value), also after a restart, also when this node signed it as a leader;
-* a downtime signature is given only for a Running or Finishing job (silence counted up to
+* a downtime signature is given only by an Active validator (409 ``not_active`` while it is
+  exiting or its account cannot be read: the program counts only Active members for
+  downtime; an exiting member still answers and co-signs settlement as above), only for a
+  Running or Finishing job (silence counted up to
   ``ended_at`` once Finishing) when this validator accepted no proof ending after
   ``last_proof_window_end``, no other member holds one it verifies (409
   ``saw_later_proof``; ``downtime.heard_elsewhere``) and ``max_missed_windows``
@@ -410,6 +413,9 @@ class Member:
         lpwe = _int(o, "last_proof_window_end", I64_MIN, I64_MAX)
         raw = _b64(o, "message", 1232)
         view = self._job(job, budget)
+        if self.peers is not None and not self.peers.active(self.me):
+            raise Rejection("not_active", "this validator is not Active (exiting, or its "
+                            "account could not be read): it attests no downtime", 409)
         try:
             message = Message.from_bytes(raw)
             check_downtime_message(message, self.cfg.program_id, job, lpwe, self.me,

@@ -2,8 +2,11 @@
 
 Endpoints are read from the members' Validator accounts on chain
 (``client.fetch_validator_by_authority(market, authority).endpoint``), cached for
-``endpoint_ttl`` seconds; a member whose account is missing, not Active or without an
-endpoint is treated as unreachable (it could not attest on chain either). Every request runs
+``endpoint_ttl`` seconds. A member is reachable for settlement while its account exists and is
+Active or Exiting (``SETTLING_STATUSES``: an exiting member still attests and submits
+``settle`` for the committees it is in, so one member's exit stalls no proved second); a member
+whose account is missing (withdrawn) or without an endpoint is unreachable (it could not attest
+on chain either). Only Active members count for downtime (``active``). Every request runs
 through ``gpu_market.net.BoundedClient``: it returns within its total deadline (``timeout``
 seconds for connect, send and every byte of the answer, however the member trickles) and
 its answer is capped (``MAX_PEER_RESPONSE_BYTES``); any failure is ``None``, never an
@@ -24,9 +27,13 @@ from gpu_market.net import BoundedClient, NetError
 from solders.pubkey import Pubkey
 
 from .config import MAX_PEER_RESPONSE_BYTES
-from .verify import field_of
+from .verify import field_of, status_of
 
 log = logging.getLogger("gpum_validator.peers")
+
+SETTLING_STATUSES = ("active", "exiting")
+"""Validator statuses that attest and submit ``settle`` (the program's
+``ValidatorStatus::settles``); ``slash_downtime`` counts only ``active`` members."""
 
 
 @dataclass(frozen=True)
@@ -49,20 +56,35 @@ class Peers:
         self.endpoint_ttl = endpoint_ttl
         self.clock = clock
         self.http = http or BoundedClient(deadline=timeout, max_bytes=MAX_PEER_RESPONSE_BYTES)
-        self._endpoints: dict[bytes, tuple[float, str | None]] = {}
+        self._endpoints: dict[bytes, tuple[float, str | None, str | None]] = {}
+        """member -> (read at, endpoint if it settles, status; None: no account)."""
         self._lock = threading.Lock()
 
     def close(self) -> None:
         self.http.close()
 
     def endpoint(self, member: bytes) -> str | None:
-        """The member's endpoint from its Validator account (cached), or None."""
+        """The member's endpoint from its Validator account (cached) while it settles (Active
+        or Exiting), else None."""
+        read = self._read(member)
+        return None if read is None else read[0]
+
+    def active(self, member: bytes) -> bool:
+        """Whether the member's Validator account is Active (cached): only Active members
+        report or co-sign downtime. False when it is not, has no account, or cannot be read."""
+        read = self._read(member)
+        return read is not None and read[1] == "active"
+
+    def _read(self, member: bytes) -> tuple[str | None, str | None] | None:
+        """(endpoint while it settles, status or None without an account), cached for
+        ``endpoint_ttl``; None when the read failed (not cached: tried again next time)."""
         now = self.clock()
         with self._lock:
             hit = self._endpoints.get(member)
             if hit is not None and now - hit[0] < self.endpoint_ttl:
-                return hit[1]
+                return hit[1], hit[2]
         url: str | None = None
+        status: str | None = None
         try:
             view = self.client.fetch_validator_by_authority(self.market,
                                                             Pubkey.from_bytes(member))
@@ -70,14 +92,16 @@ class Peers:
             log.warning("cannot read the Validator account of %s: %s",
                         Pubkey.from_bytes(member), e)
             return None
-        if view is not None and str(field_of(view, "status")).lower() == "active":
-            raw = str(field_of(view, "endpoint") or "").rstrip("/")
-            url = raw if raw.startswith(("http://", "https://")) else None
+        if view is not None:
+            status = status_of(view)
+            if status in SETTLING_STATUSES:
+                raw = str(field_of(view, "endpoint") or "").rstrip("/")
+                url = raw if raw.startswith(("http://", "https://")) else None
         with self._lock:
-            self._endpoints[member] = (now, url)
+            self._endpoints[member] = (now, url, status)
             if len(self._endpoints) > 4096:
                 self._endpoints.pop(next(iter(self._endpoints)))
-        return url
+        return url, status
 
     def forget(self, member: bytes) -> None:
         """Drop a cached endpoint (after a failure, so a changed endpoint is re-read)."""

@@ -17,7 +17,11 @@ settler), one FakeChain that checks every Ed25519 signature of a settlement.
   outage, or while the process behind its registered endpoint is dead), and never while
   another member holds a newer proof of the worker that it can verify;
 * a silent provider that finishes its job first is still reported for the windows it missed
-  before the finish; silence after the finish is no downtime.
+  before the finish; silence after the finish is no downtime;
+* a member that requested its exit (or was forced out) still answers, co-signs and leads
+  settle rounds of its committees, so its exit stalls no proved second; it neither reports
+  nor co-signs downtime (the program counts only Active members), the Active members still
+  do, and they ask it for its newest proof before reporting.
 """
 
 from __future__ import annotations
@@ -513,3 +517,103 @@ def test_silence_after_the_finish_is_no_downtime(nets, chain):
         for n in net.nodes:
             assert n.downtime.report_pending() == []
     assert chain.downtime_calls == []
+
+
+# ------------------------------------------------------------------ a member that exits
+
+
+def exiting(chain, key) -> None:
+    """``key``'s validator requested its exit (its bond unbonds; the account stays)."""
+    v = chain.validators[bytes(key.pubkey())]
+    chain.validators[bytes(key.pubkey())] = replace(v, status="exiting", bond=0)
+
+
+@pytest.mark.parametrize("exiting_leads", [False, True])
+def test_an_exiting_member_still_settles_the_proved_seconds(nets, chain, exiting_leads):
+    """2-of-2 [A, B]: B requests its exit after the worker proved five windows. B still
+    answers queries, co-signs and leads; the round pays every proved second, whoever leads."""
+    leaver = K[1]
+    keys = arrange(K[:2], leaver if exiting_leads else K[0], 5)
+    net = nets(keys, 2)
+    net.deliver(chain_of(5))
+    exiting(chain, leaver)
+    net.settle_pass()
+    assert (net.job().last_seq, net.job().paid_seconds) == (5, 300)
+    assert chain.settle_submitters == [bytes((leaver if exiting_leads else K[0]).pubkey())]
+
+
+def silent_for(net, windows: int) -> None:
+    """``windows`` windows pass without a proof; every node runs its downtime reporter."""
+    for _ in range(windows):
+        net.tick(WINDOW)
+        for n in net.nodes:
+            n.downtime.report_pending()
+
+
+def test_an_exiting_member_neither_reports_nor_cosigns_downtime(nets, chain):
+    """2-of-2 [A, B], B exiting: the worker falls silent for good. The program counts only
+    Active members for downtime, so B neither leads a report nor co-signs A's: nothing is
+    sent (fewer slashes is the safe side; ``expire_job`` ends the job)."""
+    net = nets(K[:2], 2, policy=SettlePolicy(settle_every_windows=5, chain_refresh_seconds=0))
+    ps = chain_of(5)
+    net.at(ps[-1].window_end + 1)
+    net.deliver(ps)
+    exiting(chain, K[1])
+    silent_for(net, 20)
+    assert chain.downtime_calls == [] and net.job().status == "running"
+    leaver = net.node(K[1])
+    assert leaver.metrics.downtime_reports["not_active"] >= 1
+    status, body = leaver.member.downtime_sign({"job": b58(JOB), "last_proof_window_end": 0,
+                                                "message": "AA=="})
+    assert (status, body["error"]) == (409, "not_active")
+
+
+def test_downtime_is_reported_by_the_active_members_when_one_exits(nets, chain):
+    """2-of-3 with one member exiting: the two Active ones still report a silent worker."""
+    net = nets(K, 2, policy=SettlePolicy(settle_every_windows=5, chain_refresh_seconds=0))
+    ps = chain_of(5)
+    net.at(ps[-1].window_end + 1)
+    net.deliver(ps)
+    exiting(chain, K[1])
+    silent_for(net, 20)
+    assert len(chain.downtime_calls) == 1, chain.downtime_calls
+    assert bytes(K[1].pubkey()) not in chain.downtime_calls[0]["signers"]
+    assert net.job().status == "failed"
+
+
+def test_no_downtime_when_the_worker_delivered_only_to_an_exiting_member(nets, chain):
+    """2-of-3: the worker's newest windows reached only the member that is exiting. The
+    Active members still ask it for its newest proof, verify it and report nothing."""
+    net = nets(K, 2, policy=SettlePolicy(settle_every_windows=5, chain_refresh_seconds=0))
+    ps = chain_of(8)
+    net.at(ps[-1].window_end + 1)
+    net.deliver(ps[:5])
+    exiting(chain, K[2])
+    net.deliver(ps[5:], to=[net.node(K[2])])
+    silent_for(net, 9)
+    assert chain.downtime_calls == []
+    assert net.job().status == "running"
+
+
+def test_peers_reach_active_and_exiting_members_and_tell_them_apart(chain):
+    """``Peers``: an exiting member is reachable for settlement but not Active (no downtime);
+    a member whose account closed (bond withdrawn) is neither."""
+    from gpum_validator.peers import Peers
+    from vtestkit import MARKET
+
+    for k in K:
+        chain.add_validator(k)
+        v = chain.validators[bytes(k.pubkey())]
+        chain.validators[bytes(k.pubkey())] = replace(v, endpoint=f"http://127.0.0.1:1/{k}")
+    exiting(chain, K[1])
+    del chain.validators[bytes(K[2].pubkey())]
+    peers = Peers(chain, MARKET, timeout=1, endpoint_ttl=0)
+    try:
+        a, b, c = (bytes(k.pubkey()) for k in K)
+        assert (peers.endpoint(a), peers.active(a)) == (f"http://127.0.0.1:1/{K[0]}", True)
+        assert (peers.endpoint(b), peers.active(b)) == (f"http://127.0.0.1:1/{K[1]}", False)
+        assert (peers.endpoint(c), peers.active(c)) == (None, False)
+        chain.down = True  # a failed read: unknown, so neither reachable nor Active
+        assert (peers.endpoint(a), peers.active(a)) == (None, False)
+    finally:
+        peers.close()

@@ -68,7 +68,12 @@ ERROR_CODES = {"StaleSequence": 6034, "CumulativeDecreased": 6035, "WindowNotAft
                "WindowEndInFuture": 6038, "InvalidJobStatus": 6024, "NotCommitteeMember": 6070,
                "QuorumNotMet": 6030, "ApprovedExceedsClaim": 6071, "ApprovedDecreased": 6072,
                "BilledSecondsExceedWallTime": 6073, "ReceiptMessageMismatch": 6031,
-               "NotEnoughMissedWindows": 6040, "DuplicateValidator": 6074}
+               "NotEnoughMissedWindows": 6040, "DuplicateValidator": 6074,
+               "ValidatorNotActive": 6022, "AccountNotInitialized": 3012}
+
+SETTLING_VALIDATOR_STATUSES = ("active", "exiting")
+"""Validator statuses whose members attest and submit ``settle`` (``ValidatorStatus::settles``);
+only ``active`` members count for ``slash_downtime``."""
 
 
 @dataclass(frozen=True)
@@ -338,6 +343,7 @@ class FakeChain:
         updated = dict(self.jobs)
         validators = dict(self.validators)
         me = bytes(validator_authority.pubkey())
+        self._settling_validator(me)
         for it in items:  # all-or-nothing, as one transaction
             j = updated[bytes(it.job)]
             committee = [bytes(m) for m in j.committee]
@@ -370,6 +376,7 @@ class FakeChain:
                 who = bytes(a.authority)
                 if who in seen:
                     raise err("DuplicateValidator")
+                self._settling_validator(who)
                 if who not in committee:
                     raise err("NotCommitteeMember")
                 if not verify(who, a.signature, attestation_message(msg, approved)):
@@ -396,6 +403,15 @@ class FakeChain:
         self.jobs = updated
         self.validators = validators
         return f"sig{len(self.settle_calls)}"
+
+    def _settling_validator(self, who: bytes) -> None:
+        """``settle``'s check of the submitter and every attester: a Validator account of the
+        market (a withdrawn one is closed) whose status settles (Active or Exiting)."""
+        v = self.validators.get(who)
+        if v is None:
+            raise err("AccountNotInitialized")
+        if v.status not in SETTLING_VALIDATOR_STATUSES:
+            raise err("ValidatorNotActive")
 
     def fetch_equivocation_record(self, record: Pubkey) -> dict[str, Any] | None:
         self._io()
@@ -458,7 +474,9 @@ class FakeChain:
             raise GpuMarketError(0, "AccountAlreadyInUse", "already in use", [])
         self.validator_records.add(key)
         v = self.validators[who]
-        self.validators[who] = replace(v, slashes=v.slashes + 1, bond=v.bond // 2)
+        # Forced out: Exiting (its rest unbonds), still settling for its committees.
+        self.validators[who] = replace(v, slashes=v.slashes + 1, bond=v.bond // 2,
+                                       status="exiting")
         return f"vslash{len(self.validator_slash_calls)}"
 
     def slash_downtime_message(self, validator_authority: Pubkey, job: Pubkey,
@@ -486,8 +504,9 @@ class FakeChain:
 
     def send_presigned(self, tx: Any) -> str:
         """Runs a slash_downtime the way the program does: every signature valid, the signers
-        ``quorum`` distinct committee members, the job Running, and ``max_missed_windows``
-        windows since max(last_proof_window_end, last_window_end)."""
+        ``quorum`` distinct committee members, each an Active validator (an exiting one
+        reports no downtime), the job Running, and ``max_missed_windows`` windows since
+        max(last_proof_window_end, last_window_end)."""
         self._io()
         tx.verify()  # raises on a bad signature
         msg = tx.message
@@ -501,6 +520,12 @@ class FakeChain:
                                     "signers": signers})
         j = self.jobs[job]
         committee = [bytes(m) for m in j.committee]
+        for who in signers:
+            v = self.validators.get(who)
+            if v is None:
+                raise err("AccountNotInitialized")
+            if v.status != "active":
+                raise err("ValidatorNotActive")
         if len(set(signers)) != j.terms.quorum or not set(signers) <= set(committee):
             raise err("QuorumNotMet")
         if j.status not in ("running", "finishing"):

@@ -53,6 +53,9 @@ def test_a_committee_of_active_bonded_answering_members_is_accepted() -> None:
     ("no account", {"infos": {A: OK, B: None}}, "no Validator account"),
     ("unbonding", {"infos": {A: OK, B: ValidatorInfo("http://v", "unbonding", 100)}},
      "unbonding, not active"),
+    # An exiting member still settles the jobs it already serves, but a new job is declined.
+    ("exiting", {"infos": {A: OK, B: ValidatorInfo("http://v", "exiting", 100)}},
+     "exiting, not active"),
     ("under the market's bond", {"infos": {A: OK, B: ValidatorInfo("http://v", "active", 49)}},
      "below the minimum 50"),
     ("under the provider's bond", {"min_bond": 101}, "below the minimum 101"),

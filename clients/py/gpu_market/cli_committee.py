@@ -227,7 +227,7 @@ def validator_claim_rewards(env: Env, market: Pubkey) -> None:
 @common
 @market_option
 def validator_exit(env: Env, market: Pubkey) -> None:
-    """Stop validating; your whole bond unbonds for unbonding_seconds."""
+    """Leave: your whole bond unbonds for unbonding_seconds; keep settling your jobs until you withdraw."""
     sig = env.client.request_validator_exit(env.keypair, market)
     env.emit({"market": str(market), "signature": str(sig)})
 

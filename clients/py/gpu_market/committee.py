@@ -11,7 +11,7 @@ call                        who                             what
 register_validator          a validator authority           bond + endpoint URL
 update_validator            the validator's authority       new endpoint URL
 claim_validator_rewards     the validator's authority       rewards to its payment-mint ATA
-request_validator_exit      the validator's authority       stop; the bond unbonds
+request_validator_exit      the validator's authority       leave; the bond unbonds
 withdraw_validator_bond     the validator's authority       released bond to its stake ATA
 replace_committee_member    the job's user                  swap a member that is not Active
 slash_downtime              ``q`` committee members         the provider missed windows
@@ -391,8 +391,11 @@ class ValidatorNetwork:
         return self.send(ixs, [authority])
 
     def request_validator_exit(self, authority: Keypair, market: Pubkey) -> Signature:
-        """Stop settling; the whole bond unbonds for ``unbonding_seconds``. Users then replace
-        this validator in their jobs' committees (``replace_committee_member``)."""
+        """Leave: the whole bond unbonds for ``unbonding_seconds`` (still slashable for
+        equivocation until ``withdraw_validator_bond``). An exiting validator joins no new
+        committee and reports no downtime, and users may replace it in their jobs' committees
+        (``replace_committee_member``); until it withdraws it still attests and submits
+        ``settle`` for the committees it is in, so its exit stalls no proved second."""
         ix = self.codec.instruction(
             "request_validator_exit",
             {},

@@ -184,7 +184,8 @@ pub mod gpu_market {
         instructions::unstake::withdraw(ctx)
     }
 
-    /// A validator starts unbonding its whole bond and stops settling.
+    /// A validator starts unbonding its whole bond and leaves: no new committee, no downtime
+    /// reports; it still settles for the committees it is in until it withdraws.
     pub fn request_validator_exit(ctx: Context<RequestValidatorExit>) -> Result<()> {
         instructions::validator_exit::request(ctx)
     }

@@ -73,14 +73,16 @@ pub fn replace(ctx: Context<ReplaceCommitteeMember>, index: u8) -> Result<()> {
 /// right before this one carries both (entry 0 over `first`'s attestation message, entry 1 over
 /// `second`'s, everything inside that instruction). Slashes the job's `equivocation_slash_bps`
 /// of the validator's bond + unbonding (reporter reward `reporter_reward_bps` of it, the rest
-/// burned) and ends its service: it becomes Exiting with what is left of its bond unbonding, so
-/// it settles nothing more and users can replace it. Once per (validator, job, seq). Only a job
-/// that started can be the subject (`JobNeverStarted`), and only attestations of receipts for
-/// windows that ended after it started count; a job address is used once (`close_job` leaves a
-/// tombstone), so attestations bound to it belong to this job. The reward goes to
-/// `reporter_stake_account` only when the signing reporter is the job's user, its provider's
-/// owner or another member of its committee; otherwise (the offender itself, or a stranger who
-/// may be it) the whole slash is burned.
+/// burned) and forces it out: it becomes Exiting with what is left of its bond unbonding again
+/// for `unbonding_seconds` (still slashable), so it joins no new committee and users can
+/// replace it; like any exiting member it still counts in the settlements of the committees it
+/// is in (its co-members' pay for the provider does not hang on its status). Once per
+/// (validator, job, seq). Only a job that started can be the subject (`JobNeverStarted`), and
+/// only attestations of receipts for windows that ended after it started count; a job address
+/// is used once (`close_job` leaves a tombstone), so attestations bound to it belong to this
+/// job. The reward goes to `reporter_stake_account` only when the signing reporter is the job's
+/// user, its provider's owner or another member of its committee; otherwise (the offender
+/// itself, or a stranger who may be it) the whole slash is burned.
 #[derive(Accounts)]
 #[instruction(first: Receipt)]
 pub struct SlashValidatorEquivocation<'info> {
@@ -179,7 +181,7 @@ pub fn slash_validator_equivocation(
     let validator = &mut ctx.accounts.validator;
     let bond = ops::sub(validator.bond, split.from_stake)?;
     let unbonding = ops::sub(validator.unbonding.amount, split.from_unbonding)?;
-    // It stops serving: the rest of its bond unbonds (still slashable) from now.
+    // It is forced out: the rest of its bond unbonds (still slashable) from now.
     validator.bond = 0;
     validator.unbonding = Unbonding {
         amount: ops::add(bond, unbonding)?,

@@ -7,21 +7,23 @@ use crate::math;
 use crate::ops::{self, add, JobSigner};
 use crate::receipt::{attestation_message, preceding_ed25519_entries, Receipt};
 use crate::seeds;
-use crate::state::{Job, JobStatus, Market, Provider, Validator, ValidatorStatus};
+use crate::state::{Job, JobStatus, Market, Provider, Validator};
 
 /// Pays the seconds a quorum of the job's committee approved, out of the job's escrow: provider
 /// owner, fee vault (treasury share and validator rewards), burn.
 ///
 /// Specification (all terms are the job's, fixed at `create_job`):
-/// - the transaction signer is an Active validator of this market and a member of the job's
+/// - the transaction signer is a validator of this market, Active or Exiting (an exiting member
+///   still settles for the committees it is in, so one member's exit never stalls the pay for
+///   seconds already proved; see `ValidatorStatus::settles`), and a member of the job's
 ///   committee; its transaction signature is its attestation;
 /// - the instruction right before this one is an Ed25519-program instruction whose entry 0 is
 ///   the provider's worker key over exactly `Receipt::digest` (sha256 of the receipt message; current key unexpired at
 ///   `window_end`, else `WorkerKeyExpired`; or a retired key for a window that ended by its
 ///   retirement, within `window_seconds * max_missed_windows` of it), and whose entries
 ///   1..quorum are attestations over `attestation_message(digest, approved_seconds)` by
-///   `quorum - 1` other distinct committee members, whose Active Validator accounts are passed
-///   as writable remaining accounts in the same order;
+///   `quorum - 1` other distinct committee members, whose Validator accounts (Active or
+///   Exiting, as for the signer) are passed as writable remaining accounts in the same order;
 /// - the job is Running, or Finishing with `window_end <= ended_at` within the grace;
 /// - `seq > last_seq`, `cumulative_seconds >= claimed_seconds`, `window_end > last_window_end`,
 ///   `window_end <= now + max_skew_seconds`;
@@ -84,10 +86,7 @@ pub fn handler<'info>(
     let job = &ctx.accounts.job;
     let terms = job.terms;
 
-    require!(
-        ctx.accounts.validator.status == ValidatorStatus::Active,
-        GpuMarketError::ValidatorNotActive
-    );
+    require!(ctx.accounts.validator.status.settles(), GpuMarketError::ValidatorNotActive);
     require!(
         job.member_index(&ctx.accounts.validator_authority.key()).is_some(),
         GpuMarketError::NotCommitteeMember
@@ -308,10 +307,7 @@ fn check_signatures<'info>(
             job.member_index(&other.authority).is_some(),
             GpuMarketError::NotCommitteeMember
         );
-        require!(
-            other.status == ValidatorStatus::Active,
-            GpuMarketError::ValidatorNotActive
-        );
+        require!(other.status.settles(), GpuMarketError::ValidatorNotActive);
         require!(
             !seen.contains(&other.authority),
             GpuMarketError::DuplicateValidator

@@ -221,7 +221,9 @@ pub fn slash_equivocation(ctx: Context<SlashEquivocation>, first: Receipt, secon
 /// the user's `close_job` refunds the escrow. Downtime is measured from proofs the committee
 /// saw, so late settlement never slashes an honest provider. The signer is one member; the
 /// others are passed as remaining accounts in pairs (Validator account, its authority as a
-/// signer).
+/// signer). Only Active members count: an exiting member still settles but reports no downtime
+/// (it is leaving; fewer slashes is the safe side, and `expire_job` ends a silent job without
+/// any member).
 #[derive(Accounts)]
 pub struct SlashDowntime<'info> {
     pub validator_authority: Signer<'info>,

@@ -6,8 +6,12 @@ use crate::events::{emit_event, ValidatorBondWithdrawn, ValidatorExitRequested};
 use crate::ops::{self, MarketSigner};
 use crate::state::{Market, Unbonding, Validator, ValidatorStatus};
 
-/// An Active validator stops settling; its whole bond unbonds for `unbonding_seconds`.
-/// Allowed while paused. Can only be signed by the validator's authority.
+/// An Active validator leaves: its whole bond unbonds for `unbonding_seconds` (slashable for
+/// equivocation until `withdraw_validator_bond`); it joins no new committee and reports no
+/// downtime, and the users of its jobs may replace it. Until its account closes it still
+/// attests and settles for the committees it is in (`ValidatorStatus::settles`), so its exit
+/// never stalls the pay for seconds a worker proved. Allowed while paused. Can only be signed
+/// by the validator's authority.
 #[derive(Accounts)]
 pub struct RequestValidatorExit<'info> {
     pub authority: Signer<'info>,

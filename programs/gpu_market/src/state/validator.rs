@@ -6,10 +6,28 @@ use crate::state::Unbonding;
 /// Bytes of a validator's endpoint URL (zero-padded UTF-8).
 pub const ENDPOINT_LEN: usize = 96;
 
+/// Active: bonded, may join new committees and report downtime. Exiting (`request_validator_exit`
+/// or an equivocation slash): its bond unbonds and stays slashable until
+/// `withdraw_validator_bond` closes the account; it joins no new committee, reports no downtime,
+/// and may be replaced by the user of any job whose committee it is in.
 #[derive(AnchorSerialize, AnchorDeserialize, Clone, Copy, Debug, PartialEq, Eq, InitSpace)]
 pub enum ValidatorStatus {
     Active,
     Exiting,
+}
+
+impl ValidatorStatus {
+    /// Whether a validator in this status attests and submits `settle` for the jobs whose
+    /// committee it is in. Both statuses do: a member that leaves (or is forced out) cannot stall
+    /// the pay for seconds its committee's worker proved, and an exiting member's bond is still
+    /// slashable for equivocation until its account closes; once closed it attests nothing (no
+    /// account), which `unbonding_seconds` after its exit bounds, and the job's user can replace
+    /// it from the moment it exits. A new status must decide here.
+    pub fn settles(self) -> bool {
+        match self {
+            ValidatorStatus::Active | ValidatorStatus::Exiting => true,
+        }
+    }
 }
 
 /// `["validator", market, authority]`.
