@@ -125,7 +125,8 @@ class Metrics:
                  "Attestations asked of other members as a leader, by result.", attestations,
                  ("received", "refused", "invalid", "unreachable")),
                 ("gpum_validator_downtime_reports_total", "slash_downtime attempts, by outcome.",
-                 downtime, ("slashed", "job_gone", "retry", "failed", "waiting")),
+                 downtime, ("slashed", "job_gone", "retry", "failed", "waiting",
+                            "not_observed", "proof_elsewhere", "not_active")),
                 ("gpum_validator_validator_equivocation_reports_total",
                  "slash_validator_equivocation submissions, by outcome.", vreports,
                  ("slashed", "already_slashed", "job_gone", "retry", "failed"))):

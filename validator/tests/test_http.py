@@ -111,6 +111,9 @@ def test_health_and_metrics(http):
     assert 'gpum_validator_proofs_total{result="rejected",reason="prev_hash_mismatch"} 1' in text
     assert 'gpum_validator_settlements_total{status="confirmed"} 0' in text
     assert "gpum_validator_pending_windows 1" in text
+    # Every outcome a downtime pass can count is exported, also the ones that report nobody.
+    for outcome in ("not_observed", "proof_elsewhere", "not_active"):
+        assert f'gpum_validator_downtime_reports_total{{outcome="{outcome}"}} 0' in text
 
 
 def test_unknown_route_and_media_type(http):
