@@ -56,6 +56,7 @@ from gpu_market.client import GpuMarketClient
 from gpu_market.receipt import attestation_message, attestation_signature, receipt_message, verify
 from gpu_market.settle import Attestation, SettleItem
 from gpum_validator.attest import leader_of, sign_request_message
+from gpum_validator.slashing import Receipt
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 
@@ -68,18 +69,6 @@ FORWARD_TIMEOUT = 20.0  # seconds, per read and write of one forwarded request
 
 def _b64(raw: bytes) -> str:
     return base64.b64encode(bytes(raw)).decode()
-
-
-@dataclass(frozen=True)
-class Receipt:
-    seq: int
-    cumulative_seconds: int
-    window_end: int
-    proof_hash: bytes
-
-    def args(self) -> dict[str, Any]:
-        return {"seq": self.seq, "cumulative_seconds": self.cumulative_seconds,
-                "window_end": self.window_end, "proof_hash": self.proof_hash}
 
 
 @dataclass
@@ -165,7 +154,7 @@ class Evidence:
                 (a1, (r1, s1)), (a2, (r2, s2)) = list(self.seen[key].items())[:2]
             try:
                 sig = self.client.slash_validator_equivocation(
-                    self.key, Pubkey.from_string(job), member, r1.args(), a1, s1, r2.args(), a2,
+                    self.key, Pubkey.from_string(job), member, r1, a1, s1, r2, a2,
                     s2)
                 outcome = f"slashed ({sig})"
             except Exception as e:  # noqa: BLE001 - the program's refusal is the outcome

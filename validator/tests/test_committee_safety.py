@@ -46,26 +46,11 @@ from gpum_validator.settlement import SettlementLoop
 from gpum_validator.signing import AttestationSigner, SignedOtherValue
 from gpum_validator.store import SQLiteStore
 from solders.keypair import Keypair
-from vnet import Byzantine, Net, arrange
+from vnet import Byzantine, arrange
 from vtestkit import JOB, T0, VALIDATOR_KEYS, WINDOW, b58, chain_of, signed_json
 
 K = list(VALIDATOR_KEYS[:3])
 JOB2 = bytes([12] * 32)
-
-
-@pytest.fixture
-def nets(tmp_path, chain, clock):
-    made: list[Net] = []
-
-    def make(keys, quorum, **kw):
-        net = Net(tmp_path, chain, clock, keys, quorum, **kw)
-        net.at(T0 + 3600)
-        made.append(net)
-        return net
-
-    yield make
-    for net in made:
-        net.close()
 
 
 def attested_values(att_list, member_pub, stored):

@@ -33,25 +33,10 @@ from gpum_validator.attest import (
 from gpum_validator.config import HealthThresholds, SettlePolicy
 from gpum_validator.errors import StoreError
 from solders.keypair import Keypair
-from vnet import Byzantine, Net, arrange
+from vnet import Byzantine, arrange
 from vtestkit import JOB, T0, UUIDS, VALIDATOR_KEYS, WINDOW, b58, chain_of, gpu, pk, signed_json
 
 K = list(VALIDATOR_KEYS[:3])
-
-
-@pytest.fixture
-def nets(tmp_path, chain, clock):
-    made: list[Net] = []
-
-    def make(keys, quorum, **kw):
-        net = Net(tmp_path, chain, clock, keys, quorum, **kw)
-        net.at(T0 + 3600)
-        made.append(net)
-        return net
-
-    yield make
-    for net in made:
-        net.close()
 
 
 def settled(net):
