@@ -33,12 +33,13 @@ localnet:
 	cargo build -p gpum-localnet
 
 # Workloads run in real containers: Debian's podman with runc (crun fails on hybrid cgroups)
-# and a static busybox for the local test image (no registry, no network).
+# and a static busybox for the local test image (no registry, no network); a job's /scratch
+# is an ext4 image with a hard quota (mkfs.ext4 from e2fsprogs).
 containers:
 	@if ! command -v podman >/dev/null || ! command -v runc >/dev/null \
-	    || ! dpkg -s busybox-static >/dev/null 2>&1; then \
-	  echo "installing podman, runc and busybox-static (Debian packages)"; \
-	  apt-get update -q && apt-get install -y -q podman runc busybox-static; \
+	    || ! dpkg -s busybox-static >/dev/null 2>&1 || ! command -v mkfs.ext4 >/dev/null; then \
+	  echo "installing podman, runc, busybox-static and e2fsprogs (Debian packages)"; \
+	  apt-get update -q && apt-get install -y -q podman runc busybox-static e2fsprogs; \
 	fi
 
 # The committed IDL, regenerated with Anchor's idl-build (no SBF toolchain needed).
