@@ -7,6 +7,9 @@ gets the paths below appended.
 Outcome of one delivery attempt (``classify``):
 
 * 200 with ``status`` "accepted" or "duplicate"          -> ack (delivery row marked acked)
+* ``error`` "stale_seq" (the validator accepted a later  -> ack ("superseded"): the proof can
+  seq of the job, e.g. after catching up from a member's    never be taken there, and the later
+  head)                                                     receipts cover its seconds
 * 409 or ``error`` "equivocation"                       -> kept, never retried, logged CRITICAL
 * a body (or batch item) with ``"retry": true``, 5xx,    -> transient: retried with exponential
   408, 425, 429, timeouts, connection errors, bad JSON      backoff ``min(cap, base *
@@ -105,6 +108,10 @@ def _says_retry(body: Any) -> bool:
     return isinstance(body, dict) and body.get("retry") is True
 
 
+SUPERSEDED_ERROR = "stale_seq"
+"""A validator's answer for a proof older than one it accepted: delivered as far as it can be."""
+
+
 def classify(status_code: int, body: Any) -> Outcome:
     """Map an HTTP answer for one proof to an outcome (pure)."""
     msg = _body_message(body)
@@ -114,6 +121,8 @@ def classify(status_code: int, body: Any) -> Outcome:
         return Outcome("retry", f"unexpected 200 body: {msg}")
     if status_code == 409 or (isinstance(body, dict) and body.get("error") == "equivocation"):
         return Outcome("equivocation", f"HTTP {status_code}: {msg}")
+    if isinstance(body, dict) and body.get("error") == SUPERSEDED_ERROR:
+        return Outcome("ack", "superseded")
     if (400 <= status_code < 500 and status_code not in TRANSIENT_STATUS
             and not _says_retry(body)):
         return Outcome("reject", f"HTTP {status_code}: {msg}")
@@ -126,6 +135,8 @@ def classify_item(item: Any) -> Outcome:
         return Outcome("ack", str(item["status"]))
     if isinstance(item, dict) and item.get("error") == "equivocation":
         return Outcome("equivocation", _body_message(item))
+    if isinstance(item, dict) and item.get("error") == SUPERSEDED_ERROR:
+        return Outcome("ack", "superseded")
     if _says_retry(item):
         return Outcome("retry", _body_message(item))
     if isinstance(item, dict) and "error" in item:

@@ -23,7 +23,7 @@ from gpu_market.proof import (
 from gpum_worker.errors import OutboxError
 from gpum_worker.keys import WorkerKey
 from gpum_worker.outbox import Outbox
-from gpum_worker.sender import RetryPolicy, Sender, classify, classify_item
+from gpum_worker.sender import Outcome, RetryPolicy, Sender, classify, classify_item
 
 V1, V2 = "http://v1.test", "http://v2.test"
 JOB = b"\x07" * 32
@@ -370,6 +370,11 @@ def test_classify_table() -> None:
     assert classify(408, {}).kind == "retry"
     assert classify(500, {}).kind == "retry"
     assert classify_item({"error": "stale"}).kind == "reject"
+    # A validator that accepted a later seq (caught up from another member's head) never
+    # takes this one: done for that destination, not retried every hour for ever.
+    assert classify(422, {"error": "stale_seq", "message": "seq 3 is not after 7"}) \
+        == Outcome("ack", "superseded")
+    assert classify_item({"error": "stale_seq"}) == Outcome("ack", "superseded")
     assert classify_item("junk").kind == "retry"
 
 
