@@ -287,15 +287,19 @@ def _resolve(fut: asyncio.Future[Any], value: Any) -> None:
         _discard(value)
 
 
-def _discard(value: Any) -> None:
-    """Close the stream of an answer that will never be sent."""
-    stream = getattr(value, "stream", None)
+def _close_stream(stream: Any) -> None:
+    """Close a streamed answer's source, if it has one; never raises."""
     close = getattr(stream, "close", None)
     if close is not None:
         try:
             close()
         except Exception:  # a finished source may fail to close; nothing to do
-            log.debug("closing an unsent stream failed", exc_info=True)
+            log.debug("closing a stream failed", exc_info=True)
+
+
+def _discard(value: Any) -> None:
+    """Close the stream of an answer that will never be sent."""
+    _close_stream(getattr(value, "stream", None))
 
 
 class _Admission:
@@ -681,12 +685,7 @@ class _Front:
             for pending in (gone, item):
                 if pending is not None:
                     pending.cancel()
-            close = getattr(stream, "close", None)
-            if close is not None:
-                try:
-                    close()
-                except Exception:  # a finished source may fail to close; nothing to do
-                    log.debug("closing a stream failed", exc_info=True)
+            _close_stream(stream)
 
 
 def forwarded_for(headers: dict[str, str]) -> str | None:
