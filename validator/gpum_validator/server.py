@@ -9,7 +9,7 @@ Every error body is ``{"error", "message", "retry"}``; a retryable single-proof 
 503) also carries ``"retry_after"`` and a ``Retry-After`` header. Binding to a non-loopback
 address needs ``allow_remote=True``.
 
-Transport (issue 9, "Hostile traffic"; ``gpu_market.httpfront``, shared with the worker
+Transport (hardened against hostile traffic; ``gpu_market.httpfront``, shared with the worker
 API). One event-loop thread (asyncio) owns every socket:
 it accepts, reads each request completely (request line and headers of at most
 ``MAX_HEADER_BYTES`` and ``MAX_HEADERS`` lines, else 431; then the body under the rules
