@@ -57,13 +57,6 @@ pub const LAMPORTS_PER_SIGNATURE: u64 = 5_000;
 /// Lamports the `requestAirdrop` faucet starts with (500 million SOL).
 pub const FAUCET_LAMPORTS: u64 = 500_000_000 * 1_000_000_000;
 
-/// SPL Token program id.
-pub const TOKEN_PROGRAM: Pubkey = Pubkey::from_str_const("TokenkegQfeZyiNwAJbNbGKPFXCWuBvf9Ss623VQ5DA");
-/// SPL Token-2022 program id.
-pub const TOKEN_2022_PROGRAM: Pubkey =
-    Pubkey::from_str_const("TokenzQdBNbLqP5VEhdkAS6EPFLC1PazBjmkTWdGZcf");
-/// The wrapped-SOL mint (9 decimals even where its account is absent).
-pub const NATIVE_MINT: Pubkey = Pubkey::from_str_const("So11111111111111111111111111111111111111112");
 const MEMO_V1: Pubkey = Pubkey::from_str_const("Memo1UhkJRfHyvLMcVucJwxXeuD728EqVDDwQDxFMNo");
 const MEMO_V3: Pubkey = Pubkey::from_str_const("MemoSq4gqABAXKb96qnH8TysNcWxMyWCqXgDLGmfcHr");
 
@@ -493,7 +486,7 @@ impl Ledger {
 
     /// Decimals of `mint` (9 for the native mint).
     pub fn mint_decimals(&self, mint: &Pubkey) -> Option<u8> {
-        if *mint == NATIVE_MINT {
+        if *mint == crate::token::NATIVE_MINT {
             return Some(9);
         }
         let acc = self.svm.accounts_db().get_account_ref(mint)?;

@@ -4,8 +4,13 @@ use serde_json::{json, Value};
 use solana_account::{AccountSharedData, ReadableAccount};
 use solana_pubkey::Pubkey;
 
-use crate::ledger::{TOKEN_2022_PROGRAM, TOKEN_PROGRAM};
-
+/// SPL Token program id.
+pub const TOKEN_PROGRAM: Pubkey = Pubkey::from_str_const("TokenkegQfeZyiNwAJbNbGKPFXCWuBvf9Ss623VQ5DA");
+/// SPL Token-2022 program id.
+pub const TOKEN_2022_PROGRAM: Pubkey =
+    Pubkey::from_str_const("TokenzQdBNbLqP5VEhdkAS6EPFLC1PazBjmkTWdGZcf");
+/// The wrapped-SOL mint (9 decimals even where its account is absent).
+pub const NATIVE_MINT: Pubkey = Pubkey::from_str_const("So11111111111111111111111111111111111111112");
 
 pub const ACCOUNT_LEN: usize = 165;
 pub const MINT_LEN: usize = 82;
