@@ -15,11 +15,13 @@ from .errors import (
     StoreError,
     ValidatorError,
 )
+from .intake import Intake
 from .members import Member
-from .service import Intake
-from .settlement import SettlementLoop, Settler, due_reason
+from .records import Store, StoreLimits
+from .settle_policy import due_reason
+from .settlement import SettlementLoop, Settler
 from .slashing import EquivocationReporter, ValidatorEquivocationReporter
-from .store import SQLiteStore, Store, StoreLimits
+from .store_sqlite import SQLiteStore
 from .verify import (
     Authenticated,
     JobRules,

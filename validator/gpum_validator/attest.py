@@ -39,7 +39,7 @@ from typing import Any
 
 from gpu_market.proof import decode_proof, receipt_for_proof
 
-from .store import ChainJobInfo, StoredProof
+from .records import ChainJobInfo, StoredProof
 
 ATTEST_REQUEST_DOMAIN = b"gpu-market/attest-request/v2"
 """Prefix of the message a leader signs to ask a member for an attestation."""

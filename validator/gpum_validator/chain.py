@@ -18,12 +18,12 @@ from typing import Any, Protocol
 from solders.pubkey import Pubkey
 
 from .errors import ChainUnavailable, Rejection
-from .store import ChainJobInfo
+from .records import ChainJobInfo
 from .verify import JobState, committee_of, field_of, quorum_of, status_of
 
 
 class ChainClient(Protocol):
-    """Chain reads and transactions, as documented in docs/sdk-api.md (issue 8 names)."""
+    """Chain reads and transactions, as documented in docs/sdk-api.md (the SDK's names)."""
 
     def fetch_market(self, market: Pubkey) -> Any | None: ...
     def fetch_provider(self, provider: Pubkey) -> Any | None: ...

@@ -42,10 +42,10 @@ def default_db() -> Path:
 
 def open_db(db: str, serving: bool = False) -> Any:
     """The store ``--db`` names: a ``postgresql://`` URL (``store_pg.PostgresStore``) or an
-    SQLite file (``store.SQLiteStore``; its directory is created). ``serving``: for
+    SQLite file (``store_sqlite.SQLiteStore``; its directory is created). ``serving``: for
     ``gpum-validator run`` (SQLite's WAL checkpoints on a thread of their own)."""
-    from .store import SQLiteStore
     from .store_pg import PostgresStore, is_postgres_url
+    from .store_sqlite import SQLiteStore
 
     if is_postgres_url(db):
         return PostgresStore(db)
@@ -184,7 +184,7 @@ def run(url: str, keypair_path: Path, market: str, program_id: str | None, liste
         if not job_reads_per_source > 0:
             raise ConfigError("--job-reads-per-source must be more than 0 (a source that may "
                               "cause no job read could never send a new job's first proof)")
-        from .server import HttpLimits
+        from .transport import HttpLimits
 
         limits = HttpLimits(max_connections=max_connections,
                             max_connections_per_source=max_connections_per_source,
@@ -220,25 +220,21 @@ def _run(url: str, keypair_path: Path, market_s: str, program_id_s: str | None, 
          retention_days: float = DEFAULT_RETENTION_DAYS, http_limits: Any = None,
          job_reads_per_source: float = JOB_READS_PER_SOURCE) -> None:
     from gpu_market import PROGRAM_ID
+    from gpu_market.httpfront import raise_fd_limit, serve_in_thread
 
     from .dashboard import Dashboard
     from .downtime import DowntimeReporter
+    from .intake import Intake
     from .liveness import EndpointProbe, Liveness
     from .members import Member
     from .metrics import Metrics
     from .peers import Peers
     from .retention import Pruner
     from .rewards import RewardsProbe
-    from .server import (
-        HealthProbe,
-        ValidatorHTTPServer,
-        parse_listen,
-        raise_fd_limit,
-        serve_in_thread,
-    )
-    from .service import Intake
+    from .server import HealthProbe, ValidatorHTTPServer
     from .settlement import SettlementLoop, Settler
     from .slashing import EquivocationReporter, ValidatorEquivocationReporter
+    from .transport import parse_listen
 
     authority = load_keypair(keypair_path)
     market = parse_address(market_s, "--market")

@@ -76,7 +76,7 @@ class VerifyConfig:
 
 @dataclass(frozen=True)
 class SettlePolicy:
-    """When a job's newest accepted receipt is settled (see settlement.due_reason)."""
+    """When a job's newest accepted receipt is settled (see settle_policy.due_reason)."""
 
     settle_every_windows: int = DEFAULT_SETTLE_EVERY
     low_escrow_windows: int = 2
@@ -105,7 +105,7 @@ class SettlePolicy:
     lookup_table: bool = True
     """Settle several jobs per transaction: v0 transactions loading accounts from this
     validator's address lookup table (``settlement.Settler``). False: one legacy transaction
-    per settlement, as before issue 9. Used only with a client that has ``lookup_tables``."""
+    per settlement, as before batching. Used only with a client that has ``lookup_tables``."""
     lookup_table_job_accounts: bool = True
     """Also put each job's own accounts (job, escrow) in the tables, not only the shared ones
     (market, fee vault, mint, providers, attesters): four quorum-1 settlements per
@@ -118,7 +118,7 @@ class SettlePolicy:
     lookup_table_retire_seconds: float = 60.0
     """How often the settler looks for full tables whose jobs all ended, to deactivate them
     and, 513 slots later, close them, the rent back to this validator
-    (``settlement.Settler._retire_tables``)."""
+    (``settle_tables.SettleTables.retire``)."""
     batch_hold_windows: float = 0.25
     """The fresh settlements of a transaction that has room for another (fewer than
     ``max_settle_items_per_v0_tx`` of their quorum, worst case; validator/README.md,

@@ -71,9 +71,9 @@ from .errors import (
     ValidatorError,
     error_body,
 )
+from .records import Intent, Store, StoredProof
 from .rewards import stored_rewards
 from .schema import b58_pubkey
-from .store import Intent, Store, StoredProof
 
 log = logging.getLogger("gpum_validator.dashboard")
 

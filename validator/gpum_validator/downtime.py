@@ -1,9 +1,10 @@
 """Downtime by observation: ``slash_downtime`` when the worker stopped sending proofs.
 
-DESIGN section 6: a quorum of the committee attests that it accepted no proof of a Running
-job for ``max_missed_windows`` windows, measured from proofs seen, never from settlement lag.
-A Finishing job stays reportable for the windows it missed before ``ended_at`` (the program
-counts them up to ``ended_at``), so a silent provider cannot escape by finishing first.
+Rule (docs/protocol.md, "Downtime and liveness"): a quorum of the committee attests that it
+accepted no proof of a Running job for ``max_missed_windows`` windows, measured from proofs
+seen, never from settlement lag. A Finishing job stays reportable for the windows it missed
+before ``ended_at`` (the program counts them up to ``ended_at``), so a silent provider cannot
+escape by finishing first.
 
 ``DowntimeReporter.report_pending`` runs on the settlement loop. For every job this
 validator holds proofs of, on its committee and Running on chain (re-read every
@@ -63,8 +64,8 @@ from .errors import ChainUnavailable
 from .liveness import Liveness, watch_due
 from .metrics import Metrics
 from .peers import Peers
-from .settlement import backoff, round_of
-from .store import ChainJobInfo, JobRow, Store
+from .records import ChainJobInfo, JobRow, ReportKind, ReportStatus, Store
+from .settle_policy import backoff, round_of
 
 log = logging.getLogger("gpum_validator.downtime")
 
@@ -262,7 +263,8 @@ class DowntimeReporter:
             return None
         message, sigs = signatures
         now = self.clock()
-        self.store.mark_downtime_report(row.job, lpwe, "sent", now, count_attempt=True)
+        self.store.mark_report(ReportKind.DOWNTIME, (row.job, lpwe), ReportStatus.SENT, now,
+                               count_attempt=True)
         try:
             sigs[self.me] = bytes(self.authority.sign_message(bytes(message)))
             tx = assemble(message, sigs)
@@ -271,8 +273,8 @@ class DowntimeReporter:
             self._error(row, lpwe, e, attempts + 1)
             return None
         sig_s = str(result)
-        self.store.mark_downtime_report(row.job, lpwe, "done", self.clock(), signature=sig_s,
-                                        outcome="slashed")
+        self.store.mark_report(ReportKind.DOWNTIME, (row.job, lpwe), ReportStatus.DONE,
+                               self.clock(), signature=sig_s, outcome="slashed")
         self.metrics.downtime_report("slashed")
         log.critical("DOWNTIME reported job=%s last_proof_window_end=%d with %s tx=%s", job,
                      lpwe, ", ".join(str(Pubkey.from_bytes(m)) for m in chosen), sig_s)
@@ -338,8 +340,8 @@ class DowntimeReporter:
         job = Pubkey.from_bytes(row.job)
         name = chain_error_name(exc)
         if name in JOB_ENDED_ERRORS:
-            self.store.mark_downtime_report(row.job, lpwe, "done", now, outcome="job_gone",
-                                            error=name, count_attempt=count)
+            self.store.mark_report(ReportKind.DOWNTIME, (row.job, lpwe), ReportStatus.DONE, now,
+                                   outcome="job_gone", error=name, count_attempt=count)
             self.metrics.downtime_report("job_gone")
             log.info("downtime of job=%s: %s, the job is no longer running; done", job, name)
             return
@@ -347,14 +349,14 @@ class DowntimeReporter:
         why = f"{name or type(exc).__name__}: {exc}"
         if not transport and name not in CLOCK_ERRORS \
                 and attempts >= self.policy.max_chain_error_attempts:
-            self.store.mark_downtime_report(row.job, lpwe, "failed", now, outcome="failed",
-                                            error=why, count_attempt=count)
+            self.store.mark_report(ReportKind.DOWNTIME, (row.job, lpwe), ReportStatus.FAILED,
+                                   now, outcome="failed", error=why, count_attempt=count)
             self.metrics.downtime_report("failed")
             log.error("downtime of job=%s: slash_downtime FAILED after %d attempts: %s", job,
                       attempts, why)
             return
         delay = backoff(self.policy, attempts)
-        self.store.mark_downtime_report(row.job, lpwe, "retry", now, error=why,
-                                        next_attempt_at=now + delay, count_attempt=count)
+        self.store.mark_report(ReportKind.DOWNTIME, (row.job, lpwe), ReportStatus.RETRY, now,
+                               error=why, next_attempt_at=now + delay, count_attempt=count)
         self.metrics.downtime_report("retry")
         log.warning("downtime of job=%s not reported (%s); retry in %.0fs", job, why, delay)

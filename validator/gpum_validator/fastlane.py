@@ -2,7 +2,7 @@
 accepting, from the provider's current key) decided without the reference path's objects,
 reads or per-proof statements.
 
-``service.Intake`` runs every proof through ``screen`` (the Rust extension: the schema
+``intake.Intake`` runs every proof through ``screen`` (the Rust extension: the schema
 rules, decoding, ``verify_strict``; no dataclasses) and ``JobFacts``/``ProviderFacts``
 (the chain checks of ``check_assignment``, ``check_committee`` and ``check_worker_key``,
 computed once per cached account). Under the group commit, ``FastLane.try_accept`` then
@@ -45,7 +45,7 @@ from solders.pubkey import Pubkey
 
 from .chain import baseline_state, job_info
 from .config import VerifyConfig
-from .store import UPDATED_AT_GRAIN_SECONDS, ChainJobInfo, Store
+from .records import UPDATED_AT_GRAIN_SECONDS, ChainJobInfo, Store
 from .verify import JobState, _pk, committee_of, field_of, job_rules, status_of
 
 try:
@@ -158,7 +158,7 @@ class Memo(NamedTuple):
     approved_total: int
     last_hash: bytes
     updated_at: float = 0.0
-    """The row's ``updated_at`` (``store.UPDATED_AT_GRAIN_SECONDS``)."""
+    """The row's ``updated_at`` (``records.UPDATED_AT_GRAIN_SECONDS``)."""
     row: bool = True
 
 

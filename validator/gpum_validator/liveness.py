@@ -1,9 +1,9 @@
 """This node's own uptime, durably: the spans it was up and reachable (I/O: store, HTTP).
 
-Rule (DESIGN section 9): a validator attests downtime only for a period it was itself up to
-observe. A worker that finds a validator down keeps its proofs and delivers them with backoff
-once it is back, so silence seen by a node that was just down (or unreachable) proves
-nothing about the worker.
+Rule (docs/protocol.md, "Downtime and liveness"): a validator attests downtime only for a period
+it was itself up to observe. A worker that finds a validator down keeps its proofs and delivers
+them with backoff once it is back, so silence seen by a node that was just down (or unreachable)
+proves nothing about the worker.
 
 ``Liveness.beat`` runs every ``beat_seconds`` on a thread of its own. Each beat first checks
 that this node is reachable where workers reach it: ``probe`` (under ``gpum-validator run``:
@@ -36,7 +36,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from .errors import StoreError
-from .store import Store
+from .records import Store
 
 log = logging.getLogger("gpum_validator.liveness")
 

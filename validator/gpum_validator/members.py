@@ -112,9 +112,9 @@ from .errors import (
 from .liveness import Liveness, watch_due
 from .metrics import Metrics
 from .peers import Peers
+from .records import ReceivedAttestation, Store, StoredProof
 from .schema import b58_pubkey
 from .signing import AttestationSigner, SignedOtherValue
-from .store import ReceivedAttestation, Store, StoredProof
 from .verify import committee_of, field_of, quorum_of, status_of
 
 log = logging.getLogger("gpum_validator.members")

@@ -1,4 +1,4 @@
-"""Retention: how long the store keeps what jobs that ended no longer need (issue 9).
+"""Retention: how long the store keeps what jobs that ended no longer need.
 
 ``Pruner.run_once`` (a task of the settlement loop) deletes, ``retention_days`` after a job
 ended on chain (completed, cancelled, failed, declined, or its account closed), the job's
@@ -24,7 +24,7 @@ from solders.pubkey import Pubkey
 
 from .chain import job_info, read
 from .errors import ChainUnavailable
-from .store import Store
+from .records import Store
 
 log = logging.getLogger("gpum_validator.retention")
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from solders.pubkey import Pubkey
 
-from .store import Store
+from .records import Store
 from .verify import field_of
 
 log = logging.getLogger("gpum_validator.rewards")

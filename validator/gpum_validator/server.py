@@ -1,51 +1,8 @@
-"""HTTP intake: POST /v1/proofs, /v1/proofs/batch; the committee member endpoints POST
-/v1/attestations/query, /v1/attestations/sign, /v1/downtime/sign (``members.Member``); GET
-/v1/jobs/<job>/head, /health, /metrics; the dashboard.
-
-Limits: bodies over ``MAX_BODY_BYTES`` get 413 without being read; a body without
-Content-Length gets 411; a Content-Type other than JSON gets 415; bodies that are not
-UTF-8 JSON get 400 (also a number of thousands of digits, or arrays nested 100,000 deep).
-Every error body is ``{"error", "message", "retry"}``; a retryable single-proof answer (425,
-503) also carries ``"retry_after"`` and a ``Retry-After`` header. Binding to a non-loopback
-address needs ``allow_remote=True``.
-
-Transport (hardened against hostile traffic; ``gpu_market.httpfront``, shared with the worker
-API). One event-loop thread (asyncio) owns every socket:
-it accepts, reads each request completely (request line and headers of at most
-``MAX_HEADER_BYTES`` and ``MAX_HEADERS`` lines, else 431; then the body under the rules
-above) and only then hands it to one of
-at most ``MAX_CONCURRENT`` handler threads, which run the routes (the intake, the member
-endpoints and the dashboard are synchronous: SQLite, chain reads). So an idle or slow
-connection costs a socket and a few hundred bytes, never a thread, and a slowloris attack
-cannot starve the handlers. The limits (``HttpLimits``; the flags of ``gpum-validator run``):
-
-* listen backlog ``LISTEN_BACKLOG`` (1,024): a burst of connections waits, is not reset;
-* ``READ_TIMEOUT_S`` (10 s): a connection that does not deliver a complete request line and
-  headers within it (idle keep-alive time included), or the body within it once the body is
-  due, is closed; so is one that does not read its answer within it;
-* at most ``MAX_CONNECTIONS`` (4,096, lowered to fit ``RLIMIT_NOFILE``) open connections;
-  at the cap a new connection evicts the connection idle the longest (waiting for, or
-  part-way through, a request's head), or is closed when none is idle;
-* per source (an IPv4 address, an IPv6 /64): at most ``MAX_CONNECTIONS_PER_SOURCE`` (256)
-  open connections, more are closed at once; at most ``MAX_IN_FLIGHT_PER_SOURCE`` (32)
-  requests admitted at once (body being read, waiting for a handler, being handled); the
-  next request of that source waits, unread, until one of them is answered. When every
-  handler is busy, waiting requests are served one source at a time in turn (round robin),
-  so a flood from a few hosts delays an honest worker by a few handler runs, not by the
-  flood's queue. A trusted proxy (``TRUSTED_PROXIES``: the TLS proxy on this host, 127.0.0.1
-  and ::1) has no connection cap, and its requests count against the client it names last
-  in ``X-Forwarded-For`` (the address it appended; it must append one);
-* a request body holds at most ``MAX_JSON_TOKENS`` commas, colons and brackets, counted
-  before parsing: 100,000 numbers or nested arrays are a 400 that costs no parse (nesting
-  under that count but past the interpreter's recursion limit is a 400 as well);
-* responses go out in one write with ``TCP_NODELAY``; ``/health`` is computed at most once
-  per ``HEALTH_CACHE_S`` (1 s) however often it is asked.
-
-The per-source defaults are set for honest workers behind one NAT: a worker sends one proof
-per window on one connection, so 256 connections are thousands of workers, and a source over
-its in-flight share is slowed to its turn, never refused. Behind the TLS proxy every
-connection comes from the proxy, hence no connection cap for it and the per-client count by
-its ``X-Forwarded-For`` (the proxy itself should cap connections per client).
+"""The validator's HTTP routes: POST /v1/proofs, /v1/proofs/batch (the intake); the
+committee member endpoints POST /v1/attestations/query, /v1/attestations/sign,
+/v1/downtime/sign (``members.Member``); GET /v1/jobs/<job>/head, /health, /metrics; the
+dashboard. The transport under them (limits, JSON framing, handler plumbing) is
+``transport``.
 
 ``GET /v1/jobs/<job base58>/head`` serves the stored proof with the highest seq of a job,
 accepted or rejected, for a worker that lost its disk (it must never re-sign a seq it
@@ -62,38 +19,15 @@ but this node's own files). JSON answers carry ``Cache-Control: no-store``.
 from __future__ import annotations
 
 import base64
-import ipaddress
 import json
 import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from gpu_market import httpfront
-from gpu_market.httpfront import (  # noqa: F401 - the transport's names, re-exported
-    FD_RESERVE,
-    LISTEN_BACKLOG,
-    MAX_CONCURRENT,
-    MAX_CONNECTIONS,
-    MAX_CONNECTIONS_PER_SOURCE,
-    MAX_HEADER_BYTES,
-    MAX_HEADERS,
-    MAX_IN_FLIGHT_PER_SOURCE,
-    READ_TIMEOUT_S,
-    TRUSTED_PROXIES,
-    HttpServer,
-    Request,
-    Response,
-    encode_response,
-    fd_limited,
-    raise_fd_limit,
-    serve_in_thread,
-    source_of,
-    standard_body_check,
-)
+from gpu_market.httpfront import Request, Response
 from solders.pubkey import Pubkey
 
 from .chain import ChainClient
@@ -110,36 +44,18 @@ from .dashboard import (
 )
 from .errors import (
     UNAVAILABLE_RETRY_AFTER_SECONDS,
-    ConfigError,
     Rejection,
     StoreError,
     error_body,
 )
+from .intake import Intake
 from .members import Member
+from .records import Store
 from .rewards import stored_rewards
 from .schema import b58_pubkey
-from .service import Intake
-from .store import Store
+from .transport import MAX_JSON_TOKENS, HttpLimits, JsonHttpServer, json_response
 
 log = logging.getLogger("gpum_validator.http")
-
-
-def parse_listen(listen: str, allow_remote: bool = False) -> tuple[str, int]:
-    """``host:port`` -> (host, port); ConfigError unless loopback or ``allow_remote``."""
-    host, sep, port_s = listen.rpartition(":")
-    host = host.strip("[]")
-    if not sep or not host or not port_s.isdigit() or not 0 <= int(port_s) <= 65535:
-        raise ConfigError(f"--listen {listen!r} must be HOST:PORT, e.g. 127.0.0.1:8787")
-    if host != "localhost":
-        try:
-            loopback = ipaddress.ip_address(host).is_loopback
-        except ValueError:
-            raise ConfigError(f"--listen host {host!r} must be an IP address or localhost") \
-                from None
-        if not loopback and not allow_remote:
-            raise ConfigError(f"--listen {listen} is not a loopback address; put the validator "
-                              "behind a TLS proxy, or pass --allow-remote to bind it anyway")
-    return host, int(port_s)
 
 
 WRITE_PROBE_S = 5.0
@@ -171,42 +87,10 @@ class HealthProbe:
 
 
 HEALTH_CACHE_S = 1.0
-MAX_JSON_TOKENS = 4096
-"""Commas, colons and brackets a request body may hold (counted before parsing, none of them
-occur in base64 or base58): every request is a flat object or a batch of at most
-``MAX_BATCH`` of them, a few hundred; junk of 100,000 numbers or nested arrays costs no
-parse."""
-
-
-@dataclass(frozen=True)
-class HttpLimits(httpfront.HttpLimits):
-    """The transport's limits (``gpu_market.httpfront``); ``gpum-validator run`` flags."""
-
-    def validate(self) -> None:
-        try:
-            super().validate()
-        except httpfront.LimitsError as e:
-            raise ConfigError(str(e)) from None
-
-
-def _json_response(status: int, obj: dict[str, Any], close: bool = False,
-                   headers: dict[str, str] | None = None) -> Response:
-    """``obj`` as JSON; a non-200 answer whose body says ``retry`` also gets Retry-After."""
-    ra = obj.get("retry_after") if status != 200 and obj.get("retry") is True else None
-    extra = [("Retry-After", str(ra))] if isinstance(ra, int) else []
-    extra += list((headers or {}).items())
-    return Response(status, json.dumps(obj, separators=(",", ":")).encode(), "application/json",
-                    extra, close)
-
-
-def _error(status: int, code: str, message: str, close: bool = False) -> Response:
-    return _json_response(status, error_body(code, message), close)
-
-
 # ----------------------------------------------------------------------------- the server
 
 
-class ValidatorHTTPServer(HttpServer):
+class ValidatorHTTPServer(JsonHttpServer):
     """The validator's HTTP server on the shared front (``gpu_market.httpfront``).
     ``serve_forever()`` runs it on the calling thread until ``shutdown()``;
     ``server_close()`` releases the socket and the handler threads. The socket is bound in
@@ -341,7 +225,7 @@ class ValidatorHTTPServer(HttpServer):
                        f'{stats.get(why, 0)}')
         return text + "\n".join(out) + "\n"
 
-    # ------------------------------------------------------------------ handling
+    # ------------------------------------------------------------------ routes
 
     def post_routes(self) -> set[str]:
         routes = {"/v1/proofs", "/v1/proofs/batch"}
@@ -349,33 +233,16 @@ class ValidatorHTTPServer(HttpServer):
             routes |= {"/v1/attestations/query", "/v1/attestations/sign", "/v1/downtime/sign"}
         return routes
 
-    def check_body(self, req: Request) -> Response | None:
-        """The answers given before any byte of the body is read: 404 for an unknown POST
-        route, 411 without Content-Length (or chunked), 413 over the limit."""
-        return standard_body_check(
-            req, self.post_routes(), self.max_body, _error,
-            on_too_large=lambda: self.intake.metrics.proof("rejected", "body_too_large"))
+    def body_too_large(self) -> None:
+        self.intake.metrics.proof("rejected", "body_too_large")
 
-    def error_response(self, status: int, code: str, message: str,
-                       close: bool = False) -> Response:
-        return _error(status, code, message, close)
-
-    def respond(self, req: Request) -> Response:
-        """Run the routes for a complete request (on a handler thread); never raises."""
-        try:
-            ex = _Exchange(self, req)
-            if req.method == "GET":
-                ex.do_GET()
-            else:
-                ex.do_POST()
-            if ex.response is None:
-                raise RuntimeError("the route gave no answer")
-            return ex.response
-        except Exception:  # a bug: answered 500, logged with its traceback
-            self.stats["handler_errors"] += 1
-            log.exception("error handling %s %s", req.method, req.path[:200])
-            return _error(500, "internal_error", "the validator failed on this request; "
-                          "retry later, and report it if it persists", close=True)
+    def route(self, req: Request) -> Response | None:
+        ex = _Exchange(self, req)
+        if req.method == "GET":
+            ex.do_GET()
+        else:
+            ex.do_POST()
+        return ex.response
 
 
 class _Exchange:
@@ -396,7 +263,7 @@ class _Exchange:
 
     def _json(self, status: int, obj: dict[str, Any], close: bool = False,
               headers: dict[str, str] | None = None) -> None:
-        self.response = _json_response(status, obj, close, headers)
+        self.response = json_response(status, obj, close, headers)
 
     def _error(self, status: int, code: str, message: str, close: bool = False) -> None:
         self._json(status, error_body(code, message), close)

@@ -1,33 +1,24 @@
-"""Settlement: when to settle (pure ``due_reason``), settle rounds among the job's committee,
-and the crash-safe settler (I/O).
+"""Settlement: settle rounds among the job's committee, and the crash-safe settler (I/O).
+When a job is due, its round and the backoff are pure (``settle_policy``); the lookup tables
+that batched transactions load from are kept by ``settle_tables``.
 
-Policy. A job's newest accepted receipt covers every second up to its cumulative claim, so
-only that receipt is settled. "Window" is the job's own ``terms.window_seconds`` (as last
-read from chain). It is due when (first match wins):
-
-* ``job_finishing``   the job is Finishing on chain (its settlement grace is short);
-* ``escrow_low``      after paying the approved-but-unpaid seconds the escrow covers fewer
-                      than ``low_escrow_windows`` windows;
-* ``every_n_windows`` ``settle_every_windows`` accepted windows are unsettled;
-* ``stale``           the oldest unsettled window ended ``max_unsettled_age_windows`` windows
-                      ago (a job whose worker went quiet still gets paid).
-
-Rounds (DESIGN section 6). A due job's round is ``newest accepted seq // settle_every``; its
-leader is ``attest.leader_of(job, round, committee, timeouts)``, where ``timeouts`` counts the
-``leader_timeout_windows`` that passed since this validator first saw the round due, so the
-next member leads when a leader is down. Only the leader acts. It asks every other member
-(``POST /v1/attestations/query`` on the endpoint of its Validator account) for its approved
-total at the leader's newest receipt, counts the members that hold the same receipt, and
-takes the q-th highest of all totals, its own included (``attest.quorum_value``). If its own
-total is below that value it does not lead this time (it could not attest the value; the
-next member leads after the timeout). The value is lowered to what ``settle`` accepts
-(``attest.settle_bound``), then ``q - 1`` members whose totals reach it are asked to sign it
-(``POST /v1/attestations/sign``, the request signed by the leader and carrying the leader's
-own attestation of the value, which the member keeps as evidence); every valid signature is
-kept as evidence (``Store.record_received_attestation``: two different ones by one member
-for one seq make a validator-equivocation case for ``slashing.ValidatorEquivocationReporter``).
-With ``q - 1`` signatures the intent is written and sent; with fewer nothing is sent and the
-round is tried again on the next pass (a 3-of-3 committee with a member down waits for it).
+Rounds (docs/protocol.md, "Committees, approvals and rounds"). A due job's round is ``newest
+accepted seq // settle_every``; its leader is ``attest.leader_of(job, round, committee,
+timeouts)``, where ``timeouts`` counts the ``leader_timeout_windows`` that passed since this
+validator first saw the round due, so the next member leads when a leader is down. Only the
+leader acts. It asks every other member (``POST /v1/attestations/query`` on the endpoint of its
+Validator account) for its approved total at the leader's newest receipt, counts the members
+that hold the same receipt, and takes the q-th highest of all totals, its own included
+(``attest.quorum_value``). If its own total is below that value it does not lead this time (it
+could not attest the value; the next member leads after the timeout). The value is lowered to
+what ``settle`` accepts (``attest.settle_bound``), then ``q - 1`` members whose totals reach it
+are asked to sign it (``POST /v1/attestations/sign``, the request signed by the leader and
+carrying the leader's own attestation of the value, which the member keeps as evidence); every
+valid signature is kept as evidence (``Store.record_received_attestation``: two different ones
+by one member for one seq make a validator-equivocation case for
+``slashing.ValidatorEquivocationReporter``). With ``q - 1`` signatures the intent is written and
+sent; with fewer nothing is sent and the round is tried again on the next pass (a 3-of-3
+committee with a member down waits for it).
 
 One value per seq. Before the leader sends anything it attests the chosen value through
 ``signing.AttestationSigner`` (stored durably first). Once this node attested a value for a
@@ -53,48 +44,37 @@ resent with the same attestations. Program errors that mean "already settled"
 (StaleSequence, WindowNotAfterLast, CumulativeDecreased) end the intent, never a loop;
 transport errors retry with capped exponential backoff.
 
-Batching (issue 9). With a client that has ``lookup_tables`` (the SDK's
+Batching. With a client that has ``lookup_tables`` (the SDK's
 ``gpu_market.lookup_tables.LookupTables``) and ``SettlePolicy.lookup_table`` on, the intents
-that are ready in one pass are packed into as few v0 transactions as fit
-(``LookupTables.pack``: measured sizes, each job at most once per transaction, a job's older
-intent never in a later transaction than its newer one). Accounts come from this validator's
-lookup tables, created on first need and extended with the accounts of new providers and
-attesters (``lookup_table_job_accounts`` adds each job's own); their addresses are kept in the
-store's meta (``LOOKUP_TABLES_META``). A table is recorded as *pending* before the
-transaction that creates it is sent, so a crash never leaks one: after a restart a pending
-table that exists is adopted, one that does not is forgotten once its create can no longer
-land (``PENDING_TABLE_SECONDS``). Extending is its own transaction; the extension is read
-back first (never appended twice) and the pass waits up to ``lookup_table_wait_seconds``
-for the new entries to become usable (one slot later), packing with the entries usable then.
-A table that cannot be read, created or extended never stops settlement: the pass packs
-with what is usable (without a table a v0 transaction carries what a legacy one does).
-A fresh quorum-1 intent that would go alone waits up to ``batch_hold_windows`` of its job's
-windows for a later pass to pair it (never under ``force``, never once sent).
+that are ready in one pass are packed into as few v0 transactions as fit (``LookupTables.pack``:
+measured sizes, each job at most once per transaction, a job's older intent never in a later
+transaction than its newer one), their accounts loaded from this validator's lookup tables
+(``settle_tables.SettleTables``). A fresh quorum-1 intent that would go alone waits up to
+``batch_hold_windows`` of its job's windows for a later pass to pair it (never under ``force``,
+never once sent).
 
 Per batch: every intent of the transaction is marked ``sent`` before it is sent and
-``confirmed`` with its signature after it landed, each in one store commit
-(``Store.batch``); each job keeps its own intent, so a crash before the second commit leaves
-open intents that the next pass checks against the chain first, as above. A program error in one item fails the whole transaction:
-its intents are then sent one per transaction (legacy), each classified on its own, so one
-bad item never blocks the others and nothing loops (an intent is tried at most once more in
-that pass). A transport error or confirmation timeout keeps every intent of the batch open
-with backoff. Any other rejection of the v0 transaction (e.g. a lookup that fails to load)
-also falls back to one legacy transaction per intent, and the tables are read afresh.
+``confirmed`` with its signature after it landed, each in one store commit (``Store.batch``);
+each job keeps its own intent, so a crash before the second commit leaves open intents that the
+next pass checks against the chain first, as above. A program error in one item fails the whole
+transaction: its intents are then sent one per transaction (legacy), each classified on its own,
+so one bad item never blocks the others and nothing loops (an intent is tried at most once more
+in that pass). A transport error or confirmation timeout keeps every intent of the batch open
+with backoff. Any other rejection of the v0 transaction (e.g. a lookup that fails to load) also
+falls back to one legacy transaction per intent, and the tables are read afresh.
 """
 
 from __future__ import annotations
 
 import base64
-import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Any
 
-from gpu_market.errors import ConfirmationTimeout, RpcUnavailable
 from gpu_market.receipt import verify as verify_signature
 from solders.pubkey import Pubkey
 
@@ -113,102 +93,21 @@ from .config import SettlePolicy
 from .errors import ChainUnavailable
 from .metrics import Metrics
 from .peers import PeerAnswer, Peers
-from .signing import AttestationSigner, SignedOtherValue
-from .store import (
-    TERMINAL_CHAIN_STATUSES,
-    ChainJobInfo,
-    Intent,
-    ReceivedAttestation,
-    SettleCandidate,
-    Store,
+from .records import ChainJobInfo, Intent, ReceivedAttestation, SettleCandidate, Store
+from .settle_policy import (
+    ALREADY_SETTLED_ERRORS,
+    RETRYABLE_CHAIN_ERRORS,
+    SETTLEABLE_STATUSES,
+    SettleReport,
+    backoff,
+    classify_send_error,
+    due_reason,
+    round_of,
 )
+from .settle_tables import LookupTableApi, SettleTables
+from .signing import AttestationSigner, SignedOtherValue
 
 log = logging.getLogger("gpum_validator.settle")
-
-ALREADY_SETTLED_ERRORS = frozenset({"StaleSequence", "WindowNotAfterLast", "CumulativeDecreased"})
-"""Program errors meaning a receipt at or after this one was settled first."""
-RETRYABLE_CHAIN_ERRORS = frozenset({"WindowEndInFuture"})
-"""Program errors that may pass later (clock skew); retried ``max_chain_error_attempts``."""
-SETTLEABLE_STATUSES = ("running", "finishing")
-LOOKUP_TABLES_META = "settle_lookup_tables"
-"""Store meta key: JSON ``{"tables": [base58, ...], "pending": {"address", "slot", "at"} | null,
-"retiring": {base58: deactivation slot}}``."""
-LOOKUP_TABLE_CLOSE_SLOTS = 513
-"""Slots after its deactivation before a lookup table can be closed: its deactivation slot
-must have left the SlotHashes sysvar (512 entries)."""
-PENDING_TABLE_SECONDS = 180.0
-"""After this long a pending table create that has not landed never will (its blockhash,
-valid for 150 slots, has expired); it is forgotten and another table may be created."""
-
-
-class LookupTableApi(Protocol):
-    """The slice of ``gpu_market.lookup_tables.LookupTables`` (``client.lookup_tables``) the
-    settler uses; see that class for each method's guarantees."""
-
-    def slot(self) -> int: ...
-    def fetch(self, table: Pubkey) -> Any | None: ...
-    def free_recent_slot(self, authority: Pubkey) -> tuple[int, Pubkey]: ...
-    def create(self, authority: Any, recent_slot: int) -> Any: ...
-    def extend(self, authority: Any, table: Pubkey, addresses: Iterable[Pubkey]) -> list[Any]: ...
-    def deactivate(self, authority: Any, table: Pubkey) -> Any: ...
-    def close(self, authority: Any, table: Pubkey) -> Any: ...
-    def wait_usable(self, table: Pubkey, timeout: float = 5.0) -> Any: ...
-    def prepare(self, validator_authority: Pubkey, items: Sequence[Any]) -> list[Any]: ...
-    def pack(self, payer: Pubkey, prepared: Sequence[Any], tables: Sequence[Any],
-             slot: int) -> list[list[int]]: ...
-    def max_items_per_tx(self, quorum: int, own_accounts_in_table: bool) -> int: ...
-    def send_settle(self, validator_authority: Any, prepared: Sequence[Any],
-                    tables: Sequence[Any], slot: int | None = None) -> Any: ...
-
-
-def classify_send_error(exc: BaseException) -> tuple[str, str | None]:
-    """``(kind, name)`` of a failed batched (v0) settle: ``program`` (a program error, or a
-    ValueError such as TransactionTooLarge raised before anything was sent; ``name`` is its
-    name), ``transport`` (unreachable RPC, or sent but not confirmed in time: it may still
-    land) or ``rejected`` (anything else: the cluster refused the transaction, e.g. a lookup
-    table entry not usable yet, or the v0 path itself failed). The settler resends
-    ``rejected`` items one legacy transaction each, after reading the chain, so even a batch
-    that did land is never paid twice (the program refuses a replayed receipt)."""
-    name = chain_error_name(exc)
-    if name is not None:
-        return "program", name
-    if isinstance(exc, ValueError):
-        return "program", type(exc).__name__
-    if isinstance(exc, (RpcUnavailable, ConfirmationTimeout, ChainUnavailable, OSError)):
-        return "transport", None
-    return "rejected", type(exc).__name__
-
-
-def due_reason(c: SettleCandidate, policy: SettlePolicy, now: float) -> str | None:
-    """Why candidate ``c`` should be settled now, or None (see the module docstring).
-
-    The rules that are measured in windows (``escrow_low``, ``stale``) use the job's
-    ``terms.window_seconds`` from ``c.chain``; without chain facts only ``every_n_windows``
-    can apply (the settler always reads the chain before it asks)."""
-    chain = c.chain
-    window = chain.window_seconds if chain is not None else 0
-    if chain is not None:
-        if chain.status not in SETTLEABLE_STATUSES:
-            return None
-        if chain.status == "finishing":
-            return "job_finishing"
-        unsettled = max(0, c.approved_total - chain.paid_seconds)
-        left = chain.escrow_remaining - unsettled * chain.rate_per_second
-        if left < policy.low_escrow_windows * window * chain.rate_per_second:
-            return "escrow_low"
-    if c.unsettled_windows >= policy.settle_every_windows:
-        return "every_n_windows"
-    if window > 0 and (now - c.oldest_unsettled_window_end
-                       >= policy.max_unsettled_age_windows * window):
-        return "stale"
-    return None
-
-
-def backoff(policy: SettlePolicy, attempts: int) -> float:
-    """Delay after ``attempts`` failed attempts: min(cap, base * 2**(attempts-1))."""
-    return min(policy.retry_cap_seconds,
-               policy.retry_base_seconds * 2 ** max(0, min(attempts - 1, 30)))
-
 
 def _default_item_factory() -> Callable[..., Any]:
     """The SDK's ``SettleItem`` (gpu_market.settle)."""
@@ -222,11 +121,6 @@ def _default_attestation_factory() -> Callable[..., Any]:
     from gpu_market.settle import Attestation
 
     return Attestation
-
-
-def round_of(seq: int, policy: SettlePolicy) -> int:
-    """The settle round a job is in when its newest accepted seq is ``seq``."""
-    return seq // policy.settle_every_windows
 
 
 @dataclass(frozen=True)
@@ -246,26 +140,6 @@ class MemberTotal:
     member: bytes
     total: int
     signed: int | None
-
-
-@dataclass
-class SettleReport:
-    """What one ``settle_now`` pass did (receipt counts)."""
-
-    intended: int = 0
-    not_leader: int = 0
-    waiting: int = 0
-    deferred: int = 0
-    confirmed: int = 0
-    already_settled: int = 0
-    failed: int = 0
-    retry_later: int = 0
-    signatures: list[str] = field(default_factory=list)
-    """Settle transactions that landed (one per transaction, however many receipts)."""
-    table_transactions: int = 0
-    """Lookup table transactions sent (create, extend, deactivate, close)."""
-    held: int = 0
-    """Intents kept for a later pass to share a transaction (``batch_hold_windows``)."""
 
 
 class Settler:
@@ -301,10 +175,8 @@ class Settler:
         self._attestation_factory = attestation_factory
         self._lock = threading.Lock()
         self._due_since: dict[tuple[bytes, int], float] = {}
-        self._tables: list[Any] | None = None
-        """This validator's lookup tables as last read (None: read them from the store)."""
-        self._retire_checked_at = clock()
-        """When ``_retire_tables`` last looked (the first look one interval after start)."""
+        self.tables = SettleTables(store, authority, self.policy, clock, self._read_jobs)
+        """The lookup tables batched settle transactions load from."""
         self.last_settlement_at: float | None = None
 
     def close(self) -> None:
@@ -339,7 +211,7 @@ class Settler:
             except ChainUnavailable as e:
                 log.warning("settlement planning postponed: %s", e)
             self._send_open(report, force)
-            self._retire_tables(report)
+            self.tables.retire(self._lookup_api(), report)
             return report
 
     # ------------------------------------------------------------------ planning
@@ -722,7 +594,7 @@ class Settler:
             for it in ready:
                 self._send([it], report)
             return
-        tables = self._tables_for(api, prepared, report)
+        tables = self.tables.tables_for(api, prepared, report)
         try:
             slot = api.slot() if tables else 0
         except Exception as e:  # noqa: BLE001 - the node is unreachable
@@ -797,7 +669,7 @@ class Settler:
                 self._transport_retry(batch, f"{type(e).__name__}: {e}", report, "sent")
             elif kind == "rejected" or len(batch) > 1:
                 if kind == "rejected":
-                    self._tables = None  # read the tables afresh next pass
+                    self.tables.forget()  # read the tables afresh next pass
                 log.warning("v0 settle of %d receipt(s) failed with %s (%s); one legacy "
                             "transaction each", len(batch), name, e)
                 for it in batch:
@@ -806,267 +678,6 @@ class Settler:
                 self._chain_error(batch[0], name or type(e).__name__, e, report)
             return
         self._confirmed(batch, sig, report)
-
-    # ------------------------------------------------------------------ lookup tables
-
-    def _table_state(self) -> dict[str, Any]:
-        raw = self.store.get_meta(LOOKUP_TABLES_META)
-        try:
-            state = json.loads(raw) if raw else {}
-        except ValueError:
-            log.error("unreadable %s in the store (%r); starting a new list", LOOKUP_TABLES_META,
-                      raw)
-            state = {}
-        if not isinstance(state, dict):
-            state = {}
-        tables = state.get("tables")
-        retiring = state.get("retiring")
-        return {"tables": list(tables) if isinstance(tables, list) else [],
-                "pending": state.get("pending") if isinstance(state.get("pending"), dict)
-                else None,
-                "retiring": {str(k): int(v) for k, v in retiring.items()
-                             if isinstance(v, int) and not isinstance(v, bool)}
-                if isinstance(retiring, dict) else {}}
-
-    def _save_table_state(self, state: dict[str, Any]) -> None:
-        self.store.set_meta(LOOKUP_TABLES_META, json.dumps(state, sort_keys=True))
-
-    def lookup_tables(self) -> list[str]:
-        """Addresses (base58) of the lookup tables this validator settles with."""
-        return list(self._table_state()["tables"])
-
-    def _load_tables(self, api: LookupTableApi) -> list[Any]:
-        """The tables of the store's list that exist and are active; a pending create that
-        landed is adopted, one that can no longer land is forgotten."""
-        if self._tables is not None:
-            return self._tables
-        state = self._table_state()
-        changed = False
-        tables = []
-        for addr in list(state["tables"]):
-            t = api.fetch(Pubkey.from_string(addr))
-            if t is None or not t.is_active:
-                log.warning("lookup table %s is %s; no longer used", addr,
-                            "gone" if t is None else "deactivated")
-                state["tables"].remove(addr)
-                changed = True
-            else:
-                tables.append(t)
-        pending = state["pending"]
-        if pending is not None:
-            t = api.fetch(Pubkey.from_string(pending["address"]))
-            if t is not None:
-                state["tables"].append(pending["address"])
-                state["pending"] = None
-                tables.append(t)
-                changed = True
-                log.info("lookup table %s created before a restart: adopted", pending["address"])
-            elif self.clock() - float(pending.get("at", 0)) > PENDING_TABLE_SECONDS:
-                state["pending"] = None
-                changed = True
-                log.info("lookup table create %s never landed; forgotten", pending["address"])
-        if changed:
-            self._save_table_state(state)
-        self._tables = tables
-        return tables
-
-    def _create_table(self, api: LookupTableApi, report: SettleReport) -> Any | None:
-        """A new table (pending in the store before its create is sent), or None while an
-        earlier create may still land."""
-        state = self._table_state()
-        if state["pending"] is not None:
-            return None
-        slot, address = api.free_recent_slot(self.authority.pubkey())
-        state["pending"] = {"address": str(address), "slot": slot, "at": self.clock()}
-        self._save_table_state(state)
-        try:
-            api.create(self.authority, slot)
-        except Exception as e:
-            if classify_send_error(e)[0] != "transport":
-                state["pending"] = None  # refused: it will never exist
-                self._save_table_state(state)
-            raise
-        finally:
-            report.table_transactions += 1
-        table = api.fetch(address)
-        if table is None:  # confirmed but not visible yet: adopted on a later pass
-            return None
-        state["tables"].append(str(address))
-        state["pending"] = None
-        self._save_table_state(state)
-        log.info("created lookup table %s (recent slot %d)", address, slot)
-        return table
-
-    def _tables_for(self, api: LookupTableApi, prepared: list[Any],
-                    report: SettleReport) -> list[Any]:
-        """The tables, extended with the accounts of ``prepared`` they lack; never raises
-        (a failure is logged and the pass goes on with the tables as they are)."""
-        try:
-            tables = list(self._load_tables(api))
-        except Exception as e:  # noqa: BLE001 - settlement goes on without tables
-            log.warning("cannot read the lookup tables (%s: %s); settling without them",
-                        type(e).__name__, e)
-            return []
-        if self.policy.lookup_table_job_accounts:
-            return self._home_tables_for(api, tables, prepared, report)
-        wanted: dict[Pubkey, None] = {}
-        for p in prepared:
-            wanted.update(dict.fromkeys(p.shared))
-        held = {a for t in tables for a in t.addresses}
-        missing = [a for a in wanted if a not in held]
-        touched: list[Pubkey] = []
-        try:
-            while missing:
-                target = next((t for t in reversed(tables) if t.room > 0), None)
-                if target is None:
-                    target = self._create_table(api, report)
-                    if target is None:
-                        break
-                    tables.append(target)
-                chunk, missing = missing[:target.room], missing[target.room:]
-                self._extend(api, target.address, chunk, report)
-                if target.address not in touched:
-                    touched.append(target.address)
-                # read back before the next round: its room changed
-                fresh = api.fetch(target.address)
-                tables = [fresh if t.address == target.address and fresh is not None else t
-                          for t in tables]
-        except Exception as e:  # noqa: BLE001 - settlement goes on with what is usable
-            log.warning("cannot extend the lookup tables (%s: %s); packing with the entries "
-                        "usable now", type(e).__name__, e)
-        return self._await_usable(api, tables, touched)
-
-    def _extend(self, api: LookupTableApi, table: Pubkey, addresses: list[Pubkey],
-                report: SettleReport) -> None:
-        sigs = api.extend(self.authority, table, addresses)
-        report.table_transactions += len(sigs)
-        log.info("lookup table %s: %d address(es) added in %d transaction(s)",
-                 table, len(addresses), len(sigs))
-
-    def _await_usable(self, api: LookupTableApi, tables: list[Any],
-                      touched: list[Pubkey]) -> list[Any]:
-        for address in touched:
-            try:
-                fresh = api.wait_usable(address, timeout=self.policy.lookup_table_wait_seconds)
-            except Exception as e:  # noqa: BLE001 - same
-                log.warning("cannot read lookup table %s (%s)", address, e)
-                continue
-            tables = [fresh if t.address == address else t for t in tables]
-        # While a create is pending the list is read afresh each pass (it may land).
-        self._tables = tables if self._table_state()["pending"] is None else None
-        return tables
-
-    def _home_tables_for(self, api: LookupTableApi, tables: list[Any], prepared: list[Any],
-                         report: SettleReport) -> list[Any]:
-        """With job accounts in the tables: every item gets one *home* table holding all its
-        accounts (the table that already has its job, else the newest with room, else a new
-        one), its shared accounts repeated there if another table has them (about ten per
-        table), so its transaction loads from that table alone (``_pack_by_home``)."""
-        adds: dict[Pubkey, list[Pubkey]] = {}
-        touched: list[Pubkey] = []
-
-        def room(t: Any) -> int:
-            return t.room - len(adds.get(t.address, ()))
-
-        def holds(t: Any, a: Pubkey) -> bool:
-            return a in t.addresses or a in adds.get(t.address, ())
-
-        try:
-            for p in prepared:
-                wanted = list(dict.fromkeys((*p.own, *p.shared)))
-                home = next((t for t in tables if holds(t, p.own[0])), None)
-                need = [] if home is None else [a for a in wanted if not holds(home, a)]
-                if home is None or len(need) > room(home):
-                    home = next((t for t in reversed(tables) if room(t) >= len(wanted)), None)
-                    if home is None:
-                        home = self._create_table(api, report)
-                        if home is None:  # a create is pending: the rest go without
-                            break
-                        tables.append(home)
-                    need = [a for a in wanted if not holds(home, a)]
-                adds.setdefault(home.address, []).extend(need)
-            for address, new in adds.items():
-                if new:
-                    self._extend(api, address, new, report)
-                    touched.append(address)
-        except Exception as e:  # noqa: BLE001 - settlement goes on with what is usable
-            log.warning("cannot extend the lookup tables (%s: %s); packing with the entries "
-                        "usable now", type(e).__name__, e)
-        return self._await_usable(api, tables, touched)
-
-    def _retire_tables(self, report: SettleReport) -> None:
-        """Give back the rent of tables that only serve ended jobs (at most once per
-        ``lookup_table_retire_seconds``; never raises).
-
-        A full table (no more extends go to it) holding job accounts is *retired* once at
-        most ``lookup_table_compact_live_fraction`` (10 %) of the jobs of it this node knows
-        (its store's jobs) are live (not ended on chain, or with an open intent):
-        deactivated, then closed, its rent back to this validator, once the deactivation
-        slot left SlotHashes (``LOOKUP_TABLE_CLOSE_SLOTS``). The live jobs' accounts and the
-        shared ones (market, providers, ...) are added to the newest table by their next
-        settlement. So a few long jobs cannot pin a table's rent: whoever wants to hold
-        one must keep more than a tenth of its jobs running. Tables without job accounts
-        (the node's default before job accounts went in, or ``lookup_table_job_accounts``
-        off) are never retired: their entries serve every future settlement."""
-        api = self._lookup_api()
-        now = self.clock()
-        if api is None or now - self._retire_checked_at < self.policy.lookup_table_retire_seconds:
-            return
-        self._retire_checked_at = now
-        try:
-            self._deactivate_finished(api, report)
-            self._close_deactivated(api, report)
-        except Exception as e:  # noqa: BLE001 - retried on a later check
-            log.warning("lookup table retirement postponed (%s: %s)", type(e).__name__, e)
-
-    def _deactivate_finished(self, api: LookupTableApi, report: SettleReport) -> None:
-        tables = self._load_tables(api)
-        open_jobs = {it.job for it in self.store.open_intents()}
-        for t in tables:
-            if t.room > 0:  # still being extended
-                continue
-            jobs = [bytes(a) for a in t.addresses if self.store.chain_info(bytes(a))[0] is not None]
-            if not jobs:
-                continue
-            views = self._read_jobs(jobs)
-            live = [j for j, v in views.items() if j in open_jobs or (
-                v is not None and job_info(v).status not in TERMINAL_CHAIN_STATUSES)]
-            if len(live) > self.policy.lookup_table_compact_live_fraction * len(jobs):
-                continue
-            slot = api.slot()
-            state = self._table_state()
-            state["retiring"][str(t.address)] = slot  # before the send: a crash retries it
-            self._save_table_state(state)
-            api.deactivate(self.authority, t.address)
-            report.table_transactions += 1
-            state["tables"] = [a for a in state["tables"] if a != str(t.address)]
-            self._save_table_state(state)
-            self._tables = None
-            log.info("lookup table %s deactivated: %d of its %d job(s) ended (the others "
-                     "move to the newest table); closed after %d slots", t.address,
-                     len(jobs) - len(live), len(jobs), LOOKUP_TABLE_CLOSE_SLOTS)
-
-    def _close_deactivated(self, api: LookupTableApi, report: SettleReport) -> None:
-        state = self._table_state()
-        if not state["retiring"]:
-            return
-        slot = api.slot()
-        for address, since in list(state["retiring"].items()):
-            if slot <= since + LOOKUP_TABLE_CLOSE_SLOTS:
-                continue
-            table = api.fetch(Pubkey.from_string(address))
-            if table is not None:
-                if table.is_active:  # the deactivation never landed: send it again
-                    api.deactivate(self.authority, table.address)
-                    report.table_transactions += 1
-                    state["retiring"][address] = api.slot()  # after the send: it landed by then
-                    self._save_table_state(state)
-                    continue
-                api.close(self.authority, table.address)
-                report.table_transactions += 1
-                log.info("lookup table %s closed; its rent is back", address)
-            del state["retiring"][address]
-            self._save_table_state(state)
 
     # ------------------------------------------------------------------ single / legacy
 

@@ -26,7 +26,7 @@ from typing import Any
 
 from .attest import attestation_message, receipt_message_of
 from .errors import ValidatorError
-from .store import GivenAttestation, Store, StoredProof
+from .records import GivenAttestation, Store, StoredProof
 
 
 class SignedOtherValue(ValidatorError):

@@ -40,8 +40,8 @@ from .chain import chain_error_name, read
 from .config import SettlePolicy
 from .errors import ChainUnavailable
 from .metrics import Metrics
-from .settlement import backoff
-from .store import EquivocationCase, Store, StoredProof
+from .records import EquivocationCase, ReportStatus, Store, StoredProof
+from .settle_policy import backoff
 from .verify import field_of
 
 log = logging.getLogger("gpum_validator.slash")
@@ -126,8 +126,8 @@ class EquivocationReporter:
 
     def _done(self, case: EquivocationCase, outcome: str, summary: ReportSummary,
               signature: str | None = None, error: str | None = None) -> None:
-        self.store.mark_equivocation_report(case.job, case.seq, "done", self.clock(),
-                                            signature=signature, outcome=outcome, error=error)
+        self.store.mark_report(case.kind, case.key, ReportStatus.DONE, self.clock(),
+                               signature=signature, outcome=outcome, error=error)
         self.metrics.equivocation_report(outcome)
         if outcome == "slashed":
             summary.slashed += 1
@@ -167,15 +167,15 @@ class EquivocationReporter:
             a, b = self._evidence(case)
             first, second = receipt_of(a), receipt_of(b)
         except (KeyError, ValueError) as e:  # evidence rows unusable: nothing to send, ever
-            self.store.mark_equivocation_report(case.job, case.seq, "failed", self.clock(),
-                                                outcome="failed", error=f"evidence: {e}")
+            self.store.mark_report(case.kind, case.key, ReportStatus.FAILED, self.clock(),
+                                   outcome="failed", error=f"evidence: {e}")
             self.metrics.equivocation_report("failed")
             summary.failed += 1
             log.error("equivocation job=%s seq=%d: stored evidence unusable: %s", job,
                       case.seq, e)
             return
-        self.store.mark_equivocation_report(case.job, case.seq, "sent", self.clock(),
-                                            count_attempt=True)
+        self.store.mark_report(case.kind, case.key, ReportStatus.SENT, self.clock(),
+                               count_attempt=True)
         try:
             sig = self.client.slash_equivocation(self.authority, job, first,
                                                  a.receipt_signature, second,
@@ -214,16 +214,16 @@ class EquivocationReporter:
         attempts = case.attempts + 1  # this one included
         job = Pubkey.from_bytes(case.job)
         if not transport and attempts >= self.policy.max_chain_error_attempts:
-            self.store.mark_equivocation_report(case.job, case.seq, "failed", now,
-                                                outcome="failed", error=why)
+            self.store.mark_report(case.kind, case.key, ReportStatus.FAILED, now,
+                                   outcome="failed", error=why)
             self.metrics.equivocation_report("failed")
             summary.failed += 1
             log.error("equivocation job=%s seq=%d: slash_equivocation FAILED after %d "
                       "attempts: %s (evidence kept in the store)", job, case.seq, attempts, why)
             return
         delay = backoff(self.policy, attempts)
-        self.store.mark_equivocation_report(case.job, case.seq, "retry", now, error=why,
-                                            next_attempt_at=now + delay)
+        self.store.mark_report(case.kind, case.key, ReportStatus.RETRY, now, error=why,
+                               next_attempt_at=now + delay)
         self.metrics.equivocation_report("retry")
         summary.retry_later += 1
         log.warning("equivocation job=%s seq=%d: slash_equivocation not done (%s); retry in "
@@ -257,13 +257,12 @@ class ValidatorEquivocationReporter:
         with self._lock:
             return _report_due(self, self.store.validator_equivocation_cases(open_only=True), force)
 
-    def _mark(self, case: Any, status: str, **kw: Any) -> None:
-        self.store.mark_validator_equivocation(case.job, case.seq, case.member, status,
-                                               self.clock(), **kw)
+    def _mark(self, case: Any, status: ReportStatus, **kw: Any) -> None:
+        self.store.mark_report(case.kind, case.key, status, self.clock(), **kw)
 
     def _done(self, case: Any, outcome: str, summary: ReportSummary,
               signature: str | None = None, error: str | None = None) -> None:
-        self._mark(case, "done", signature=signature, outcome=outcome, error=error)
+        self._mark(case, ReportStatus.DONE, signature=signature, outcome=outcome, error=error)
         self.metrics.validator_equivocation_report(outcome)
         if outcome == "slashed":
             summary.slashed += 1
@@ -282,14 +281,14 @@ class ValidatorEquivocationReporter:
                      if (a.approved_seconds, a.proof_hash) != (b.approved_seconds,
                                                                b.proof_hash)), None)
         if pair is None:
-            self._mark(case, "failed", outcome="failed", error="evidence rows missing")
+            self._mark(case, ReportStatus.FAILED, outcome="failed", error="evidence rows missing")
             self.metrics.validator_equivocation_report("failed")
             summary.failed += 1
             return
         a, b = pair
         first = Receipt(a.seq, a.cumulative_seconds, a.window_end, a.proof_hash)
         second = Receipt(b.seq, b.cumulative_seconds, b.window_end, b.proof_hash)
-        self._mark(case, "sent", count_attempt=True)
+        self._mark(case, ReportStatus.SENT, count_attempt=True)
         try:
             sig = self.client.slash_validator_equivocation(
                 self.authority, job, member, first, a.approved_seconds, a.signature,
@@ -311,14 +310,14 @@ class ValidatorEquivocationReporter:
         now = self.clock()
         attempts = case.attempts + 1
         if not transport and attempts >= self.policy.max_chain_error_attempts:
-            self._mark(case, "failed", outcome="failed", error=why)
+            self._mark(case, ReportStatus.FAILED, outcome="failed", error=why)
             self.metrics.validator_equivocation_report("failed")
             summary.failed += 1
             log.error("validator equivocation job=%s seq=%d: FAILED after %d attempts: %s",
                       Pubkey.from_bytes(case.job), case.seq, attempts, why)
             return
         delay = backoff(self.policy, attempts)
-        self._mark(case, "retry", error=why, next_attempt_at=now + delay)
+        self._mark(case, ReportStatus.RETRY, error=why, next_attempt_at=now + delay)
         self.metrics.validator_equivocation_report("retry")
         summary.retry_later += 1
         log.warning("validator equivocation job=%s seq=%d not reported (%s); retry in %.0fs",

@@ -1,14 +1,14 @@
 """``Store`` on PostgreSQL (``gpum-validator run --db postgresql://user@host/db``).
 
-``PostgresStore`` runs the queries of ``store.SQLStore`` (translated by
-``store_sql.POSTGRES``) over psycopg 3, with a small pool of connections so the HTTP threads
+``PostgresStore`` runs the queries of ``store_sql.SQLStore`` (translated by
+``sql_dialect.POSTGRES``) over psycopg 3, with a small pool of connections so the HTTP threads
 and the background loops do not wait for each other. Several validator processes may share
 one database:
 
 * the schema is created or checked under a transaction-scoped advisory lock, so processes
-  starting together do not race;
+  starting together do not race (``store_schema.migrate_postgres``);
 * every write method is one transaction (READ COMMITTED); the ones whose decision depends
-  on what they read are atomic across processes (see ``store.SQLStore``): a compare-and-set
+  on what they read are atomic across processes (see ``store_sql``): a compare-and-set
   on the job row for ``record_accepted``, the (job, seq) primary key for
   ``record_given_attestation`` (a member never signs two values for one seq, whichever
   process asks), advisory locks per key for the others;
@@ -31,20 +31,11 @@ from contextlib import contextmanager
 from typing import Any
 
 from .errors import StoreError
-from .store import (
-    _READ_INDEXES,
-    _SCHEMA,
-    _SCHEMA_V3,
-    _SCHEMA_V4,
-    COUNTED,
-    SCHEMA_VERSION,
-    SQLStore,
-)
-from .store_sql import POSTGRES, Conn
+from .sql_dialect import POSTGRES, Conn
+from .store_schema import COUNTED, migrate_postgres
+from .store_sql import SQLStore
 
 __all__ = ["PostgresStore", "describe", "is_postgres_url"]
-
-_MIGRATION_LOCK = 0x67_70_75_6D_2D_64_62  # "gpum-db": the schema lock's advisory key
 
 
 def is_postgres_url(text: str) -> bool:
@@ -55,50 +46,6 @@ def is_postgres_url(text: str) -> bool:
 def describe(db: str) -> str:
     """``--db`` for logs and messages: an SQLite path as is, a URL without its password."""
     return _redacted(db) if is_postgres_url(db) else str(db)
-
-
-def _count_triggers() -> str:
-    """PL/pgSQL triggers keeping ``counters``: one row per (counter, server connection).
-    Statement-level with transition tables, so a bulk insert or delete bumps each counter
-    once, not once per row."""
-    out = []
-    for table, col in COUNTED:
-        key = f"'{table}.' || {col}" if col else f"'{table}'"
-        out.append(f"""
-CREATE OR REPLACE FUNCTION gpum_count_{table}() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    IF TG_OP = 'INSERT' THEN
-        INSERT INTO counters (name, shard, value)
-        SELECT {key}, pg_backend_pid(), COUNT(*) FROM new_rows GROUP BY 1
-        ON CONFLICT (name, shard) DO UPDATE SET value = counters.value + EXCLUDED.value;
-    ELSIF TG_OP = 'DELETE' THEN
-        INSERT INTO counters (name, shard, value)
-        SELECT {key}, pg_backend_pid(), -COUNT(*) FROM old_rows GROUP BY 1
-        ON CONFLICT (name, shard) DO UPDATE SET value = counters.value + EXCLUDED.value;
-    ELSE
-        INSERT INTO counters (name, shard, value)
-        SELECT k, pg_backend_pid(), SUM(d) FROM (
-            SELECT {key} AS k, -1 AS d FROM old_rows UNION ALL
-            SELECT {key} AS k, 1 AS d FROM new_rows) x GROUP BY k HAVING SUM(d) <> 0
-        ON CONFLICT (name, shard) DO UPDATE SET value = counters.value + EXCLUDED.value;
-    END IF;
-    RETURN NULL;
-END $$;
-DROP TRIGGER IF EXISTS count_{table}_ins ON {table};
-CREATE TRIGGER count_{table}_ins AFTER INSERT ON {table} REFERENCING NEW TABLE AS new_rows
-    FOR EACH STATEMENT EXECUTE FUNCTION gpum_count_{table}();
-DROP TRIGGER IF EXISTS count_{table}_del ON {table};
-CREATE TRIGGER count_{table}_del AFTER DELETE ON {table} REFERENCING OLD TABLE AS old_rows
-    FOR EACH STATEMENT EXECUTE FUNCTION gpum_count_{table}();
-""")
-        if col:
-            out.append(f"""
-DROP TRIGGER IF EXISTS count_{table}_upd ON {table};
-CREATE TRIGGER count_{table}_upd AFTER UPDATE ON {table}
-    REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
-    FOR EACH STATEMENT EXECUTE FUNCTION gpum_count_{table}();
-""")
-    return "".join(out)
 
 
 class _Pool:
@@ -275,22 +222,7 @@ class PostgresStore(SQLStore):
 
     def _migrate(self) -> None:
         with self._tx() as db:
-            db.raw.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
-            if db.raw.execute("SELECT to_regclass('meta')").fetchone()[0] is None:
-                db.executescript(_SCHEMA + _SCHEMA_V3 + _READ_INDEXES + _SCHEMA_V4)
-                db.executescript(_count_triggers())
-                db.execute("INSERT INTO meta VALUES ('schema_version', ?)",
-                           (str(SCHEMA_VERSION),))
-                return
-            row = db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
-            version = int(row[0]) if row else 0
-            if version > SCHEMA_VERSION:
-                raise StoreError(f"{self.where} has schema version {version}, newer than "
-                                 f"this validator ({SCHEMA_VERSION}); upgrade gpum-validator")
-            if version < 4:  # PostgreSQL support starts at schema version 4
-                raise StoreError(f"{self.where} has schema version {version}, which no "
-                                 "gpum-validator wrote to PostgreSQL; use an empty database")
-            db.executescript(_READ_INDEXES + _SCHEMA_V4)  # indexes added without a bump
+            migrate_postgres(db, self.where)
 
     def _rebuild_derived(self, db: Conn) -> None:
         tables = ", ".join(["counters", "intents"] + [t for t, _ in COUNTED if t != "intents"])

@@ -1,246 +1,268 @@
-"""The SQL dialect layer shared by ``SQLiteStore`` (store.py) and ``PostgresStore`` (store_pg.py).
+"""``SQLStore``: every query of ``Store``, written once in SQLite's spelling.
 
-Every query of the store is written once, in ``store.py``, in SQLite's spelling, plus an
-optional trailing ``FOR UPDATE`` (a row lock; SQLite has one writer at a time, so the
-dialect drops it). ``Dialect.translate`` turns such a statement into the server's spelling:
+The queries live in one module per concern, composed here: ``store_proofs`` (the intake's
+proofs and job state), ``store_settle`` (chain facts, settle candidates, intents),
+``store_evidence`` (attestations, evidence cases, slash reports); this module adds the meta
+values, the counts of /health (``summary``) and retention (``prune``). ``sql_dialect``
+translates each statement for PostgreSQL. Two engines run them: ``store_sqlite.SQLiteStore``
+and ``store_pg.PostgresStore``, which provide the connections (``store_base.StoreBase``).
 
-=============================  ==========================================
-SQLite (as written)            PostgreSQL
-=============================  ==========================================
-``?`` placeholders             ``%s`` (a literal ``%`` becomes ``%%``)
-``INSERT OR IGNORE INTO ...``  ``INSERT INTO ... ON CONFLICT DO NOTHING``
-scalar ``MAX(a, b)``           ``GREATEST(a, b)`` (``MIN`` -> ``LEAST``)
-``... FOR UPDATE``             kept (SQLite: dropped)
-=============================  ==========================================
+A method that returns has its effect on disk; each public method is one transaction, or
+joins the calling thread's ``batch()``. Atomic across processes (PostgreSQL): the "job state
+changed" check of ``record_accepted`` is a compare-and-set on the job row;
+``record_given_attestation`` relies on the (job, seq) primary key; writes that read before
+they decide (``record_equivocation``, ``record_received_attestation``, ``add_intent``, the
+caps of ``record_rejected``) first take ``Conn.serialize`` on their key (a
+transaction-scoped advisory lock; nothing on SQLite, whose writers are serial anyway).
 
-and ``Dialect.ddl`` a schema script: ``BLOB`` -> ``BYTEA``, ``INTEGER`` -> ``BIGINT``,
-``REAL`` -> ``DOUBLE PRECISION``, ``INTEGER PRIMARY KEY AUTOINCREMENT`` -> ``BIGSERIAL PRIMARY
-KEY``, a ``VIRTUAL`` generated column -> ``STORED`` (the only kind PostgreSQL has). New ids come back with ``RETURNING`` (both servers have it), never ``lastrowid``.
-Aggregates are read through ``as_int`` (PostgreSQL's ``SUM`` of integers is a ``Decimal``).
-
-``Conn`` is the handle the store's methods get from ``_tx()`` / ``_read()``: ``execute``,
-``executemany`` and ``executescript`` with translation (cached per statement text), on an
-sqlite3 connection or a psycopg one.
+Row counts for ``summary`` (/health) are kept in ``counters`` by triggers
+(``store_schema``). ``prune`` deletes, in small transactions, what jobs closed on chain more
+than a retention period ago no longer need; equivocation evidence and the attestations this
+validator gave stay.
 """
 
 from __future__ import annotations
 
-import hashlib
-import re
-from collections.abc import Iterable, Sequence
-from typing import Any
+import json
+import time
+from collections.abc import Callable
 
-__all__ = ["POSTGRES", "ROWS_PER_STATEMENT", "SQLITE", "STATEMENT_CACHE", "Conn", "Dialect",
-           "as_int", "values_list"]
-
-_INSERT_OR_IGNORE = re.compile(r"^\s*INSERT\s+OR\s+IGNORE\s+INTO\b", re.IGNORECASE)
-_RETURNING = re.compile(r"\bRETURNING\b", re.IGNORECASE)
-_FOR_UPDATE = re.compile(r"\s+FOR\s+UPDATE\s*$", re.IGNORECASE)
-_SCALAR_FN = re.compile(r"\b(MAX|MIN)\s*\(", re.IGNORECASE)
-
-
-def _scalar_max_min(sql: str) -> str:
-    """``MAX(a, b, ...)`` / ``MIN(...)`` with more than one argument -> GREATEST / LEAST;
-    the one-argument aggregates are left alone."""
-    out, pos = [], 0
-    for m in _SCALAR_FN.finditer(sql):
-        if m.start() < pos:
-            continue
-        depth, i, comma = 0, m.end(), False
-        while i < len(sql):
-            c = sql[i]
-            if c == "(":
-                depth += 1
-            elif c == ")":
-                if depth == 0:
-                    break
-                depth -= 1
-            elif c == "," and depth == 0:
-                comma = True
-            elif c == "'":
-                i = sql.find("'", i + 1)
-                if i < 0:
-                    break
-            i += 1
-        if comma:
-            out.append(sql[pos:m.start()])
-            out.append("GREATEST(" if m.group(1).upper() == "MAX" else "LEAST(")
-            pos = m.end()
-    out.append(sql[pos:])
-    return "".join(out)
+from .errors import StoreError
+from .records import INTENT_STATUSES
+from .sql_dialect import Conn, as_int
+from .store_evidence import EvidenceQueries
+from .store_proofs import ProofQueries
+from .store_schema import SCHEMA_VERSION, TERMINAL_SQL, rebuild_derived
+from .store_settle import SettleQueries
 
 
-def _placeholders(sql: str) -> str:
-    """``?`` -> ``%s`` outside string literals; a literal ``%`` is doubled for psycopg."""
-    out, quoted = [], False
-    for c in sql:
-        if c == "'":
-            quoted = not quoted
-        if c == "%":
-            out.append("%%")
-        elif c == "?" and not quoted:
-            out.append("%s")
-        else:
-            out.append(c)
-    return "".join(out)
+class SQLStore(ProofQueries, SettleQueries, EvidenceQueries):
+    """Every query of ``Store`` (see the module docstring), for ``SQLiteStore`` and
+    ``store_pg.PostgresStore``."""
 
+    def rebuild_derived(self) -> None:
+        """Recompute what the store derives from its rows (the jobs' ``covered_seq`` and
+        ``paid_seq``); the counters are recounted too. For rows written around the store's
+        methods (a bulk load); migrations do the same."""
+        with self._tx() as db:
+            self._rebuild_derived(db)
 
-class Dialect:
-    """How one server spells the store's SQL (see the module docstring)."""
+    def _rebuild_derived(self, db: Conn) -> None:
+        rebuild_derived(db)
 
-    def __init__(self, name: str) -> None:
-        if name not in ("sqlite", "postgresql"):
-            raise ValueError(f"unknown SQL dialect {name!r}")
-        self.name = name
-        self._cache: dict[str, str] = {}
+    # ------------------------------------------------------------------ meta
 
-    def __repr__(self) -> str:
-        return f"Dialect({self.name!r})"
+    def set_meta(self, key: str, value: str) -> None:
+        if key == "schema_version":
+            raise ValueError("schema_version is managed by the store")
+        with self._tx() as db:
+            db.execute("INSERT INTO meta VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET "
+                       "value=excluded.value", (key, value))
 
-    def translate(self, sql: str) -> str:
-        hit = self._cache.get(sql)
-        if hit is not None:
-            return hit
-        if self.name == "sqlite":
-            out = _FOR_UPDATE.sub("", sql)
-        else:
-            out = sql
-            if _INSERT_OR_IGNORE.match(out):
-                out = _INSERT_OR_IGNORE.sub("INSERT INTO", out, count=1)
-                m = _RETURNING.search(out)
-                out = (out + " ON CONFLICT DO NOTHING" if m is None else
-                       out[:m.start()] + "ON CONFLICT DO NOTHING " + out[m.start():])
-            out = _placeholders(_scalar_max_min(out))
-        if len(self._cache) < 4096:
-            self._cache[sql] = out
-        return out
+    def get_meta(self, key: str) -> str | None:
+        rows = self._q("SELECT value FROM meta WHERE key=?", (key,))
+        return rows[0][0] if rows else None
 
-    def ddl(self, script: str) -> str:
-        """A schema script in this server's types (statements separated by ``;``)."""
-        if self.name == "sqlite":
-            return script
-        out = re.sub(r"\bINTEGER\s+PRIMARY\s+KEY\s+AUTOINCREMENT\b", "BIGSERIAL PRIMARY KEY",
-                     script, flags=re.IGNORECASE)
-        out = re.sub(r"\bBLOB\b", "BYTEA", out)
-        out = re.sub(r"\bINTEGER\b", "BIGINT", out)
-        out = re.sub(r"\bREAL\b", "DOUBLE PRECISION", out)
-        return re.sub(r"\)\s*VIRTUAL\b", ") STORED", out)
+    # ------------------------------------------------------------------ status
 
+    def summary(self) -> dict[str, object]:
+        """Counts for /health, /metrics and ``gpum-validator status``. Cheap whatever the
+        database holds: row counts come from ``counters`` (kept by triggers), the last
+        settlement from an index, ``pending_windows`` from the unpaid jobs only; only the
+        evidence and report tables (rare events) are counted directly."""
 
-SQLITE = Dialect("sqlite")
-POSTGRES = Dialect("postgresql")
+        def grouped(db: Conn, sql: str) -> dict[str, int]:
+            return {k: as_int(v) for k, v in db.execute(sql).fetchall()}
 
+        with self._read() as db:
+            counts = grouped(db, "SELECT name, SUM(value) FROM counters GROUP BY name")
+            last = db.execute("SELECT MAX(updated_at) FROM intents "
+                              "WHERE status='confirmed'").fetchone()[0]
+            out: dict[str, object] = {
+                "schema_version": SCHEMA_VERSION,
+                "jobs": counts.get("jobs", 0),
+                "proofs": {d: counts[f"proofs.{d}"] for d in ("accepted", "rejected")
+                           if counts.get(f"proofs.{d}")},
+                "intents": {s: counts.get(f"intents.{s}", 0) for s in INTENT_STATUSES},
+                "missed_windows": counts.get("missed_windows", 0),
+                "equivocations": as_int(db.execute(
+                    "SELECT COUNT(*) FROM equivocations").fetchone()[0]),
+                "equivocation_reports": grouped(
+                    db, "SELECT status, COUNT(*) FROM equivocation_reports GROUP BY status"),
+                "attestations_signed": counts.get("attestations_given", 0),
+                "attestations_received": counts.get("attestations_received", 0),
+                "validator_equivocations": grouped(
+                    db, "SELECT COALESCE(status, 'new'), COUNT(*) FROM validator_equivocations "
+                    "GROUP BY 1"),
+                "downtime_reports": grouped(
+                    db, "SELECT status, COUNT(*) FROM downtime_reports GROUP BY status"),
+                "last_settlement_at": last,
+                "pending_windows": self._pending_windows(db),
+            }
+            rewards = db.execute("SELECT value FROM meta WHERE key='rewards'").fetchone()
+        out["rewards"] = json.loads(rewards[0] if rewards else "null")
+        # The keys in their historical order.
+        order = ("schema_version", "jobs", "proofs", "intents", "missed_windows",
+                 "equivocations", "equivocation_reports", "attestations_signed",
+                 "attestations_received", "validator_equivocations", "downtime_reports",
+                 "rewards", "last_settlement_at", "pending_windows")
+        return {k: out[k] for k in order}
 
-def as_int(v: Any) -> int:
-    """An aggregate's value as an int (None -> 0; PostgreSQL's SUM is a Decimal)."""
-    return 0 if v is None else int(v)
+    def pending_windows(self) -> int:
+        """Accepted windows not yet covered by a confirmed settlement or the chain (above the
+        job's ``paid_seq``); reads the unpaid jobs only (index ``jobs_unpaid``)."""
+        with self._read() as db:
+            return self._pending_windows(db)
 
+    @staticmethod
+    def _pending_windows(db: Conn) -> int:
+        return as_int(db.execute(
+            "SELECT COUNT(*) FROM jobs j CROSS JOIN proofs p WHERE p.job=j.job "
+            "AND p.decision='accepted' AND p.seq>j.paid_seq AND j.unpaid=1"
+            ).fetchone()[0])
 
-ROWS_PER_STATEMENT = 256
-"""Rows per statement of ``Conn.execute_values`` (256 x 26 parameters stay below SQLite's
-32,766 and PostgreSQL's 65,535)."""
-STATEMENT_CACHE = 1024
-"""Prepared statements an SQLite connection keeps (Python's default, 128, would not hold the
-row counts of ``Conn.execute_values`` beside the store's other statements)."""
+    # ------------------------------------------------------------------ retention
 
+    def mark_job_closed(self, job: bytes, now: float) -> None:
+        """Record that the job's account is gone from the chain (status ``closed``): nothing
+        of it settles any more, and ``prune`` may delete it after the retention period."""
+        with self._tx() as db:
+            db.execute("UPDATE jobs SET chain_status='closed', chain_checked_at=? WHERE job=?",
+                       (now, job))
 
-def values_list(rows: int, width: int) -> str:
-    """The placeholders of a ``VALUES`` list of ``rows`` rows of ``width`` values each."""
-    return ",".join(["(" + ",".join("?" * width) + ")"] * rows)
+    def stale_open_jobs(self, before: float, limit: int) -> list[bytes]:
+        """Up to ``limit`` jobs not known to have ended on chain, with no proof accepted and
+        no chain read since ``before``, least recently read first: the ones whose end (or
+        closed account) nothing else would notice (``retention.Pruner`` re-reads them)."""
+        return [r[0] for r in self._q(
+            "SELECT job FROM jobs WHERE (chain_status IS NULL "
+            f"OR chain_status NOT IN {TERMINAL_SQL}) AND updated_at<? AND chain_checked_at<? "
+            "ORDER BY chain_checked_at LIMIT ?", (before, before, limit))]
 
+    _PRUNABLE = (
+        f"j.chain_status IN {TERMINAL_SQL} AND j.ended_at<? AND j.updated_at<? "
+        "AND NOT EXISTS (SELECT 1 FROM intents i WHERE i.job=j.job "
+        "AND i.status IN ('intended','sent')) "
+        "AND NOT EXISTS (SELECT 1 FROM equivocations e WHERE e.job=j.job AND NOT EXISTS "
+        "(SELECT 1 FROM equivocation_reports r WHERE r.job=e.job AND r.seq=e.seq "
+        "AND r.status IN ('done','failed'))) "
+        "AND NOT EXISTS (SELECT 1 FROM validator_equivocations v WHERE v.job=j.job "
+        "AND (v.status IS NULL OR v.status NOT IN ('done','failed'))) "
+        "AND NOT EXISTS (SELECT 1 FROM downtime_reports d WHERE d.job=j.job "
+        "AND d.status NOT IN ('done','failed'))")
+    """A job ``prune`` may delete (parameters: ``before`` twice): ended on chain, ended and
+    last written before the cutoff, no open intent and no report that is not finished."""
 
-class Conn:
-    """A connection as the store's methods see it: statements in SQLite's spelling,
-    translated for the server. ``raw`` is the driver's connection."""
+    _PRUNE_STEPS = (
+        ("proofs",
+         ("DELETE FROM proofs WHERE job=? AND (seq, hash) IN (SELECT seq, hash FROM proofs p "
+          "WHERE p.job=? AND NOT EXISTS (SELECT 1 FROM equivocations e WHERE e.job=p.job "
+          "AND e.seq=p.seq) LIMIT ?)")),
+        ("missed_windows",
+         ("DELETE FROM missed_windows WHERE job=? AND seq IN (SELECT seq FROM missed_windows "
+          "WHERE job=? LIMIT ?)")),
+        ("intents",
+         ("DELETE FROM intents WHERE job=? AND id IN (SELECT id FROM intents WHERE job=? "
+          "AND status IN ('confirmed','failed') LIMIT ?)")),
+        ("attestations_received",
+         ("DELETE FROM attestations_received WHERE job=? AND (seq, member, approved_seconds, "
+          "proof_hash) IN (SELECT seq, member, approved_seconds, proof_hash FROM "
+          "attestations_received a WHERE a.job=? AND NOT EXISTS (SELECT 1 FROM "
+          "validator_equivocations v WHERE v.job=a.job AND v.seq=a.seq AND v.member=a.member) "
+          "LIMIT ?)")),
+        ("downtime_reports",
+         ("DELETE FROM downtime_reports WHERE job=? AND last_proof_window_end IN (SELECT "
+          "last_proof_window_end FROM downtime_reports WHERE job=? "
+          "AND status IN ('done','failed') LIMIT ?)")),
+    )
+    """What ``prune`` deletes of a job, in this order (one statement each: parameters job,
+    job, at most how many rows)."""
 
-    __slots__ = ("dialect", "raw")
+    def prune(self, before: float, *, batch_rows: int = 200,
+              max_seconds: float | None = None,
+              on_batch: Callable[[float], None] | None = None,
+              pause: float = 0.002) -> dict[str, int]:
+        """Delete what is no longer needed of the jobs that ended on chain
+        (``TERMINAL_CHAIN_STATUSES``) before ``before`` and were last written before it, and
+        that no open intent and no unfinished report (equivocation, validator equivocation,
+        downtime) needs: their proofs, missed windows, intents, received attestations that
+        are not evidence, finished downtime reports, then the job row.
 
-    def __init__(self, raw: Any, dialect: Dialect) -> None:
-        self.raw = raw
-        self.dialect = dialect
+        Kept: the proofs at every seq with equivocation evidence, the evidence rows and their
+        reports, the attestations of validator-equivocation cases, and every attestation this
+        validator gave (``attestations_given``, small: its guard against signing twice).
 
-    def execute(self, sql: str, args: Sequence[Any] = ()) -> Any:
-        """Run one statement; the driver's cursor (``fetchone``, ``fetchall``, ``rowcount``)."""
-        return self.raw.execute(self.dialect.translate(sql), tuple(args))
+        Works in transactions of at most ``batch_rows`` deletions each (of one or several
+        jobs, each re-checked as still prunable inside the transaction), so no other store
+        call waits long, with ``pause`` seconds between them so waiting calls go first;
+        ``on_batch`` gets each transaction's duration in ms. Stops after ``max_seconds``
+        (None: when done). Returns the rows deleted per table."""
+        if batch_rows < 1:
+            raise ValueError("batch_rows must be at least 1")
+        deadline = None if max_seconds is None else time.monotonic() + max_seconds
+        deleted = dict.fromkeys(["jobs"] + [t for t, _ in self._PRUNE_STEPS], 0)
+        seen: set[bytes] = set()
+        while True:
+            queue = [r[0] for r in self._q(
+                f"SELECT j.job FROM jobs j WHERE {self._PRUNABLE} ORDER BY j.ended_at LIMIT ?",
+                (before, before, len(seen) + 64)) if r[0] not in seen]
+            if not queue:
+                break
+            while queue:
+                if deadline is not None and time.monotonic() >= deadline:
+                    return deleted
+                t0 = time.perf_counter()
+                room = batch_rows
+                with self._tx() as db:
+                    while queue and room > 0:
+                        done, used = self._prune_some(db, queue[0], before, room, deleted)
+                        room -= used
+                        if done:
+                            seen.add(queue.pop(0))
+                if on_batch is not None:
+                    on_batch((time.perf_counter() - t0) * 1000)
+                time.sleep(pause)
+        self._compact_counters()
+        return deleted
 
-    def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> Any:
-        rows = [tuple(r) for r in rows]
-        if self.dialect.name == "sqlite":
-            return self.raw.executemany(self.dialect.translate(sql), rows)
-        cur = self.raw.cursor()
-        if rows:
-            cur.executemany(self.dialect.translate(sql), rows)
-        return cur
+    def _prune_some(self, db: Conn, job: bytes, before: float, room: int,
+                    deleted: dict[str, int]) -> tuple[bool, int]:
+        """Delete at most ``room`` rows of ``job`` in the open transaction: (whether the job
+        is done with, rows deleted). A job no longer prunable is left as it is (done)."""
+        if not db.execute(f"SELECT 1 FROM jobs j WHERE j.job=? AND {self._PRUNABLE}",
+                          (job, before, before)).fetchone():
+            return True, 0
+        used = 0
+        for table, delete in self._PRUNE_STEPS:
+            left = room - used
+            if left <= 0:
+                return False, used
+            n = max(0, db.execute(delete, (job, job, left)).rowcount)
+            deleted[table] += n
+            used += n
+            if n == left:
+                return False, used  # maybe more of this table: the next transaction
+        cur = db.execute("DELETE FROM jobs WHERE job=?", (job,))
+        deleted["jobs"] += max(0, cur.rowcount)
+        return True, used + 1
 
-    def execute_values(self, sql: str, rows: Sequence[Sequence[Any]]) -> int:
-        """Run ``sql``, whose ``{values}`` stands for a ``VALUES`` list, for every row of
-        ``rows`` (all of one width); the rows the statements changed. Up to
-        ``ROWS_PER_STATEMENT`` rows go in one statement, so the driver steps (and Python's
-        sqlite3 releases and takes back the GIL) once per statement instead of once per row
-        as ``executemany`` does: under a busy GIL each take-back waits for other threads
-        (measured: a third of the intake's write time). Each row count is its own statement
-        text, prepared once and then cached by the driver (``STATEMENT_CACHE``)."""
-        changed = 0
-        for i in range(0, len(rows), ROWS_PER_STATEMENT):
-            chunk = rows[i:i + ROWS_PER_STATEMENT]
-            cur = self.execute(sql.replace("{values}", values_list(len(chunk), len(chunk[0]))),
-                               [v for r in chunk for v in r])
-            changed += cur.rowcount
-        return changed
+    def _compact_counters(self) -> None:
+        """Fold the counters' shards (PostgreSQL: one per connection); nothing on SQLite."""
 
-    def serialize(self, *key: object) -> None:
-        """Serialise the rest of this transaction with every other transaction (of any
-        process) that takes the same key, until it ends: a PostgreSQL transaction-scoped
-        advisory lock. Nothing on SQLite, whose writers are serial anyway."""
-        if self.dialect.name == "sqlite":
-            return
-        h = hashlib.blake2b(repr(key).encode(), digest_size=8).digest()
-        self.raw.execute("SELECT pg_advisory_xact_lock(%s)",
-                         (int.from_bytes(h, "big", signed=True),))
+    def ping(self) -> bool:
+        try:
+            self._q("SELECT 1")
+            return True
+        except StoreError:
+            return False
 
-    def executescript(self, script: str) -> None:
-        """Run a schema script (DDL; no parameters) in this server's types."""
-        ddl = self.dialect.ddl(script)
-        if self.dialect.name == "sqlite":
-            self.raw.executescript(ddl)
-            return
-        for stmt in split_statements(ddl):
-            self.raw.execute(stmt)
+    def write_probe(self, now: float) -> str | None:
+        """Write and commit one small row (``meta.write_probe``, durably): None when the
+        database takes writes, else why not (a full disk, a read-only file, a failed
+        fsync)."""
+        try:
+            self.set_meta("write_probe", repr(float(now)))
+            return None
+        except StoreError as e:
+            return str(e)
 
-
-def split_statements(script: str) -> list[str]:
-    """Split a DDL script on ``;`` outside quotes, ``$$`` bodies and ``--`` comments."""
-    out, cur, i, n = [], [], 0, len(script)
-    quote: str | None = None
-    while i < n:
-        c = script[i]
-        if quote is None and script.startswith("--", i):
-            j = script.find("\n", i)
-            i = n if j < 0 else j
-            continue
-        if quote is None and script.startswith("$$", i):
-            quote = "$$"
-            cur.append("$$")
-            i += 2
-            continue
-        if quote == "$$" and script.startswith("$$", i):
-            quote = None
-            cur.append("$$")
-            i += 2
-            continue
-        if quote is None and c == "'":
-            quote = "'"
-        elif quote == "'" and c == "'":
-            quote = None
-        if quote is None and c == ";":
-            stmt = "".join(cur).strip()
-            if stmt:
-                out.append(stmt)
-            cur = []
-        else:
-            cur.append(c)
-        i += 1
-    stmt = "".join(cur).strip()
-    if stmt:
-        out.append(stmt)
-    return out

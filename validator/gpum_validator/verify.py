@@ -1,6 +1,6 @@
 """Proof verification: pure functions over decoded inputs and chain *views* (no I/O).
 
-The intake (``service.Intake``) calls them in this order, and every failure raises
+The intake (``intake.Intake``) calls them in this order, and every failure raises
 ``Rejection`` with a stable ``reason`` code (final, or retryable with ``retry_after``):
 
 1. ``authenticate``: the bytes are a canonical proof for this program and market, signed
@@ -18,11 +18,11 @@ The intake (``service.Intake``) calls them in this order, and every failure rais
    with the window length, skew and health thresholds of the job's own ``terms``
    (``job_rules``), tightened by the validator's own policy if it has one.
 
-Approvals (DESIGN section 6). Every member keeps its own approved total per job: the sum of
-the seconds it approved of the windows it accepted, starting from the chain's
-``paid_seconds`` when it has no history of the job (a late joiner, a lost database). A window
-it rejects is simply not approved; the next window is still judged on its own, so one bad
-window (or a gap of windows this validator never saw) never ends a job here.
+Approvals (docs/protocol.md, "Committees, approvals and rounds"). Every member keeps its own
+approved total per job: the sum of the seconds it approved of the windows it accepted, starting
+from the chain's ``paid_seconds`` when it has no history of the job (a late joiner, a lost
+database). A window it rejects is simply not approved; the next window is still judged on its
+own, so one bad window (or a gap of windows this validator never saw) never ends a job here.
 
 Guarantee: for two accepted windows ``a < b`` of a job, ``approved(b) - approved(a) <=
 cumulative(b) - cumulative(a)`` and ``approved(b) - approved(a) <= window_end(b) -

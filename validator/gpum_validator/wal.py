@@ -1,4 +1,4 @@
-"""SQLite WAL checkpoints on a thread of their own, off the intake's path (issue 9).
+"""SQLite WAL checkpoints on a thread of their own, off the intake's path.
 
 With SQLite's default (``wal_autocheckpoint``), the connection whose commit takes the WAL
 past 1,000 pages copies them into the database file and fsyncs it inside that commit: the

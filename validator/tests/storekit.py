@@ -165,7 +165,7 @@ class StoreDB:
 
     def open(self) -> Any:
         if self.kind == "sqlite":
-            from gpum_validator.store import SQLiteStore
+            from gpum_validator.store_sqlite import SQLiteStore
 
             s: Any = SQLiteStore(self.target)
         else:

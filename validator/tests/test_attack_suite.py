@@ -1,4 +1,4 @@
-"""Attacks against the real HTTP server on 127.0.0.1 (issue 9, "Hostile traffic").
+"""Attacks against the real HTTP server on 127.0.0.1 (validator/README.md, "Hostile traffic").
 
 Each attack runs in a child process (this file run as a script, asyncio) so the attackers
 never share the server's interpreter lock, at a lower CPU priority (its own CPU stands for
@@ -38,11 +38,13 @@ from typing import Any
 
 import httpx
 import pytest
+from gpu_market import httpfront
 from gpu_market.receipt import private_key_from_seed, public_key_bytes
 from gpum_validator import server as server_mod
+from gpum_validator import transport
+from gpum_validator.intake import Intake
 from gpum_validator.members import Member
-from gpum_validator.service import Intake
-from gpum_validator.store import SQLiteStore
+from gpum_validator.store_sqlite import SQLiteStore
 from vtestkit import (
     JOB,
     ME,
@@ -201,7 +203,7 @@ def need_fds(need: int) -> None:
     """The attacks hold thousands of sockets (both ends live in this machine): raise the soft
     limit as ``gpum-validator run`` does (``server.raise_fd_limit``), and fail, naming the fix,
     where the hard limit is too low."""
-    have = server_mod.raise_fd_limit()
+    have = httpfront.raise_fd_limit()
     if have is not None and have < need:
         pytest.fail(f"the attack suite needs {need} file descriptors, the hard limit allows "
                     f"{have}: raise it (ulimit -Hn, or LimitNOFILE for a service)")
@@ -258,7 +260,7 @@ class Target:
             server_kw["member"] = Member(cfg(), ME, self.store, self.chain, clock=lambda: NOW)
         cls = server_cls or server_mod.ValidatorHTTPServer
         self.server = cls(("127.0.0.1", 0), self.intake, self.store, lambda: True, **server_kw)
-        server_mod.serve_in_thread(self.server)
+        httpfront.serve_in_thread(self.server)
         self.port = self.server.server_port
         self.url = f"http://127.0.0.1:{self.port}"
         self.tmp = tmp_path
@@ -600,7 +602,7 @@ def exchange(sock: socket.socket, data: bytes, timeout: float = 30) -> tuple[int
 
 def limited(tmp_path: Path, **limits: Any) -> Target:
     need_fds(4096)
-    return Target(tmp_path, limits=server_mod.HttpLimits(**limits))
+    return Target(tmp_path, limits=transport.HttpLimits(**limits))
 
 
 def test_connections_over_the_per_source_cap_are_closed_at_once(tmp_path):
@@ -859,7 +861,7 @@ def test_a_nested_body_says_so(target, caplog, depth):
 def test_a_full_batch_is_well_under_the_json_limit(target):
     proofs = [signed_json(p) for p in chain_of(64, job=HONEST_JOBS[2])]
     body = json.dumps({"proofs": proofs}).encode()
-    assert sum(body.count(c) for c in (b",", b":", b"[", b"{")) < server_mod.MAX_JSON_TOKENS / 4
+    assert sum(body.count(c) for c in (b",", b":", b"[", b"{")) < transport.MAX_JSON_TOKENS / 4
     r = httpx.post(target.url + "/v1/proofs/batch", content=body,
                    headers={"Content-Type": "application/json"}, timeout=60)
     assert r.status_code == 200

@@ -20,7 +20,7 @@ from gpum_validator.attest import (
     sign_request_message,
     timeouts_elapsed,
 )
-from gpum_validator.store import ChainJobInfo
+from gpum_validator.records import ChainJobInfo
 from solders.hash import Hash
 from solders.instruction import AccountMeta, Instruction
 from solders.message import Message

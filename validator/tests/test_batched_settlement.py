@@ -1,4 +1,4 @@
-"""Batched settlement (issue 9): the settler packs the settlements due in one pass into as
+"""Batched settlement: the settler packs the settlements due in one pass into as
 few v0 transactions as fit, with a lookup table it creates and extends, and keeps the crash
 safety of one intent per job. Against FakeChain plus ``FakeLookupTables`` below, which plays
 the SDK's ``LookupTables`` (``client.lookup_tables``) with the ALT program's rules: one table
@@ -19,9 +19,10 @@ from gpu_market.receipt import receipt_message
 from gpum_validator.attest import attestation_message
 from gpum_validator.config import SettlePolicy
 from gpum_validator.errors import ChainUnavailable
-from gpum_validator.service import Intake
-from gpum_validator.settlement import LOOKUP_TABLES_META, PENDING_TABLE_SECONDS, classify_send_error
-from gpum_validator.store import SQLiteStore
+from gpum_validator.intake import Intake
+from gpum_validator.settle_policy import classify_send_error
+from gpum_validator.settle_tables import LOOKUP_TABLES_META, PENDING_TABLE_SECONDS
+from gpum_validator.store_sqlite import SQLiteStore
 from solders.pubkey import Pubkey
 from vtestkit import (
     JOB,
@@ -294,7 +295,7 @@ def test_due_jobs_of_one_pass_share_transactions(tmp_path, chain, clock, alt):
     (table,) = alt.tables.values()
     assert json.loads(store.get_meta(LOOKUP_TABLES_META)) == {"tables": [str(table.address)],
                                                               "pending": None, "retiring": {}}
-    assert settler.lookup_tables() == [str(table.address)]
+    assert settler.tables.addresses() == [str(table.address)]
     assert r.table_transactions == 2  # create + extend
     # job accounts go in the table too by default (four quorum-1 settlements per transaction)
     assert {pk(j) for j in JOBS[:5]} <= set(table.addresses)
@@ -360,7 +361,7 @@ def test_a_full_table_gets_a_successor(tmp_path, chain, clock, alt):
     r = settler.settle_now()
     assert r.confirmed == 2 and len(alt.tables) == 2 and alt.creates == [100]
     new = next(a for a in alt.tables if a != old)
-    assert settler.lookup_tables() == [str(old), str(new)]
+    assert settler.tables.addresses() == [str(old), str(new)]
     # a settlement's accounts all go in one table (its transaction then names one): the 8
     # shared accounts and the 2 jobs' own 4 do not fit the 5 left in the old table
     assert len(alt.tables[old].addresses) == 251 and len(alt.tables[new].addresses) == 12
@@ -380,7 +381,7 @@ def test_each_transaction_loads_from_its_jobs_home_table(tmp_path, chain, clock,
     t = alt.tables[first]
     filler = tuple(pk(bytes([3, i]) + bytes(30)) for i in range(256 - len(t.addresses)))
     alt.tables[first] = replace(t, addresses=t.addresses + filler)  # full now
-    settler._tables = None
+    settler.tables.forget()
     feed(intake, [JOBS[0]], upto=2, start=2)
     feed(intake, [JOBS[1]])
     r = settler.settle_now()
@@ -601,7 +602,7 @@ def test_rejected_v0_falls_back_to_one_legacy_transaction_each(tmp_path, chain, 
     alt.send_error = ChainError("invalid transaction: lookup table entry not usable")
     r = settler.settle_now()
     assert r.confirmed == 2 and [len(c) for c in chain.settle_calls] == [1, 1]
-    assert settler._tables is None  # read afresh next pass
+    assert settler.tables._tables is None  # read afresh next pass
     assert {it.signature for it in store.intents()} == {"sig1", "sig2"}
 
 
@@ -671,7 +672,7 @@ def test_a_deactivated_table_is_dropped(tmp_path, chain, clock, alt):
     store.set_meta(LOOKUP_TABLES_META, json.dumps({"tables": [str(old)], "pending": None}))
     feed(intake, JOBS[:2])
     assert settler.settle_now().confirmed == 2
-    assert str(old) not in settler.lookup_tables() and len(settler.lookup_tables()) == 1
+    assert str(old) not in settler.tables.addresses() and len(settler.tables.addresses()) == 1
 
 
 def test_crash_between_sent_and_confirmed_checks_the_chain_first(tmp_path, chain, clock, alt):
@@ -741,7 +742,7 @@ def _list_first(store, settler, *tables):
     state = json.loads(store.get_meta(LOOKUP_TABLES_META))
     store.set_meta(LOOKUP_TABLES_META, json.dumps(
         {**state, "tables": [*(str(t) for t in tables), *state["tables"]]}))
-    settler._tables = None
+    settler.tables.forget()
 
 
 def _full_table_of(alt, jobs, slot=5):

@@ -44,7 +44,7 @@ from gpum_validator.config import SettlePolicy
 from gpum_validator.liveness import REJOIN_GRACE_SECONDS
 from gpum_validator.settlement import SettlementLoop
 from gpum_validator.signing import AttestationSigner, SignedOtherValue
-from gpum_validator.store import SQLiteStore
+from gpum_validator.store_sqlite import SQLiteStore
 from solders.keypair import Keypair
 from vnet import Byzantine, arrange
 from vtestkit import JOB, T0, VALIDATOR_KEYS, WINDOW, b58, chain_of, signed_json

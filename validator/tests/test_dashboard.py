@@ -31,6 +31,7 @@ from gpu_market.accounts import (
     ValidatorView,
 )
 from gpu_market.errors import RpcUnavailable
+from gpu_market.httpfront import serve_in_thread
 from gpu_market.proof import WORKLOAD_STATE_NAMES, WorkloadWindow
 from gpum_validator.dashboard import (
     ASSETS,
@@ -43,9 +44,9 @@ from gpum_validator.dashboard import (
     load_asset,
     parse_limit,
 )
-from gpum_validator.server import ValidatorHTTPServer, serve_in_thread
-from gpum_validator.service import Intake
-from gpum_validator.store import SQLiteStore
+from gpum_validator.intake import Intake
+from gpum_validator.server import ValidatorHTTPServer
+from gpum_validator.store_sqlite import SQLiteStore
 from solders.pubkey import Pubkey
 from vtestkit import (
     JOB,

@@ -12,8 +12,9 @@ from gpu_market.errors import GpuMarketError, RpcUnavailable, TransactionTooLarg
 from gpu_market.proof import encode_proof, proof_hash
 from gpu_market.receipt import receipt_message, verify_receipt
 from gpum_validator.config import SettlePolicy
+from gpum_validator.intake import Intake
 from gpum_validator.metrics import Metrics
-from gpum_validator.service import Intake
+from gpum_validator.records import ReportKind
 from gpum_validator.settlement import SettlementLoop
 from gpum_validator.slashing import EquivocationReporter
 from vtestkit import (
@@ -110,7 +111,8 @@ def test_already_exists_error_means_done(store_db, chain, clock):
 def test_record_on_chain_after_a_crash_is_not_resent(store_db, chain, clock):
     node = Node(store_db, chain, clock)
     equivocate(node)
-    node.store.mark_equivocation_report(JOB, 1, "sent", clock[0], count_attempt=True)
+    node.store.mark_report(ReportKind.EQUIVOCATION, (JOB, 1), "sent", clock[0],
+                           count_attempt=True)
     chain.records[(JOB, 1)] = "authority"  # the send before the crash landed
     node.close()
     node = Node(store_db, chain, clock)

@@ -20,8 +20,8 @@ from gpu_market.proof import ZERO_HASH, encode_proof, proof_hash
 from gpum_validator import fastlane
 from gpum_validator.chain import job_info
 from gpum_validator.errors import StoreError
-from gpum_validator.service import Intake
-from gpum_validator.store import SQLiteStore
+from gpum_validator.intake import Intake
+from gpum_validator.store_sqlite import SQLiteStore
 from vtestkit import (
     JOB,
     OTHER_KEY,

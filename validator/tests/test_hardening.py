@@ -1,4 +1,5 @@
-"""Issue 7 (off-chain part), over the real HTTP server on 127.0.0.1 with real SQLite.
+"""The intake's hardening (off-chain part), over the real HTTP server on 127.0.0.1 with real
+SQLite.
 
 * squatting: only the job's own provider key may occupy a (job, seq); strangers store nothing;
 * far-ahead proofs never reserve a slot of the honest sequence;
@@ -15,11 +16,12 @@ from dataclasses import replace
 
 import httpx
 import pytest
+from gpu_market.httpfront import serve_in_thread
 from gpu_market.proof import encode_proof, proof_hash
 from gpu_market.receipt import private_key_from_seed, public_key_bytes
-from gpum_validator.server import ValidatorHTTPServer, serve_in_thread
-from gpum_validator.service import Intake
-from gpum_validator.store import SQLiteStore
+from gpum_validator.intake import Intake
+from gpum_validator.server import ValidatorHTTPServer
+from gpum_validator.store_sqlite import SQLiteStore
 from vtestkit import (
     JOB,
     T0,
@@ -128,7 +130,7 @@ def test_far_ahead_seq_cannot_be_accepted_without_the_time_it_skips(node, chain)
 
 
 def test_stored_rejections_are_capped_per_job_and_in_total(tmp_path, chain, clock):
-    from gpum_validator.store import StoreLimits
+    from gpum_validator.records import StoreLimits
 
     n = Node(tmp_path, chain, clock, limits=StoreLimits(max_rejected_per_job=3,
                                                         max_rejected_total=4))
@@ -149,7 +151,7 @@ def test_stored_rejections_are_capped_per_job_and_in_total(tmp_path, chain, cloc
 
 
 def test_eviction_never_touches_evidence_or_accepted_proofs(tmp_path, chain, clock):
-    from gpum_validator.store import StoreLimits
+    from gpum_validator.records import StoreLimits
 
     n = Node(tmp_path, chain, clock, limits=StoreLimits(max_rejected_per_job=2))
     try:

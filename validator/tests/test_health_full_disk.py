@@ -10,10 +10,11 @@ from pathlib import Path
 
 import httpx
 import pytest
+from gpu_market.httpfront import serve_in_thread
 from gpum_validator import server as server_module
-from gpum_validator.server import ValidatorHTTPServer, serve_in_thread
-from gpum_validator.service import Intake
-from gpum_validator.store import SQLiteStore
+from gpum_validator.intake import Intake
+from gpum_validator.server import ValidatorHTTPServer
+from gpum_validator.store_sqlite import SQLiteStore
 from vtestkit import T0, FakeChain, cfg
 
 

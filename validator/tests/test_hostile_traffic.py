@@ -1,4 +1,4 @@
-"""Hostile traffic against the real HTTP server (issue 9): bursts, idle connections, huge
+"""Hostile traffic against the real HTTP server: bursts, idle connections, huge
 numbers; honest requests still get their answers. The full attack suite, with the
 per-source limits, is ``test_attack_suite.py``."""
 
@@ -11,14 +11,11 @@ import time
 
 import httpx
 import pytest
-from gpum_validator.server import (
-    LISTEN_BACKLOG,
-    HttpLimits,
-    ValidatorHTTPServer,
-    serve_in_thread,
-)
-from gpum_validator.service import Intake
-from gpum_validator.store import SQLiteStore
+from gpu_market.httpfront import LISTEN_BACKLOG, serve_in_thread
+from gpum_validator.intake import Intake
+from gpum_validator.server import ValidatorHTTPServer
+from gpum_validator.store_sqlite import SQLiteStore
+from gpum_validator.transport import HttpLimits
 from test_hardening import Node
 from vtestkit import cfg, chain_of, signed_json
 

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import httpx
 import pytest
+from gpu_market.httpfront import serve_in_thread
 from gpum_validator.errors import ConfigError
-from gpum_validator.server import ValidatorHTTPServer, parse_listen, serve_in_thread
-from gpum_validator.service import Intake
-from gpum_validator.store import SQLiteStore
+from gpum_validator.intake import Intake
+from gpum_validator.server import ValidatorHTTPServer
+from gpum_validator.store_sqlite import SQLiteStore
+from gpum_validator.transport import parse_listen
 from vtestkit import JOB, b58, cfg, chain_of, make_proof, signed_json
 
 

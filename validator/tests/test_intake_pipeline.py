@@ -1,4 +1,4 @@
-"""The intake's throughput pipeline (issue 9): one signature per proof, job accounts cached
+"""The intake's throughput pipeline: one signature per proof, job accounts cached
 and refreshed, one store transaction per request (group commit) that is all-or-nothing."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from contextlib import contextmanager
 
 import pytest
 from gpum_validator.errors import StoreError
-from gpum_validator.service import Intake
-from gpum_validator.store import SQLiteStore
+from gpum_validator.intake import Intake
+from gpum_validator.store_sqlite import SQLiteStore
 from vtestkit import JOB, b58, cfg, chain_of, job_view, pk, signed_json
 
 
@@ -205,7 +205,7 @@ def test_a_failed_fsync_answers_503_and_the_store_refuses_writes_from_then_on(
     def broken(fd):
         raise OSError(5, "Input/output error")
 
-    monkeypatch.setattr("gpum_validator.store.os.fdatasync", broken)
+    monkeypatch.setattr("gpum_validator.store_sqlite.os.fdatasync", broken)
     status, body = intake.submit(signed_json(ps[1]))
     assert (status, body["error"]) == (503, "store_unavailable") and "fsync" in body["message"]
     monkeypatch.undo()  # the disk answers again: what was lost is unknown, so still refused
@@ -219,7 +219,7 @@ def test_one_fsync_per_committed_write_and_none_for_a_read(tmp_path, monkeypatch
     store = SQLiteStore(tmp_path / "v.sqlite")
     calls = []
     real = os.fdatasync
-    monkeypatch.setattr("gpum_validator.store.os.fdatasync",
+    monkeypatch.setattr("gpum_validator.store_sqlite.os.fdatasync",
                         lambda fd: calls.append(fd) or real(fd))
     store.set_meta("a", "1")
     assert len(calls) == 1  # durable when it returns

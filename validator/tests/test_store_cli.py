@@ -9,9 +9,9 @@ import pytest
 import storekit
 from click.testing import CliRunner
 from gpum_validator.cli import main, open_db
-from gpum_validator.service import Intake
-from gpum_validator.store import SQLiteStore
+from gpum_validator.intake import Intake
 from gpum_validator.store_pg import PostgresStore, describe
+from gpum_validator.store_sqlite import SQLiteStore
 from vtestkit import FakeChain, cfg, chain_of, signed_json
 
 

@@ -1,4 +1,4 @@
-"""Several store objects on one database, from threads and from processes (issue 9: several
+"""Several store objects on one database, from threads and from processes (several
 validator processes may share one PostgreSQL database). The same tests run on SQLite, where
 two processes on one file must be just as safe."""
 
@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import storekit
 from gpum_validator.errors import StoreError
-from gpum_validator.store import GivenAttestation, ReceivedAttestation
+from gpum_validator.records import GivenAttestation, ReceivedAttestation
 from gpum_validator.verify import Verdict
 from storekit import accept, auth_of, summary_counts, table_counts
 from vtestkit import T0, chain_of, make_proof
@@ -93,7 +93,7 @@ def _sign_in_process(kind: str, target: str, value: int, seqs: int,
                      barrier: Any, results: Any) -> None:
     """A validator process: for each seq, sign ``value`` unless a value is stored."""
     if kind == "sqlite":
-        from gpum_validator.store import SQLiteStore
+        from gpum_validator.store_sqlite import SQLiteStore
 
         store: Any = SQLiteStore(target)
     else:

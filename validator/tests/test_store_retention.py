@@ -1,4 +1,4 @@
-"""Pruning (issue 9): what a job closed on chain long ago loses, and everything that stays:
+"""Pruning: what a job closed on chain long ago loses, and everything that stays:
 equivocation evidence, open intents, unfinished reports, active and recent jobs. On SQLite
 and on PostgreSQL."""
 
@@ -8,8 +8,14 @@ from dataclasses import replace
 
 import pytest
 import storekit
+from gpum_validator.records import (
+    ChainJobInfo,
+    GivenAttestation,
+    ReceivedAttestation,
+    ReportKind,
+    ReportStatus,
+)
 from gpum_validator.retention import DAY_SECONDS, Pruner
-from gpum_validator.store import ChainJobInfo, GivenAttestation, ReceivedAttestation
 from storekit import accept, auth_of, summary_counts, table_counts
 from vtestkit import T0, WINDOW, FakeChain, chain_of, make_proof
 
@@ -67,7 +73,8 @@ def world(store):
     # Evidence at seq 2 of A: a second signed proof, reported (done).
     other = make_proof(2, job=a, billable=1, cumulative=61)
     assert store.record_equivocation(auth_of(other), store.accepted_at(a, 2).hash, old)
-    store.mark_equivocation_report(a, 2, "done", old, signature="slash-sig")
+    store.mark_report(ReportKind.EQUIVOCATION, (a, 2), ReportStatus.DONE, old,
+                      signature="slash-sig")
     # A rejected proof, received attestations (one pair is a validator-equivocation case,
     # reported) and a given attestation.
     assert store.record_rejected(auth_of(make_proof(9, job=a, billable=7)), "ahead", old) \
@@ -77,18 +84,20 @@ def world(store):
         store.record_received_attestation(ReceivedAttestation(
             a, 3, OTHER_MEMBER, approved, p3.cumulative_seconds, p3.window_end, p3.hash,
             bytes(64), old))
-    store.mark_validator_equivocation(a, 3, OTHER_MEMBER, "done", old, signature="v-sig")
+    store.mark_report(ReportKind.VALIDATOR_EQUIVOCATION, (a, 3, OTHER_MEMBER), ReportStatus.DONE,
+                      old, signature="v-sig")
     store.record_received_attestation(ReceivedAttestation(
         a, 6, OTHER_MEMBER, 360, p6.cumulative_seconds, p6.window_end, p6.hash, bytes(64), old))
     store.record_given_attestation(GivenAttestation(a, 6, 360, p6.hash, bytes(64), MEMBER, old))
-    store.mark_downtime_report(a, T0, "done", old, outcome="slashed")
+    store.mark_report(ReportKind.DOWNTIME, (a, T0), ReportStatus.DONE, old, outcome="slashed")
     # B: an intent still open (sent) although the job ended.
     b = jobs["B"]
     store.add_intent(store.accepted_at(b, 8), 7, old)
     it = store.open_intents()[-1]
     store.mark_intent(it.id, "sent", old, count_attempt=True)
     # E: an unfinished downtime report. F: evidence not reported yet.
-    store.mark_downtime_report(jobs["E"], T0, "retry", old, error="rpc down")
+    store.mark_report(ReportKind.DOWNTIME, (jobs["E"], T0), ReportStatus.RETRY, old,
+                      error="rpc down")
     f_other = make_proof(4, job=jobs["F"], billable=2, cumulative=182)
     assert store.record_equivocation(auth_of(f_other), store.accepted_at(jobs["F"], 4).hash,
                                      old)
@@ -194,7 +203,7 @@ def test_pruner_marks_closed_accounts_and_prunes_after_retention(store_db):
 def test_counters_match_the_tables(store_db):
     """``summary`` counts from counters kept by triggers: they follow inserts, upgrades of a
     rejected proof to accepted, evictions at the cap, intents changing status, pruning."""
-    from gpum_validator.store import StoreLimits
+    from gpum_validator.records import StoreLimits
 
     store = store_db.open()
     job = job_key(30)
@@ -222,7 +231,7 @@ def test_counters_match_the_tables(store_db):
 def test_an_accept_moves_updated_at_only_once_it_is_a_grain_old(store_db):
     """``jobs.updated_at`` is the last write to within ``UPDATED_AT_GRAIN_SECONDS`` (so most
     accepts leave ``jobs_open`` alone); a job accepting windows again is not stale."""
-    from gpum_validator.store import UPDATED_AT_GRAIN_SECONDS as GRAIN
+    from gpum_validator.records import UPDATED_AT_GRAIN_SECONDS as GRAIN
 
     store = store_db.open()
     job = job_key(31)

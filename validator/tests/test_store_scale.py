@@ -1,4 +1,4 @@
-"""Scale (issue 9): with 20,000 finished jobs and 200,000 proofs stored, the settle pass and
+"""Scale: with 20,000 finished jobs and 200,000 proofs stored, the settle pass and
 /health read what the active jobs need, not the finished ones. No timing: the work is
 counted, as SQLite virtual-machine steps (a progress handler) or as the rows and index
 entries PostgreSQL reads in the transaction (``pg_stat_get_xact_tuples_returned``), first
@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 import storekit
-from gpum_validator.store import SQLiteStore
+from gpum_validator.store_sqlite import SQLiteStore
 from storekit import bulk_insert
 
 FINISHED = 20_000
@@ -193,7 +193,7 @@ def _wal_frames_of_windows(store: SQLiteStore, jobs: list[bytes]) -> int:
 
 def test_a_window_of_an_unsettled_job_leaves_the_settle_indexes_alone(tmp_path):
     """An accepted window of a job that is unsettled already does not move its entries in
-    ``jobs_unsettled`` / ``jobs_unpaid`` (stored flags, ``store._SQLITE_MARKS``): the same
+    ``jobs_unsettled`` / ``jobs_unpaid`` (stored flags, ``store_schema._SQLITE_MARKS``): the same
     transaction writes fewer pages than with the generated flags of before, whose partial
     indexes SQLite rewrote at every ``last_seq`` set."""
     frames = []
@@ -219,7 +219,7 @@ def test_settle_marks_follow_every_write(store_db, seed):
     ``last_seq > paid_seq``."""
     import random
 
-    from gpum_validator.store import ChainJobInfo
+    from gpum_validator.records import ChainJobInfo
     from storekit import accept, auth_of
     from vtestkit import chain_of
 

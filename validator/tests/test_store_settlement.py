@@ -9,9 +9,11 @@ from gpu_market.errors import GpuMarketError, RpcUnavailable
 from gpu_market.proof import encode_proof, proof_hash
 from gpum_validator.config import SettlePolicy
 from gpum_validator.errors import StoreError
-from gpum_validator.service import Intake
-from gpum_validator.settlement import due_reason
-from gpum_validator.store import SCHEMA_VERSION, ChainJobInfo, SQLiteStore
+from gpum_validator.intake import Intake
+from gpum_validator.records import ChainJobInfo
+from gpum_validator.settle_policy import due_reason
+from gpum_validator.store_schema import SCHEMA_VERSION
+from gpum_validator.store_sqlite import SQLiteStore
 from vtestkit import (
     JOB,
     T0,

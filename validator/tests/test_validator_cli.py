@@ -6,8 +6,8 @@ import json
 
 from click.testing import CliRunner
 from gpum_validator.cli import main
-from gpum_validator.service import Intake
-from gpum_validator.store import SQLiteStore
+from gpum_validator.intake import Intake
+from gpum_validator.store_sqlite import SQLiteStore
 from solders.keypair import Keypair
 from vtestkit import FakeChain, cfg, chain_of, signed_json
 

@@ -1,4 +1,4 @@
-"""Issue 8: committees of validators over real HTTP on 127.0.0.1, each with its own SQLite
+"""Committees of validators over real HTTP on 127.0.0.1, each with its own SQLite
 file, one FakeChain (which applies the program's settle rules and checks every Ed25519
 signature of a settlement).
 

@@ -41,10 +41,10 @@ from vtestkit import (
     UUIDS,
     WINDOW,
     WORKER_PUB,
-    JobTerms,
     cfg,
     chain_of,
     gpu,
+    job_terms,
     job_view,
     make_proof,
     pk,
@@ -102,7 +102,7 @@ def test_wrong_market_in_proof():
 
 
 def test_the_proof_signature_is_not_relied_on_the_receipt_signature_authenticates():
-    """One signature per proof (issue 9): the receipt commits to sha256 of the proof bytes,
+    """One signature per proof: the receipt commits to sha256 of the proof bytes,
     so a proof is authenticated by its receipt signature alone; a garbage proof_signature
     changes nothing, and changed proof bytes under a valid receipt signature fail."""
     p = make_proof()
@@ -243,7 +243,7 @@ def test_status_of_enum_like_values():
 
 
 def test_job_rules_come_from_terms():
-    j = job_view(terms=JobTerms(window_seconds=30, max_skew_seconds=2, temp_critical_c=80,
+    j = job_view(terms=job_terms(window_seconds=30, max_skew_seconds=2, temp_critical_c=80,
                                 ecc_uncorrected_max=3))
     assert job_rules(j) == JobRules(30, 2, HealthThresholds(80, 3))
 
@@ -299,7 +299,7 @@ def test_window_length_bounds():
 
 
 def test_window_length_and_skew_are_the_job_terms():
-    short = job_view(terms=JobTerms(window_seconds=30, max_skew_seconds=0))
+    short = job_view(terms=job_terms(window_seconds=30, max_skew_seconds=0))
     p = make_proof(window_end=T0 + 30, billable=30, cumulative=30,
                    gpus=tuple(gpu(u, 30) for u in UUIDS))
     win(p, short)

@@ -1,4 +1,4 @@
-"""WAL checkpoints off the intake's path (``wal.WalCheckpointer``, issue 9): the store's own
+"""WAL checkpoints off the intake's path (``wal.WalCheckpointer``): the store's own
 connection never checkpoints inside a commit, the checkpointer restarts the WAL only
 between two transactions, and a failed checkpoint is logged and tried again."""
 
@@ -10,7 +10,7 @@ import threading
 import time
 from contextlib import contextmanager
 
-from gpum_validator.store import SQLiteStore
+from gpum_validator.store_sqlite import SQLiteStore
 from gpum_validator.wal import WalCheckpointer
 
 

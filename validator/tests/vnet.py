@@ -9,27 +9,27 @@ from __future__ import annotations
 
 import base64
 import json
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import httpx
+from gpu_market.httpfront import serve_in_thread
+from gpu_market.processes import JsonServer
 from gpu_market.proof import WindowProof, encode_proof, receipt_for_proof
 from gpum_validator.attest import attestation_message, leader_of
 from gpum_validator.config import HealthThresholds, SettlePolicy
 from gpum_validator.downtime import DowntimeReporter
+from gpum_validator.intake import Intake
 from gpum_validator.liveness import LIVENESS_META, Liveness
 from gpum_validator.members import Member
 from gpum_validator.metrics import Metrics
 from gpum_validator.peers import Peers
 from gpum_validator.rewards import RewardsProbe
-from gpum_validator.server import ValidatorHTTPServer, serve_in_thread
-from gpum_validator.service import Intake
+from gpum_validator.server import ValidatorHTTPServer
 from gpum_validator.slashing import ValidatorEquivocationReporter
-from gpum_validator.store import SQLiteStore
+from gpum_validator.store_sqlite import SQLiteStore
 from solders.keypair import Keypair
 from vtestkit import JOB, MARKET, FakeChain, b58, cfg, make_settler, pk, signed_json
 
@@ -231,29 +231,9 @@ class Byzantine:
         self.proofs: dict[int, bytes] = {}
         self.signed: list[int] = []
         self.leader_attestations: list[tuple[int, int, bytes]] = []
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *a: Any) -> None:
-                pass
-
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                status, answer = outer.handle(self.path, body)
-                raw = json.dumps(answer).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(raw)))
-                self.end_headers()
-                self.wfile.write(raw)
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        threading.Thread(target=self.server.serve_forever, args=(0.01,), daemon=True).start()
+        self.server = JsonServer(self.handle, poll_interval=0.01)
         v = chain.validators[self.pub]
-        chain.validators[self.pub] = replace(v, endpoint=f"http://127.0.0.1:{self.server.server_port}")
+        chain.validators[self.pub] = replace(v, endpoint=self.server.url)
 
     def give(self, proofs: list[WindowProof]) -> None:
         for p in proofs:
@@ -287,8 +267,7 @@ class Byzantine:
         return 404, {"error": "not_found"}
 
     def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self.server.close()
 
 
 __all__ = ["Byzantine", "Net", "Node", "arrange", "pk"]

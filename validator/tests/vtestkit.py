@@ -1,15 +1,14 @@
 """Test support: keys, a proof builder, and ``FakeChain`` (unit tests only).
 
 ``FakeChain`` implements the slice of ``GpuMarketClient`` the validator uses
-(docs/sdk-api.md and the issue 8 SDK: committees, approved settle with attestations,
+(docs/sdk-api.md: committees, approved settle with attestations,
 ``fetch_validator_by_authority``, ``slash_validator_equivocation``, ``slash_downtime_message``
-+ ``send_presigned``) with the SDK's error types and its own view dataclasses in the account
-shapes of the program (``job.terms.quorum``, ``job.committee``, ``claimed_seconds`` /
-``paid_seconds``); the validator reads views only through ``field_of``, so these stand in for
-the SDK's views and anchorpy objects alike. It applies the program's settle rules (seq,
-claims, approved bounds, the worker's and the attesters' Ed25519 signatures, quorum of
-distinct committee members) and its downtime rule, so a settlement the real program would
-refuse fails here too.
++ ``send_presigned``) with the SDK's error types, its views (``gpu_market.accounts``: built
+by ``job_view``, ``provider_view``, ``validator_view``, ``market_view`` with test defaults)
+and its ``SettleItem`` / ``Attestation`` (``gpu_market.settle``). It applies the program's
+settle rules (seq, claims, approved bounds, the worker's and the attesters' Ed25519
+signatures, quorum of distinct committee members) and its downtime rule, so a settlement the
+real program would refuse fails here too.
 """
 
 from __future__ import annotations
@@ -17,9 +16,10 @@ from __future__ import annotations
 import base64
 import hashlib
 import struct
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
+from gpu_market import accounts
 from gpu_market.errors import GpuMarketError, RpcUnavailable
 from gpu_market.pda import validator_pda
 from gpu_market.proof import (
@@ -39,6 +39,7 @@ from gpu_market.receipt import (
     verify,
     verify_receipt,
 )
+from gpu_market.settle import Attestation, SettleItem
 from gpum_validator.attest import attestation_message
 from gpum_validator.config import VerifyConfig
 from solders.hash import Hash
@@ -63,6 +64,7 @@ VALIDATOR_KEYS = tuple(Keypair.from_seed(bytes([100 + i] * 32)) for i in range(5
 """Validator authorities of the tests; the first is "this" validator of single-node tests."""
 ME = VALIDATOR_KEYS[0]
 ME_PUB = bytes(ME.pubkey())
+DUMMY = Pubkey.from_bytes(bytes([77] * 32))
 
 ERROR_CODES = {"StaleSequence": 6034, "CumulativeDecreased": 6035, "WindowNotAfterLast": 6036,
                "WindowEndInFuture": 6038, "InvalidJobStatus": 6024, "NotCommitteeMember": 6070,
@@ -74,28 +76,6 @@ ERROR_CODES = {"StaleSequence": 6034, "CumulativeDecreased": 6035, "WindowNotAft
 SETTLING_VALIDATOR_STATUSES = ("active", "exiting")
 """Validator statuses whose members attest and submit ``settle`` (``ValidatorStatus::settles``);
 only ``active`` members count for ``slash_downtime``."""
-
-
-@dataclass(frozen=True)
-class SettleItem:
-    """The SDK's SettleItem shape (gpu_market.settle), local so these tests do not follow the
-    SDK's edits; ``tests/test_sdk_names.py`` pins that the SDK takes the same keywords."""
-
-    job: Pubkey
-    seq: int
-    cumulative_seconds: int
-    window_end: int
-    proof_hash: bytes
-    worker_key: Pubkey
-    receipt_signature: bytes
-    approved_seconds: int
-    attestations: tuple = ()
-
-
-@dataclass(frozen=True)
-class Attestation:
-    authority: Pubkey
-    signature: bytes
 
 
 def err(name: str) -> GpuMarketError:
@@ -159,128 +139,71 @@ def chain_of(n: int, **kw: Any) -> list[WindowProof]:
     return out
 
 
-@dataclass(frozen=True)
-class JobTerms:
-    """``job.terms``: fixed at create_job."""
-
-    rate_per_second: int = 10
-    fee_bps: int = 500
-    burn_bps: int = 5000
-    window_seconds: int = WINDOW
-    max_missed_windows: int = 10
-    grace_seconds: int = 3600
-    max_skew_seconds: int = 5
-    quorum: int = 1
-    downtime_slash_bps: int = 100
-    equivocation_slash_bps: int = 1000
-    reporter_reward_bps: int = 1000
-    temp_critical_c: int = 95
-    ecc_uncorrected_max: int = 0
-    validator_reward_bps: int = 1000
+TERMS = accounts.JobTerms(
+    rate_per_second=10, fee_bps=500, burn_bps=5000, window_seconds=WINDOW, max_missed_windows=10,
+    grace_seconds=3600, max_skew_seconds=5, quorum=1, downtime_slash_bps=100,
+    equivocation_slash_bps=1000, reporter_reward_bps=1000, temp_critical_c=95,
+    ecc_uncorrected_max=0, validator_reward_bps=1000)
+"""``job.terms`` of the tests' jobs (``job_terms`` varies them)."""
+EMPTY_SLOTS = tuple(accounts.RetiredWorkerKey(Pubkey.default(), 0) for _ in range(4))
+NO_UNBONDING = accounts.Unbonding(0, 0)
 
 
-@dataclass(frozen=True)
-class JobView:
-    market: Pubkey
-    user: Pubkey
-    provider: Pubkey
-    job_id: int
-    gpu_count: int
-    terms: JobTerms
-    committee: tuple[Pubkey, ...]
-    committee_len: int
-    deposited: int
-    claimed_seconds: int
-    paid_seconds: int
-    paid_provider: int
-    paid_validators: int
-    paid_treasury: int
-    burned: int
-    refunded: int
-    status: str
-    created_at: int
-    started_at: int
-    ended_at: int
-    last_seq: int
-    last_receipt_hash: bytes
-    last_window_end: int
-    bump: int = 255
-    escrow_bump: int = 254
-    address: Pubkey | None = None
+def job_terms(**kw: Any) -> accounts.JobTerms:
+    """``TERMS`` with the fields of ``kw`` changed."""
+    return replace(TERMS, **kw)
 
 
-@dataclass(frozen=True)
-class RetiredWorkerKey:
-    key: Pubkey
-    retired_at: int
-
-
-EMPTY_SLOTS = tuple(RetiredWorkerKey(Pubkey.default(), 0) for _ in range(4))
-
-
-@dataclass(frozen=True)
-class ProviderView:
-    market: Pubkey
-    owner: Pubkey
-    worker_key: Pubkey
-    worker_key_expires_at: int
-    retired_keys: tuple[RetiredWorkerKey, ...] = EMPTY_SLOTS
-    status: str = "active"
-    stake: int = 10**9
-    gpus_in_use: int = 2
-    last_equivocation_slash_at: int = 0
-    address: Pubkey | None = None
-
-
-@dataclass(frozen=True)
-class ValidatorView:
-    market: Pubkey
-    authority: Pubkey
-    bond: int = 10**9
-    status: str = "active"
-    settlements: int = 0
-    endpoint: str = ""
-    rewards_earned: int = 0
-    rewards_unclaimed: int = 0
-    slashes: int = 0
-
-
-@dataclass(frozen=True)
-class MarketView:
-    authority: Pubkey
-    params: dict[str, int] = field(default_factory=dict)
-    address: Pubkey | None = None
-
-
-def retired(*keys: tuple[bytes, int]) -> tuple[RetiredWorkerKey, ...]:
+def retired(*keys: tuple[bytes, int]) -> tuple[accounts.RetiredWorkerKey, ...]:
     """``retired_keys`` holding ``(key, retired_at)`` pairs, the other slots empty."""
-    slots = [RetiredWorkerKey(pk(k), at) for k, at in keys]
+    slots = [accounts.RetiredWorkerKey(pk(k), at) for k, at in keys]
     return tuple(slots) + EMPTY_SLOTS[len(slots):]
 
 
-def job_view(committee: tuple[bytes, ...] = (ME_PUB,), **kw: Any) -> JobView:
-    members = tuple(pk(m) for m in committee)
-    base = JobView(market=pk(MARKET), user=pk(bytes([3] * 32)), provider=pk(PROVIDER), job_id=1,
-                   gpu_count=2, terms=JobTerms(), committee=members, committee_len=len(members),
-                   deposited=10 * 2 * 3600, claimed_seconds=0, paid_seconds=0, paid_provider=0,
-                   paid_validators=0, paid_treasury=0, burned=0, refunded=0, status="running",
-                   created_at=T0 - 10, started_at=T0, ended_at=0, last_seq=0,
-                   last_receipt_hash=bytes(32), last_window_end=T0, address=pk(JOB))
+def job_view(committee: tuple[bytes, ...] = (ME_PUB,), **kw: Any) -> accounts.JobView:
+    members = [pk(m) for m in committee]
+    base = accounts.JobView(
+        market=pk(MARKET), user=pk(bytes([3] * 32)), provider=pk(PROVIDER), job_id=1,
+        gpu_count=2, terms=TERMS, committee=members, committee_len=len(members),
+        deposited=10 * 2 * 3600, claimed_seconds=0, paid_seconds=0, paid_provider=0,
+        paid_validators=0, paid_treasury=0, burned=0, refunded=0, status="running",
+        created_at=T0 - 10, started_at=T0, ended_at=0, last_seq=0, last_receipt_hash=bytes(32),
+        last_window_end=T0, bump=255, escrow_bump=254, address=pk(JOB))
     return replace(base, **kw)
 
 
-def provider_view(**kw: Any) -> ProviderView:
-    base = ProviderView(market=pk(MARKET), owner=pk(bytes([5] * 32)), worker_key=pk(WORKER_PUB),
-                        worker_key_expires_at=0, address=pk(PROVIDER))
+def provider_view(**kw: Any) -> accounts.ProviderView:
+    base = accounts.ProviderView(
+        market=pk(MARKET), owner=pk(bytes([5] * 32)), worker_key=pk(WORKER_PUB),
+        worker_key_expires_at=0, retired_keys=EMPTY_SLOTS, last_equivocation_slash_at=0,
+        spec=accounts.GpuSpec(gpu_model="Simulated H100", gpu_count=2, vram_mib=81920,
+                              region="test"),
+        price_per_gpu_second=10, status="active", stake=10**9, unbonding=NO_UNBONDING,
+        gpus_in_use=2, reputation=accounts.Reputation(0, 0, 0, 0, 0), bump=255,
+        address=pk(PROVIDER))
     return replace(base, **kw)
 
 
-def market_view() -> MarketView:
-    return MarketView(authority=Pubkey.default(), address=pk(MARKET))
+def validator_view(authority: Pubkey, **kw: Any) -> accounts.ValidatorView:
+    """An active member of ``MARKET`` with a bond and no endpoint."""
+    base = accounts.ValidatorView(
+        market=pk(MARKET), authority=authority, bond=10**9, unbonding=NO_UNBONDING,
+        status="active", settlements=0, bump=255, endpoint="", rewards_earned=0,
+        rewards_unclaimed=0, slashes=0)
+    return replace(base, **kw)
+
+
+def market_view() -> accounts.MarketView:
+    params = accounts.MarketParams(**accounts.DEFAULT_MARKET_PARAMS)
+    return accounts.MarketView(
+        authority=Pubkey.default(), creator=Pubkey.default(), pending_authority=Pubkey.default(),
+        id=0, stake_mint=DUMMY, payment_mint=DUMMY, stake_vault=DUMMY, treasury=DUMMY,
+        params=params, pending_params=params, params_effective_at=0, paused=False,
+        totals=accounts.MarketTotals(0, 0, 0, 0, 0, 0, 0, 0), bump=255, stake_vault_bump=254,
+        fee_vault=DUMMY, fee_vault_bump=253, address=pk(MARKET))
 
 
 DOWNTIME_DISCRIMINATOR = hashlib.sha256(b"global:slash_downtime").digest()[:8]
-DUMMY = Pubkey.from_bytes(bytes([77] * 32))
 
 
 class FakeChain:
@@ -290,10 +213,10 @@ class FakeChain:
 
     def __init__(self) -> None:
         self.market = market_view()
-        self.providers: dict[bytes, ProviderView] = {PROVIDER: provider_view()}
-        self.jobs: dict[bytes, JobView] = {JOB: job_view()}
-        self.validators: dict[bytes, ValidatorView] = {
-            bytes(k.pubkey()): ValidatorView(pk(MARKET), k.pubkey()) for k in VALIDATOR_KEYS}
+        self.providers: dict[bytes, accounts.ProviderView] = {PROVIDER: provider_view()}
+        self.jobs: dict[bytes, accounts.JobView] = {JOB: job_view()}
+        self.validators: dict[bytes, accounts.ValidatorView] = {
+            bytes(k.pubkey()): validator_view(k.pubkey()) for k in VALIDATOR_KEYS}
         self.settle_calls: list[list[SettleItem]] = []
         self.settle_submitters: list[bytes] = []
         self.provider_reads = 0
@@ -312,21 +235,21 @@ class FakeChain:
         if self.down:
             raise RpcUnavailable("connection refused (fake)")
 
-    def fetch_market(self, market: Pubkey) -> MarketView | None:
+    def fetch_market(self, market: Pubkey) -> accounts.MarketView | None:
         self._io()
         return self.market if bytes(market) == MARKET else None
 
-    def fetch_provider(self, provider: Pubkey) -> ProviderView | None:
+    def fetch_provider(self, provider: Pubkey) -> accounts.ProviderView | None:
         self._io()
         self.provider_reads += 1
         return self.providers.get(bytes(provider))
 
-    def fetch_job(self, job: Pubkey) -> JobView | None:
+    def fetch_job(self, job: Pubkey) -> accounts.JobView | None:
         self._io()
         return self.jobs.get(bytes(job))
 
     def fetch_validator_by_authority(self, market: Pubkey, authority: Pubkey
-                                     ) -> ValidatorView | None:
+                                     ) -> accounts.ValidatorView | None:
         self._io()
         v = self.validators.get(bytes(authority))
         return v if v is not None and bytes(market) == MARKET else None
@@ -546,17 +469,17 @@ class FakeChain:
 
     def add_validator(self, key: Keypair) -> None:
         """Register ``key`` as an Active validator of the market (no endpoint yet)."""
-        self.validators.setdefault(bytes(key.pubkey()), ValidatorView(pk(MARKET), key.pubkey()))
+        self.validators.setdefault(bytes(key.pubkey()), validator_view(key.pubkey()))
 
     def set_committee(self, members: list[bytes], quorum: int, job: bytes = JOB) -> None:
-        self.jobs[job] = replace(self.jobs[job], committee=tuple(pk(m) for m in members),
+        self.jobs[job] = replace(self.jobs[job], committee=[pk(m) for m in members],
                                  committee_len=len(members))
         self.set_terms(job, quorum=quorum)
 
 
 def make_settler(chain: FakeChain, store: Any, clock: list[float], policy: Any = None,
                  authority: Keypair = ME, **kw: Any) -> Any:
-    """A Settler as ``gpum-validator run`` wires it, with the local SettleItem/Attestation."""
+    """A Settler as ``gpum-validator run`` wires it, with the SDK's SettleItem/Attestation."""
     from gpum_validator.settlement import Settler
 
     return Settler(chain, authority, store, policy, clock=lambda: clock[0],

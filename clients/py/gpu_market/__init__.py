@@ -1,5 +1,10 @@
 """gpu-market client SDK: IDL, PDAs, typed instructions, settle transactions, the gpum CLI.
 
+Layers, lowest first (no import circles: a test pins it): ``idl`` -> ``codec`` ->
+``accounts``/``pda`` -> ``instructions`` (one pure builder per program instruction) ->
+``settle``/``committee``/``admin``/``lifecycle`` -> ``client`` (reads, checks, builds, sends)
+-> ``cli``. The module map is ``clients/py/README.md``.
+
 The public API is ``__all__`` (pinned by ``tests/test_public_api.py``); the contract is
 ``docs/sdk-api.md``. Importing the package is cheap: the client, codec and views (which pull
 in anchorpy and solana-py) load on first attribute access, so ``gpu_market.receipt`` and

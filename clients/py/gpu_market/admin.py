@@ -12,9 +12,10 @@ Settlement never pays the treasury account directly: ``settle`` pays the market'
 ``["fee_vault", market]`` (``MarketView.fee_vault``), so a closed or frozen treasury account
 only holds up ``withdraw_fees`` until the authority names another with ``set_treasury``.
 
-The instruction builders (``*_ix``) are pure; the :class:`MarketAdmin` methods read what they
-need from chain, build, send and confirm, returning the signature. This module does not import
-``gpu_market.client`` (the client inherits from it).
+The :class:`MarketAdmin` methods read what they need from chain, check it, build with the pure
+builders of :mod:`gpu_market.instructions` (``market``, ``treasury``), send and confirm,
+returning the signature. This module does not import ``gpu_market.client`` (the client
+inherits from it).
 """
 
 from __future__ import annotations
@@ -28,13 +29,22 @@ from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 from solders.signature import Signature
 
-from . import pda, tokens
+from . import tokens
 from .accounts import DEFAULT_MARKET_PARAMS, MarketParams, MarketView, announced_params
 from .codec import Codec
-from .constants import SYSTEM_PROGRAM_ID, TOKEN_PROGRAM_ID
 from .errors import AccountNotFound
+from .instructions import (
+    accept_authority_ix,
+    initialize_market_ix,
+    propose_authority_ix,
+    set_paused_ix,
+    set_treasury_ix,
+    sweep_vault_ix,
+    update_params_ix,
+    withdraw_fees_ix,
+)
 
-__all__ = ["MarketAdmin", "params_args", "set_treasury_ix", "sweep_vault_ix", "withdraw_fees_ix"]
+__all__ = ["MarketAdmin", "params_args"]
 
 
 def params_args(params: Mapping[str, int] | MarketParams | None, base: Mapping[str, int]) -> dict[str, int]:
@@ -45,50 +55,6 @@ def params_args(params: Mapping[str, int] | MarketParams | None, base: Mapping[s
     if unknown:
         raise ValueError(f"unknown market params {sorted(unknown)}; known: {list(DEFAULT_MARKET_PARAMS)}")
     return {**base, **{k: int(v) for k, v in p.items()}}
-
-
-def set_treasury_ix(codec: Codec, authority: Pubkey, market: Pubkey, treasury: Pubkey) -> Instruction:
-    """``set_treasury``: ``treasury`` (a token account of the payment mint) receives fees."""
-    return codec.instruction(
-        "set_treasury", {}, {"authority": authority, "market": market, "treasury": treasury}
-    )
-
-
-def withdraw_fees_ix(codec: Codec, market: MarketView) -> Instruction:
-    """``withdraw_fees`` of ``market`` (a view with its address): the fee vault's balance
-    above the validators' unclaimed rewards to ``market.treasury``."""
-    if market.address is None:
-        raise ValueError("withdraw_fees_ix needs a MarketView with its address")
-    return codec.instruction(
-        "withdraw_fees",
-        {},
-        {
-            "market": market.address,
-            "payment_mint": market.payment_mint,
-            "fee_vault": market.fee_vault,
-            "treasury": market.treasury,
-            "token_program": TOKEN_PROGRAM_ID,
-        },
-    )
-
-
-def sweep_vault_ix(codec: Codec, market: MarketView, destination: Pubkey) -> Instruction:
-    """``sweep_vault`` of ``market`` (a view with its address) to ``destination``, a
-    stake-mint account owned by the owner of ``market.treasury``."""
-    if market.address is None:
-        raise ValueError("sweep_vault_ix needs a MarketView with its address")
-    return codec.instruction(
-        "sweep_vault",
-        {},
-        {
-            "market": market.address,
-            "stake_mint": market.stake_mint,
-            "stake_vault": market.stake_vault,
-            "treasury": market.treasury,
-            "destination": destination,
-            "token_program": TOKEN_PROGRAM_ID,
-        },
-    )
 
 
 class MarketAdmin:
@@ -124,21 +90,8 @@ class MarketAdmin:
         keys raise ValueError. The market address is ``pda.market_pda(authority, market_id)``.
         """
         merged = params_args(params, DEFAULT_MARKET_PARAMS)
-        market = pda.market_pda(authority.pubkey(), market_id, self.program_id)
-        ix = self.codec.instruction(
-            "initialize_market",
-            {"id": market_id, "params": merged},
-            {
-                "authority": authority.pubkey(),
-                "market": market,
-                "stake_mint": stake_mint,
-                "payment_mint": payment_mint,
-                "stake_vault": pda.stake_vault_pda(market, self.program_id),
-                "fee_vault": pda.fee_vault_pda(market, self.program_id),
-                "treasury": treasury,
-                "token_program": TOKEN_PROGRAM_ID,
-                "system_program": SYSTEM_PROGRAM_ID,
-            },
+        ix = initialize_market_ix(
+            self.codec, authority.pubkey(), market_id, stake_mint, payment_mint, treasury, merged
         )
         return self.send([ix], [authority])
 
@@ -161,16 +114,12 @@ class MarketAdmin:
         """
         m = self._require(market, "Market")
         merged = params_args(params, asdict(announced_params(m)))
-        ix = self.codec.instruction(
-            "update_params", {"params": merged}, {"authority": authority.pubkey(), "market": market}
-        )
+        ix = update_params_ix(self.codec, authority.pubkey(), market, merged)
         return self.send([ix], [authority])
 
     def set_paused(self, authority: Keypair, market: Pubkey, paused: bool) -> Signature:
         """Pause (True) or resume (False) new business in ``market`` (market authority only)."""
-        ix = self.codec.instruction(
-            "set_paused", {"paused": bool(paused)}, {"authority": authority.pubkey(), "market": market}
-        )
+        ix = set_paused_ix(self.codec, authority.pubkey(), market, paused)
         return self.send([ix], [authority])
 
     def propose_authority(
@@ -178,18 +127,12 @@ class MarketAdmin:
     ) -> Signature:
         """Name ``new_authority`` as the next market authority (``Pubkey.default()`` cancels);
         nothing changes until it calls :meth:`accept_authority`."""
-        ix = self.codec.instruction(
-            "propose_authority",
-            {"new_authority": new_authority},
-            {"authority": authority.pubkey(), "market": market},
-        )
+        ix = propose_authority_ix(self.codec, authority.pubkey(), market, new_authority)
         return self.send([ix], [authority])
 
     def accept_authority(self, new_authority: Keypair, market: Pubkey) -> Signature:
         """The proposed authority takes over ``market``."""
-        ix = self.codec.instruction(
-            "accept_authority", {}, {"new_authority": new_authority.pubkey(), "market": market}
-        )
+        ix = accept_authority_ix(self.codec, new_authority.pubkey(), market)
         return self.send([ix], [new_authority])
 
     def set_treasury(self, authority: Keypair, market: Pubkey, treasury: Pubkey) -> Signature:

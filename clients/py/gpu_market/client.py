@@ -3,8 +3,10 @@
 The client only needs ``url``; it uses the standard RPC methods (getAccountInfo,
 getMultipleAccounts, getProgramAccounts, getLatestBlockhash, sendTransaction,
 getSignatureStatuses, getTransaction, getMinimumBalanceForRentExemption), so the same code
-runs against the local chain and a real cluster. Instruction encoding, PDAs, the settle
-layout and error parsing live in pure modules (``codec``, ``pda``, ``settle``, ``errors``).
+runs against the local chain and a real cluster. Every write method reads what it needs, checks
+what the program would refuse, and builds its instructions with the pure builders of
+:mod:`gpu_market.instructions`; encoding, PDAs, the settle layout and error parsing live in
+pure modules too (``codec``, ``pda``, ``settle``, ``errors``).
 
 Every write signs with the given signer(s) plus ``payer`` (who pays fees; defaults to the
 first signer), sends with preflight, waits for ``commitment`` and returns the signature.
@@ -18,7 +20,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, fields, is_dataclass
+from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from solana.exceptions import SolanaRpcException
@@ -26,7 +28,7 @@ from solana.rpc.api import Client
 from solana.rpc.commitment import Commitment
 from solana.rpc.core import RPCException, RPCNoResultException
 from solana.rpc.types import MemcmpOpts, TxOpts
-from solders.instruction import AccountMeta, Instruction
+from solders.instruction import Instruction
 from solders.keypair import Keypair
 from solders.message import Message
 from solders.pubkey import Pubkey
@@ -36,9 +38,7 @@ from solders.transaction import SanitizeError, Transaction, TransactionError, Ve
 from . import pda, tokens
 from .accounts import (
     DEFAULT_MARKET_PARAMS,
-    GPU_MODEL_LEN,
     JOB_STATUSES,
-    REGION_LEN,
     ClosedJobView,
     EquivocationRecordView,
     JobView,
@@ -48,22 +48,13 @@ from .accounts import (
     ValidatorView,
     decode_account,
     effective_params,
-    encode_fixed_str,
     encode_optional_endpoint,
     min_deposit,
 )
 from .admin import MarketAdmin
-from .codec import Codec, default_codec
+from .codec import Codec, default_codec, plain
 from .committee import ValidatorNetwork, check_committee
-from .constants import (
-    CLOCK_SYSVAR_ID,
-    INSTRUCTIONS_SYSVAR_ID,
-    MAX_SKEW_SECONDS,
-    PACKET_DATA_SIZE,
-    PROGRAM_ID,
-    SYSTEM_PROGRAM_ID,
-    TOKEN_PROGRAM_ID,
-)
+from .constants import CLOCK_SYSVAR_ID, MAX_SKEW_SECONDS, PACKET_DATA_SIZE, PROGRAM_ID
 from .errors import (
     AccountNotFound,
     ChainError,
@@ -73,6 +64,20 @@ from .errors import (
     TransactionTooLarge,
     chain_error_from_rpc_error,
     chain_error_from_transaction_err,
+)
+from .instructions import (
+    accept_job_ix,
+    close_job_ix,
+    create_job_ix,
+    finish_job_ix,
+    register_provider_ix,
+    request_unstake_ix,
+    rotate_worker_key_ix,
+    slash_equivocation_ix,
+    stake_ix,
+    top_up_ix,
+    update_provider_ix,
+    withdraw_unstaked_ix,
 )
 from .lifecycle import JobEndings
 from .lookup_tables import LookupTables
@@ -142,25 +147,6 @@ def _check_attesters(submitter: Pubkey, item: SettleItem, job: JobView) -> None:
 
 class InvalidAccount(SdkError, ValueError):
     """The account exists but is not the gpu_market account type asked for."""
-
-
-def _plain(value: Any) -> Any:
-    """Decoded borsh value -> plain Python (dicts, ints, bytes, Pubkey, lower-case enums)."""
-    if is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _plain(getattr(value, f.name)) for f in fields(value)}
-    if isinstance(value, (list, tuple)):
-        if value and all(type(v) is int and 0 <= v <= 255 for v in value):
-            return bytes(value)  # the program's only int arrays are [u8; N]
-        return [_plain(v) for v in value]
-    if isinstance(value, (int, str, bytes, bool, Pubkey)) or value is None:
-        return value
-    if hasattr(value, "index") and type(value).__module__ == "sumtypes":
-        attrs = {k: _plain(v) for k, v in vars(value).items() if not k.startswith("_")}
-        name = type(value).__name__.lower()
-        return {name: attrs} if attrs else name
-    if isinstance(value, Mapping):
-        return {k: _plain(v) for k, v in value.items() if not str(k).startswith("_")}
-    return value
 
 
 class GpuMarketClient(MarketAdmin, JobEndings, ValidatorNetwork):
@@ -409,7 +395,7 @@ class GpuMarketClient(MarketAdmin, JobEndings, ValidatorNetwork):
         Fields are plain Python: ints, bools, Pubkey, ``bytes`` for ``[u8; N]``, dicts for
         nested structs.
         """
-        return [(name, _plain(data)) for name, data in self.codec.parse_events(self.transaction_logs(signature))]
+        return [(name, plain(data)) for name, data in self.codec.parse_events(self.transaction_logs(signature))]
 
     # ================================================================== sending
 
@@ -521,49 +507,15 @@ class GpuMarketClient(MarketAdmin, JobEndings, ValidatorNetwork):
         """
         encode_optional_endpoint(endpoint)  # ValueError before anything is sent
         m = self._require(market, "Market")
-        spec_args = {
-            "gpu_model": list(encode_fixed_str(spec["gpu_model"], GPU_MODEL_LEN, "gpu_model")),
-            "gpu_count": int(spec["gpu_count"]),
-            "vram_mib": int(spec["vram_mib"]),
-            "region": list(encode_fixed_str(spec.get("region", ""), REGION_LEN, "region")),
-        }
-        ix = self.codec.instruction(
-            "register_provider",
-            {
-                "args": {
-                    "worker_key": worker_key,
-                    "worker_key_expires_at": worker_key_expires_at,
-                    "spec": spec_args,
-                    "price_per_gpu_second": price_per_gpu_second,
-                    "endpoint": endpoint,
-                }
-            },
-            {
-                "owner": owner.pubkey(),
-                "market": market,
-                "provider": pda.provider_pda(market, owner.pubkey(), self.program_id),
-                "system_program": SYSTEM_PROGRAM_ID,
-            },
-        )
+        ix = register_provider_ix(self.codec, owner.pubkey(), market, worker_key, spec,
+                                  price_per_gpu_second, worker_key_expires_at, endpoint)  # fmt: skip
         ata_ix = tokens.create_ata_idempotent_ix(owner.pubkey(), owner.pubkey(), m.payment_mint)
         return self.send([ata_ix, ix], [owner])
 
     def stake(self, owner: Keypair, market: Pubkey, amount: int) -> Signature:
         """Move ``amount`` stake tokens from the owner's stake-mint ATA into the stake vault."""
         m = self._require(market, "Market")
-        ix = self.codec.instruction(
-            "stake",
-            {"amount": amount},
-            {
-                "owner": owner.pubkey(),
-                "market": market,
-                "provider": pda.provider_pda(market, owner.pubkey(), self.program_id),
-                "stake_mint": m.stake_mint,
-                "owner_stake_account": tokens.ata(owner.pubkey(), m.stake_mint),
-                "stake_vault": m.stake_vault,
-                "token_program": TOKEN_PROGRAM_ID,
-            },
-        )
+        ix = stake_ix(self.codec, owner.pubkey(), m, amount)
         return self.send([ix], [owner])
 
     def create_job(
@@ -638,41 +590,24 @@ class GpuMarketClient(MarketAdmin, JobEndings, ValidatorNetwork):
                 f"{params.window_seconds} s)"
             )
         job = pda.job_pda(market, user.pubkey(), job_id, self.program_id)
-        ix = self.codec.instruction(
-            "create_job",
-            {"job_id": job_id, "gpu_count": gpu_count, "deposit": deposit,
-             "max_price_per_gpu_second": max_price, "committee": committee, "quorum": int(quorum),
-             "workload_hash": list(workload_hash), "expected_params": asdict(params)},
-            {
-                "user": user.pubkey(),
-                "market": market,
-                "provider": provider,
-                "job": job,
-                "escrow": pda.escrow_pda(job, self.program_id),
-                "payment_mint": m.payment_mint,
-                "user_payment_account": tokens.ata(user.pubkey(), m.payment_mint),
-                "token_program": TOKEN_PROGRAM_ID,
-                "system_program": SYSTEM_PROGRAM_ID,
-            },
-            remaining=[AccountMeta(k, False, False) for k in pdas],
-        )  # fmt: skip
+        ix = create_job_ix(
+            self.codec, user.pubkey(), m, provider, job_id, gpu_count, deposit, committee=committee,
+            quorum=quorum, max_price_per_gpu_second=max_price, workload_hash=workload_hash,
+            expected_params=asdict(params),
+        )
         return self.send([ix], [user]), job
 
     def accept_job(self, signer: Keypair, job: Pubkey) -> Signature:
         """Start an Open job; ``signer`` is the provider's worker key or owner."""
         j = self._require(job, "Job")
-        ix = self.codec.instruction(
-            "accept_job", {}, {"signer": signer.pubkey(), "provider": j.provider, "job": job}
-        )
+        ix = accept_job_ix(self.codec, signer.pubkey(), j.provider, job)
         return self.send([ix], [signer])
 
     def finish_job(self, signer: Keypair, job: Pubkey) -> Signature:
         """Stop billing a Running job; ``signer`` is the job's user, the provider's owner or
         its current worker key (a worker ending a ``finish_on_exit`` workload)."""
         j = self._require(job, "Job")
-        ix = self.codec.instruction(
-            "finish_job", {}, {"signer": signer.pubkey(), "provider": j.provider, "job": job}
-        )
+        ix = finish_job_ix(self.codec, signer.pubkey(), j.provider, job)
         return self.send([ix], [signer])
 
     def close_job(self, user: Keypair, job: Pubkey) -> Signature:
@@ -683,20 +618,7 @@ class GpuMarketClient(MarketAdmin, JobEndings, ValidatorNetwork):
         too); else ``GracePeriodActive`` or ``InvalidJobStatus``."""
         j = self._require(job, "Job")
         m = self._require(j.market, "Market")
-        ix = self.codec.instruction(
-            "close_job",
-            {},
-            {
-                "user": user.pubkey(),
-                "market": j.market,
-                "provider": j.provider,
-                "job": job,
-                "escrow": pda.escrow_pda(job, self.program_id),
-                "payment_mint": m.payment_mint,
-                "user_payment_account": tokens.ata(user.pubkey(), m.payment_mint),
-                "token_program": TOKEN_PROGRAM_ID,
-            },
-        )
+        ix = close_job_ix(self.codec, user.pubkey(), j, m)
         return self.send([ix], [user])
 
     # ================================================================== providers
@@ -724,28 +646,15 @@ class GpuMarketClient(MarketAdmin, JobEndings, ValidatorNetwork):
                              "or endpoint")
         if endpoint is not None:
             encode_optional_endpoint(endpoint)
-        spec_args = None
+        full = None
         if spec is not None:
             unknown = set(spec) - {"gpu_model", "gpu_count", "vram_mib", "region"}
             if unknown:
                 raise ValueError(f"unknown spec keys {sorted(unknown)}")
             current = self._require(provider, "Provider").spec
             full = {**asdict(current), **dict(spec)}
-            spec_args = {
-                "gpu_model": list(encode_fixed_str(full["gpu_model"], GPU_MODEL_LEN, "gpu_model")),
-                "gpu_count": int(full["gpu_count"]),
-                "vram_mib": int(full["vram_mib"]),
-                "region": list(encode_fixed_str(full["region"], REGION_LEN, "region")),
-            }
-        args = {
-            "price_per_gpu_second": None if price_per_gpu_second is None else int(price_per_gpu_second),
-            "spec": spec_args,
-            "accepting_jobs": None if accepting_jobs is None else bool(accepting_jobs),
-            "endpoint": endpoint,
-        }
-        ix = self.codec.instruction(
-            "update_provider", {"args": args}, {"owner": owner.pubkey(), "provider": provider}
-        )
+        ix = update_provider_ix(self.codec, owner.pubkey(), provider, price_per_gpu_second, full,
+                                accepting_jobs, endpoint)  # fmt: skip
         return self.send([ix], [owner])
 
     def rotate_worker_key(
@@ -756,49 +665,20 @@ class GpuMarketClient(MarketAdmin, JobEndings, ValidatorNetwork):
         receipts still settle for ``window_seconds * max_missed_windows`` of each job's terms.
         Four retired keys are kept; a rotation that would drop one retired less than
         ``unbonding_seconds`` ago fails with ``RotationTooSoon``."""
-        ix = self.codec.instruction(
-            "rotate_worker_key",
-            {"new_worker_key": new_worker_key, "expires_at": int(expires_at)},
-            {
-                "owner": owner.pubkey(),
-                "market": market,
-                "provider": pda.provider_pda(market, owner.pubkey(), self.program_id),
-            },
-        )
+        ix = rotate_worker_key_ix(self.codec, owner.pubkey(), market, new_worker_key, expires_at)
         return self.send([ix], [owner])
 
     def request_unstake(self, owner: Keypair, market: Pubkey, amount: int) -> Signature:
         """Start unbonding ``amount`` of the owner's stake (released after
         ``unbonding_seconds``; the release time restarts for the whole unbonding amount)."""
-        ix = self.codec.instruction(
-            "request_unstake",
-            {"amount": int(amount)},
-            {
-                "owner": owner.pubkey(),
-                "market": market,
-                "provider": pda.provider_pda(market, owner.pubkey(), self.program_id),
-            },
-        )
+        ix = request_unstake_ix(self.codec, owner.pubkey(), market, amount)
         return self.send([ix], [owner])
 
     def withdraw_unstaked(self, owner: Keypair, market: Pubkey) -> Signature:
         """Pay the released unbonding stake to the owner's stake-mint ATA (created in the
         same transaction if missing)."""
         m = self._require(market, "Market")
-        owner_ata = tokens.ata(owner.pubkey(), m.stake_mint)
-        ix = self.codec.instruction(
-            "withdraw_unstaked",
-            {},
-            {
-                "owner": owner.pubkey(),
-                "market": market,
-                "provider": pda.provider_pda(market, owner.pubkey(), self.program_id),
-                "stake_mint": m.stake_mint,
-                "stake_vault": m.stake_vault,
-                "owner_stake_account": owner_ata,
-                "token_program": TOKEN_PROGRAM_ID,
-            },
-        )
+        ix = withdraw_unstaked_ix(self.codec, owner.pubkey(), m)
         ata_ix = tokens.create_ata_idempotent_ix(owner.pubkey(), owner.pubkey(), m.stake_mint)
         return self.send([ata_ix, ix], [owner])
 
@@ -808,39 +688,17 @@ class GpuMarketClient(MarketAdmin, JobEndings, ValidatorNetwork):
         """Add ``amount`` to an Open or Running job's escrow from the user's payment-mint ATA."""
         j = self._require(job, "Job")
         m = self._require(j.market, "Market")
-        ix = self.codec.instruction(
-            "top_up",
-            {"amount": int(amount)},
-            {
-                "user": user.pubkey(),
-                "market": j.market,
-                "job": job,
-                "escrow": pda.escrow_pda(job, self.program_id),
-                "payment_mint": m.payment_mint,
-                "user_payment_account": tokens.ata(user.pubkey(), m.payment_mint),
-                "token_program": TOKEN_PROGRAM_ID,
-            },
-        )
+        ix = top_up_ix(self.codec, user.pubkey(), j, m, amount)
         return self.send([ix], [user])
 
     # ================================================================== slashing
 
-    def _slash_targets(
-        self, job: Pubkey, reporter: Pubkey, reporter_stake_account: Pubkey | None
-    ) -> tuple[dict[str, Pubkey], JobView, ProviderView, MarketView]:
+    def _slash_views(self, job: Pubkey) -> tuple[JobView, ProviderView, MarketView]:
+        """The job a provider slash is about, its provider and its market (AccountNotFound
+        where one does not exist)."""
         j = self._require(job, "Job")
         p, m = self._views([j.provider], "Provider")[0], self._require(j.market, "Market")
-        targets = {
-            "targets.market": j.market,
-            "targets.provider": j.provider,
-            "targets.job": job,
-            "targets.stake_mint": m.stake_mint,
-            "targets.stake_vault": m.stake_vault,
-            "targets.reporter_stake_account": reporter_stake_account
-            or tokens.ata(reporter, m.stake_mint),
-            "targets.token_program": TOKEN_PROGRAM_ID,
-        }
-        return targets, j, p, m
+        return j, p, m
 
     def slash_equivocation_instructions(
         self,
@@ -869,7 +727,7 @@ class GpuMarketClient(MarketAdmin, JobEndings, ValidatorNetwork):
             raise ValueError(f"receipts have different seqs ({r1['seq']} and {r2['seq']})")
         if r1 == r2:
             raise ValueError("the two receipts are identical: that is not equivocation")
-        accounts, j, p, _ = self._slash_targets(job, reporter, reporter_stake_account)
+        j, p, m = self._slash_views(job)
         if j.status == "open":
             raise ValueError(f"job {job} is Open: it has no receipts to equivocate on")
         if j.started_at == 0:
@@ -912,17 +770,8 @@ class GpuMarketClient(MarketAdmin, JobEndings, ValidatorNetwork):
                     "not evidence against this provider"
                 )
             entries.append((bytes(signer), bytes(sig), msg))
-        ixs = [ed25519_entries_instruction(entries)]
-        accounts.update(
-            {
-                "reporter": reporter,
-                "record": pda.equivocation_pda(job, j.started_at, r1["seq"], self.program_id),
-                "instructions": INSTRUCTIONS_SYSVAR_ID,
-                "system_program": SYSTEM_PROGRAM_ID,
-            }
-        )
-        ixs.append(self.codec.instruction("slash_equivocation", {"first": r1, "second": r2}, accounts))
-        return ixs
+        return [ed25519_entries_instruction(entries),
+                slash_equivocation_ix(self.codec, reporter, j, m, r1, r2, reporter_stake_account)]
 
     def slash_equivocation(
         self,

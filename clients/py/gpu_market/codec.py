@@ -31,7 +31,7 @@ from . import idl as idl_mod
 from .constants import PROGRAM_ID
 from .errors import program_error_table
 
-__all__ = ["Codec", "default_codec"]
+__all__ = ["Codec", "default_codec", "plain"]
 
 _SIMPLE_SIZES = {
     IdlTypeSimple.Bool: 1, IdlTypeSimple.U8: 1, IdlTypeSimple.I8: 1,
@@ -50,6 +50,25 @@ def _encodable(value: Any) -> Any:
         return [_encodable(v) for v in value]
     if isinstance(value, dict):
         return {k: _encodable(v) for k, v in value.items()}
+    return value
+
+
+def plain(value: Any) -> Any:
+    """Decoded borsh value -> plain Python (dicts, ints, bytes, Pubkey, lower-case enums)."""
+    if is_dataclass(value) and not isinstance(value, type):
+        return {f.name: plain(getattr(value, f.name)) for f in fields(value)}
+    if isinstance(value, (list, tuple)):
+        if value and all(type(v) is int and 0 <= v <= 255 for v in value):
+            return bytes(value)  # the program's only int arrays are [u8; N]
+        return [plain(v) for v in value]
+    if isinstance(value, (int, str, bytes, bool, Pubkey)) or value is None:
+        return value
+    if hasattr(value, "index") and type(value).__module__ == "sumtypes":
+        attrs = {k: plain(v) for k, v in vars(value).items() if not k.startswith("_")}
+        name = type(value).__name__.lower()
+        return {name: attrs} if attrs else name
+    if isinstance(value, Mapping):
+        return {k: plain(v) for k, v in value.items() if not str(k).startswith("_")}
     return value
 
 

@@ -1,4 +1,4 @@
-"""The validator network (issue 8): typed calls mixed into :class:`GpuMarketClient`.
+"""The validator network: typed calls mixed into :class:`GpuMarketClient`.
 
 A job names a committee of 1..5 Active validators (their authorities) and a quorum ``q``
 (``min_quorum <= q <= min(3, committee size)``) at ``create_job``. Every settlement is submitted
@@ -23,7 +23,8 @@ transaction (:meth:`ValidatorNetwork.build_slash_downtime_tx`), each other membe
 message (:func:`decode_slash_downtime_message`) and signs its bytes, and the leader joins the
 signatures (:func:`assemble_transaction`) and sends it with ``client.send_presigned(tx)``.
 
-The ``*_ix`` builders and the other module-level functions are pure; this module does not import
+The module-level functions are pure; the instructions are built by the pure builders of
+:mod:`gpu_market.instructions` (``validator``, ``job``, ``slash``). This module does not import
 ``gpu_market.client`` (the client inherits from :class:`ValidatorNetwork`).
 """
 
@@ -35,7 +36,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from solders.hash import Hash
-from solders.instruction import AccountMeta, Instruction
+from solders.instruction import Instruction
 from solders.keypair import Keypair
 from solders.message import Message
 from solders.pubkey import Pubkey
@@ -45,15 +46,18 @@ from solders.transaction import Transaction
 from . import pda, tokens
 from .accounts import JobView, MarketView, ValidatorView, encode_endpoint
 from .codec import Codec
-from .constants import (
-    INSTRUCTIONS_SYSVAR_ID,
-    MAX_COMMITTEE,
-    MAX_QUORUM,
-    PACKET_DATA_SIZE,
-    SYSTEM_PROGRAM_ID,
-    TOKEN_PROGRAM_ID,
-)
+from .constants import MAX_COMMITTEE, MAX_QUORUM, PACKET_DATA_SIZE
 from .errors import TransactionTooLarge
+from .instructions import (
+    claim_validator_rewards_ix,
+    register_validator_ix,
+    replace_committee_member_ix,
+    request_validator_exit_ix,
+    slash_downtime_ix,
+    slash_validator_equivocation_ix,
+    update_validator_ix,
+    withdraw_validator_bond_ix,
+)
 from .receipt import attestation_message, receipt_message
 from .receipt import verify as verify_signature
 from .settle import ed25519_entries_instruction, receipt_args, transaction_size
@@ -63,12 +67,9 @@ __all__ = [
     "ValidatorNetwork",
     "assemble_transaction",
     "check_committee",
-    "claim_validator_rewards_ix",
     "decode_slash_downtime_message",
     "default_quorum",
     "endpoint_healthy",
-    "replace_committee_member_ix",
-    "update_validator_ix",
 ]
 
 
@@ -139,64 +140,6 @@ def endpoint_healthy(endpoint: str, timeout: float = 2.0, http: Any = None) -> b
         return httpx.get(url, timeout=timeout).status_code == 200
     except (httpx.HTTPError, httpx.InvalidURL, ValueError):
         return False
-
-
-def update_validator_ix(codec: Codec, authority: Pubkey, validator: Pubkey, endpoint: str) -> Instruction:
-    """``update_validator``: ``validator`` (the PDA) gets ``endpoint``; ValueError if the URL
-    is not one the program stores (:func:`gpu_market.accounts.encode_endpoint`)."""
-    encode_endpoint(endpoint)
-    return codec.instruction(
-        "update_validator", {"endpoint": endpoint}, {"authority": authority, "validator": validator}
-    )
-
-
-def claim_validator_rewards_ix(
-    codec: Codec, authority: Pubkey, market: MarketView, destination: Pubkey
-) -> Instruction:
-    """``claim_validator_rewards`` of ``authority`` in ``market`` (a view with its address):
-    its unclaimed rewards from the fee vault to ``destination``, a payment-mint account it owns."""
-    if market.address is None:
-        raise ValueError("claim_validator_rewards_ix needs a MarketView with its address")
-    return codec.instruction(
-        "claim_validator_rewards",
-        {},
-        {
-            "authority": authority,
-            "market": market.address,
-            "validator": pda.validator_pda(market.address, authority, codec.program_id),
-            "payment_mint": market.payment_mint,
-            "fee_vault": market.fee_vault,
-            "destination": destination,
-            "token_program": TOKEN_PROGRAM_ID,
-        },
-    )
-
-
-def replace_committee_member_ix(
-    codec: Codec, user: Pubkey, job: JobView, index: int, new_authority: Pubkey
-) -> Instruction:
-    """``replace_committee_member`` of ``job`` (a view with its address): member ``index``
-    gives way to ``new_authority``. ValueError if ``index`` is not a member's position."""
-    if job.address is None:
-        raise ValueError("replace_committee_member_ix needs a JobView with its address")
-    if not 0 <= index < len(job.committee):
-        raise ValueError(
-            f"index {index} is not a committee position: the job has {len(job.committee)} "
-            f"member(s), 0..{len(job.committee) - 1}"
-        )
-    program_id = codec.program_id
-    return codec.instruction(
-        "replace_committee_member",
-        {"index": index},
-        {
-            "user": user,
-            "market": job.market,
-            "provider": job.provider,
-            "job": job.address,
-            "previous_validator": pda.validator_pda(job.market, job.committee[index], program_id),
-            "new_validator": pda.validator_pda(job.market, new_authority, program_id),
-        },
-    )
 
 
 def assemble_transaction(message: Message, signatures: Mapping[Pubkey, Signature | bytes]) -> Transaction:
@@ -298,9 +241,7 @@ class ValidatorNetwork:
 
         def _program_accounts(self, kind: str, memcmp: Mapping[str, bytes]) -> list[Any]: ...
 
-        def _slash_targets(
-            self, job: Pubkey, reporter: Pubkey, reporter_stake_account: Pubkey | None
-        ) -> tuple[dict[str, Pubkey], JobView, Any, MarketView]: ...
+        def _slash_views(self, job: Pubkey) -> tuple[JobView, Any, MarketView]: ...
 
         def _latest_blockhash(self) -> Hash: ...
 
@@ -355,20 +296,7 @@ class ValidatorNetwork:
         ``bond`` (>= the market's ``validator_min_bond``) from its stake-mint ATA."""
         encode_endpoint(endpoint)
         m = self._require(market, "Market")
-        ix = self.codec.instruction(
-            "register_validator",
-            {"bond": int(bond), "endpoint": endpoint},
-            {
-                "authority": authority.pubkey(),
-                "market": market,
-                "validator": pda.validator_pda(market, authority.pubkey(), self.program_id),
-                "stake_mint": m.stake_mint,
-                "authority_stake_account": tokens.ata(authority.pubkey(), m.stake_mint),
-                "stake_vault": m.stake_vault,
-                "token_program": TOKEN_PROGRAM_ID,
-                "system_program": SYSTEM_PROGRAM_ID,
-            },
-        )
+        ix = register_validator_ix(self.codec, authority.pubkey(), m, bond, endpoint)
         return self.send([ix], [authority])
 
     def update_validator(self, authority: Keypair, market: Pubkey, endpoint: str) -> Signature:
@@ -396,15 +324,7 @@ class ValidatorNetwork:
         committee and reports no downtime, and users may replace it in their jobs' committees
         (``replace_committee_member``); until it withdraws it still attests and submits
         ``settle`` for the committees it is in, so its exit stalls no proved second."""
-        ix = self.codec.instruction(
-            "request_validator_exit",
-            {},
-            {
-                "authority": authority.pubkey(),
-                "market": market,
-                "validator": pda.validator_pda(market, authority.pubkey(), self.program_id),
-            },
-        )
+        ix = request_validator_exit_ix(self.codec, authority.pubkey(), market)
         return self.send([ix], [authority])
 
     def withdraw_validator_bond(self, authority: Keypair, market: Pubkey) -> Signature:
@@ -422,19 +342,7 @@ class ValidatorNetwork:
                 tokens.create_ata_idempotent_ix(owner, owner, m.payment_mint),
                 claim_validator_rewards_ix(self.codec, owner, m, tokens.ata(owner, m.payment_mint)),
             ]
-        ix = self.codec.instruction(
-            "withdraw_validator_bond",
-            {},
-            {
-                "authority": authority.pubkey(),
-                "market": market,
-                "validator": pda.validator_pda(market, authority.pubkey(), self.program_id),
-                "stake_mint": m.stake_mint,
-                "stake_vault": m.stake_vault,
-                "authority_stake_account": tokens.ata(authority.pubkey(), m.stake_mint),
-                "token_program": TOKEN_PROGRAM_ID,
-            },
-        )
+        ix = withdraw_validator_bond_ix(self.codec, authority.pubkey(), m)
         ata_ix = tokens.create_ata_idempotent_ix(authority.pubkey(), authority.pubkey(), m.stake_mint)
         return self.send([*claim, ata_ix, ix], [authority])
 
@@ -485,7 +393,7 @@ class ValidatorNetwork:
         Running and up to ``ended_at`` once Finishing). The reward goes to
         ``reporter_stake_account`` (default: the submitter's stake-mint ATA). ValueError,
         before anything is built, where the program would refuse the signers or the job."""
-        accounts, j, _, _ = self._slash_targets(job, validator_authority, reporter_stake_account)
+        j, _, m = self._slash_views(job)
         if j.status not in ("running", "finishing"):
             raise ValueError(f"job {job} is {j.status}: only a running or finishing job can be "
                              "slashed for downtime")  # fmt: skip
@@ -500,16 +408,8 @@ class ValidatorNetwork:
                 f"slash_downtime needs exactly {j.terms.quorum} committee member(s) (the job's "
                 f"quorum), got {len(signers)}"
             )
-        accounts["validator_authority"] = validator_authority
-        accounts["validator"] = pda.validator_pda(j.market, validator_authority, self.program_id)
-        remaining = []
-        for authority in others:
-            remaining.append(AccountMeta(pda.validator_pda(j.market, authority, self.program_id), False, False))
-            remaining.append(AccountMeta(authority, True, False))
-        return self.codec.instruction(
-            "slash_downtime", {"last_proof_window_end": int(last_proof_window_end)}, accounts,
-            remaining=remaining,
-        )  # fmt: skip
+        return slash_downtime_ix(self.codec, validator_authority, j, m, others, last_proof_window_end,
+                                 reporter_stake_account)  # fmt: skip
 
     def slash_downtime_message(
         self,
@@ -607,24 +507,10 @@ class ValidatorNetwork:
                 raise ValueError(f"{label}_signature is not {validator_authority}'s attestation of "
                                  f"that receipt with {approved} approved seconds")  # fmt: skip
             entries.append((bytes(validator_authority), bytes(sig), msg))
-        validator = pda.validator_pda(j.market, validator_authority, self.program_id)
-        accounts = {
-            "reporter": reporter,
-            "market": j.market,
-            "job": job,
-            "validator": validator,
-            "stake_mint": m.stake_mint,
-            "stake_vault": m.stake_vault,
-            "reporter_stake_account": reporter_stake_account or tokens.ata(reporter, m.stake_mint),
-            "record": pda.validator_equivocation_pda(validator, job, j.started_at, r1["seq"], self.program_id),
-            "instructions": INSTRUCTIONS_SYSVAR_ID,
-            "token_program": TOKEN_PROGRAM_ID,
-            "system_program": SYSTEM_PROGRAM_ID,
-        }
-        args = {"first": r1, "first_approved": int(first_approved), "second": r2,
-                "second_approved": int(second_approved)}  # fmt: skip
         return [ed25519_entries_instruction(entries),
-                self.codec.instruction("slash_validator_equivocation", args, accounts)]  # fmt: skip
+                slash_validator_equivocation_ix(self.codec, reporter, j, m, validator_authority, r1,
+                                                first_approved, r2, second_approved,
+                                                reporter_stake_account)]  # fmt: skip
 
     def slash_validator_equivocation(
         self,

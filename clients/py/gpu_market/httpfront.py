@@ -1,6 +1,6 @@
 """An HTTP/1.1 front for a synchronous application that no one client can starve.
 
-Shared by the validator's node (``gpum_validator.server``) and the worker's API
+Shared by the validator's node (``gpum_validator.transport``) and the worker's API
 (``gpum_worker.api``). One event-loop thread (asyncio) owns every socket: it accepts, reads
 each request completely (request line and headers of at most ``max_header_bytes`` and
 ``MAX_HEADERS`` lines, else 431; then the body, after the application's ``check_body``

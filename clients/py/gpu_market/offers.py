@@ -1,5 +1,5 @@
 """Offers: the providers of a market a job can be created on now, how they rank, and a small
-query language to filter them (issue 11). Pure except :func:`list_providers` and
+query language to filter them. Pure except :func:`list_providers` and
 :func:`list_offers`, which read the chain through a :class:`~gpu_market.client.GpuMarketClient`.
 
 An **offer** is a provider that is Active (neither Paused nor Jailed), whose current worker key

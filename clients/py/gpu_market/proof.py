@@ -1,4 +1,5 @@
-"""Window proof of DESIGN section 5: dataclasses and canonical borsh codec (pure, no I/O).
+"""Window proof: dataclasses and canonical borsh codec (pure, no I/O); the format is
+docs/protocol.md, "Receipts and window proofs".
 
 Shared unchanged by the worker (encoder, signer) and the validator (decoder, verifier).
 

@@ -1,4 +1,5 @@
-"""Receipt message of DESIGN section 4 and Ed25519 helpers (pure: no I/O, no anchorpy).
+"""Receipt message and Ed25519 helpers (pure: no I/O, no anchorpy); the format is
+docs/protocol.md, "Receipts and window proofs".
 
 The receipt message is what the worker key signs for every window and what the on-chain
 ``settle`` instruction checks byte for byte through an Ed25519-program instruction::
@@ -6,10 +7,10 @@ The receipt message is what the worker key signs for every window and what the o
     b"gpu-market/receipt/v1" || program_id(32) || market(32) || job(32) ||
     seq:u64le || cumulative_seconds:u64le || window_end:i64le || proof_hash(32)
 
-The worker key signs the **receipt digest**, ``sha256(receipt message)`` (32 bytes; issue 9:
+The worker key signs the **receipt digest**, ``sha256(receipt message)`` (32 bytes, so
 an Ed25519 instruction then carries 32 bytes per receipt instead of 173, which lets three or
 four settlements share a transaction). A committee member attests to a receipt and the
-seconds it approves for the job up to it (issue 8) by signing the attestation message, the
+seconds it approves for the job up to it by signing the attestation message, the
 digest followed by the approved cumulative seconds::
 
     sha256(receipt_message(...)) || approved_seconds:u64le                (40 bytes)
@@ -100,7 +101,7 @@ def receipt_message(
     window_end: int,
     proof_hash: bytes,
 ) -> bytes:
-    """Return the exact receipt bytes of DESIGN section 4 (173 bytes).
+    """Return the exact receipt bytes (docs/protocol.md, "Receipts and window proofs") (173 bytes).
 
     Raises ValueError if a key/hash is not 32 bytes, ``seq`` or ``cumulative_seconds``
     is outside u64, or ``window_end`` is outside i64.

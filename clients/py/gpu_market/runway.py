@@ -1,4 +1,4 @@
-"""How long a job's escrow lasts, and the policy that tops it up before it runs dry (issue 11).
+"""How long a job's escrow lasts, and the policy that tops it up before it runs dry.
 
 Pure except :meth:`AutoTopUp.tick` (reads the chain, sends ``top_up``, writes its state file)
 and :func:`fetch_windows` (HTTP to a validator node).

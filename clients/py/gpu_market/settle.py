@@ -33,7 +33,7 @@ from typing import Any
 
 from solders.address_lookup_table_account import AddressLookupTableAccount
 from solders.hash import Hash
-from solders.instruction import AccountMeta, Instruction
+from solders.instruction import Instruction
 from solders.message import Message, MessageV0
 from solders.pubkey import Pubkey
 from solders.signature import Signature
@@ -45,6 +45,7 @@ from .constants import (
     PACKET_DATA_SIZE,
     TOKEN_PROGRAM_ID,
 )
+from .instructions.settle import settle_ix
 
 __all__ = [
     "ED25519_DATA_START",
@@ -291,7 +292,7 @@ def receipt_args(receipt: Any) -> dict[str, Any]:
 
 
 def receipt_message_for(program_id: Pubkey, market: Pubkey, item: SettleItem) -> bytes:
-    """The receipt bytes of DESIGN section 4 that ``item``'s worker signature covers."""
+    """The receipt bytes (docs/protocol.md, "Receipts and window proofs") that ``item``'s worker signature covers."""
     from .receipt import receipt_message
 
     return receipt_message(
@@ -318,7 +319,8 @@ def settle_instructions(
     item: SettleItem,
     accounts: SettleAccounts,
 ) -> list[Instruction]:
-    """``[Ed25519(worker, attesters...), settle]`` for one item (see the module docstring)."""
+    """``[Ed25519(worker, attesters...), settle]`` for one item (see the module docstring;
+    the ``settle`` itself is :func:`gpu_market.instructions.settle_ix`)."""
     if len(item.attestations) != len(accounts.extra_validators):
         raise ValueError(
             f"{len(item.attestations)} attestations but {len(accounts.extra_validators)} "
@@ -326,36 +328,10 @@ def settle_instructions(
         )
     message = attestation_message_for(codec.program_id, accounts.market, item)
     attesters = [(bytes(a.authority), bytes(a.signature)) for a in item.attestations]
-    ixs = [ed25519_settle_instruction(item.worker_key, item.receipt_signature, attesters, message)]
-    receipt = {
-        "seq": item.seq,
-        "cumulative_seconds": item.cumulative_seconds,
-        "window_end": item.window_end,
-        "proof_hash": list(bytes(item.proof_hash)),
-    }
-    if len(receipt["proof_hash"]) != 32:
-        raise ValueError("proof_hash must be 32 bytes")
-    ixs.append(
-        codec.instruction(
-            "settle",
-            {"receipt": receipt, "approved_seconds": int(item.approved_seconds)},
-            {
-                "validator_authority": validator_authority,
-                "market": accounts.market,
-                "validator": accounts.validator,
-                "provider": accounts.provider,
-                "job": item.job,
-                "escrow": accounts.escrow,
-                "provider_payment_account": accounts.provider_payment_account,
-                "fee_vault": accounts.fee_vault,
-                "payment_mint": accounts.payment_mint,
-                "instructions": INSTRUCTIONS_SYSVAR_ID,
-                "token_program": TOKEN_PROGRAM_ID,
-            },
-            remaining=[AccountMeta(v, False, True) for v in accounts.extra_validators],
-        )
-    )
-    return ixs
+    return [
+        ed25519_settle_instruction(item.worker_key, item.receipt_signature, attesters, message),
+        settle_ix(codec, validator_authority, item, accounts),
+    ]
 
 
 def transaction_size(instructions: Sequence[Instruction], payer: Pubkey) -> int:

@@ -1,5 +1,5 @@
-"""Workload spec of DESIGN section 8: canonical encoding, hash, sealed secrets and the
-wallet-signed requests to a provider's worker API (pure: no I/O, no anchorpy).
+"""Workload spec: canonical encoding, hash, sealed secrets and the wallet-signed requests to a
+provider's worker API (pure: no I/O, no anchorpy); the format is docs/protocol.md, "Workloads".
 
 A job may carry one workload. ``create_job`` fixes ``job.workload_hash`` on chain: the
 sha256 of the spec's canonical bytes (:data:`NO_WORKLOAD`, 32 zero bytes, means none). The

@@ -1,4 +1,4 @@
-"""The job user's HTTP client for a provider's worker API (DESIGN section 8).
+"""The job user's HTTP client for a provider's worker API (docs/protocol.md, "Workloads").
 
 Every request is signed by the user's wallet (:func:`gpu_market.workload.sign_request`,
 timestamped now and signed afresh for every attempt)::

@@ -1,5 +1,6 @@
-"""gpum validator ... and the committee side of gpum job (gpu_market.cli_committee): arguments,
-one-line errors, and the SDK calls they make (client writes answered locally)."""
+"""gpum validator ... and the committee side of gpum job (gpu_market.cli.validator,
+gpu_market.cli.job): arguments, one-line errors, and the SDK calls they make (client writes
+answered locally)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""gpum run and gpum job watch (gpu_market.cli_run) offline: the offer, deposit and committee a
+"""gpum run and gpum job watch (gpu_market.cli.run, gpu_market.cli.watch) offline: the offer, deposit and committee a
 dry run shows, every refusal as one actionable line before anything is sent, the wait for the
 container, and the watch's status blocks and auto top-up against a chain answered locally."""
 
@@ -11,7 +11,6 @@ from types import SimpleNamespace
 import pytest
 from click.testing import CliRunner
 from gpu_market import cli as cli_mod
-from gpu_market import cli_run
 from gpu_market.accounts import (
     GpuSpec,
     JobTerms,
@@ -24,6 +23,8 @@ from gpu_market.accounts import (
     Unbonding,
     ValidatorView,
 )
+from gpu_market.cli import run as cli_run
+from gpu_market.cli import watch as cli_watch
 from gpu_market.runway import WindowsApiError
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
@@ -90,6 +91,7 @@ def isolated(monkeypatch, tmp_path, idl_path):
     monkeypatch.delenv("GPUM_MARKET", raising=False)
     monkeypatch.delenv("GPUM_DEBUG", raising=False)
     monkeypatch.setattr(cli_run, "_sleep", lambda s: None)
+    monkeypatch.setattr(cli_watch, "_sleep", lambda s: None)
 
 
 @pytest.fixture
@@ -148,7 +150,7 @@ def chain(monkeypatch):
             raise got
         return got[-limit:]
 
-    monkeypatch.setattr(cli_run, "fetch_windows", windows)
+    monkeypatch.setattr(cli_watch, "fetch_windows", windows)
     return state
 
 
@@ -310,7 +312,8 @@ def test_a_bad_workload_is_refused_before_sending(keyfile, chain) -> None:
 @pytest.fixture
 def worker(monkeypatch):
     """The provider's worker answered locally: deliveries recorded, status from ``states``."""
-    from gpu_market import cli_workload, workload_api
+    from gpu_market import workload_api
+    from gpu_market.cli import workload as cli_workload
 
     box = SimpleNamespace(delivered=[], states=[])
     monkeypatch.setattr(cli_workload, "deliver_saved",

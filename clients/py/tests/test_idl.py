@@ -181,7 +181,7 @@ def test_conversion_is_pure(new_idl):
 def test_program_shape(new_idl):
     """The IDL describes the program the SDK is written against."""
     names = {ix["name"] for ix in new_idl["instructions"]}
-    # Every instruction of DESIGN section 4.
+    # Every instruction of docs/protocol.md, "Instructions".
     assert names == {
         "initialize_market", "update_params", "set_paused", "propose_authority",
         "accept_authority", "register_provider", "update_provider", "rotate_worker_key", "stake",

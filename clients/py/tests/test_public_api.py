@@ -52,7 +52,7 @@ def test_documented_client_signatures():
     assert sig["accept_job"] == ["signer", "job"] and sig["finish_job"] == ["signer", "job"]
     assert sig["close_job"] == ["user", "job"]
     assert sig["settle"] == ["validator_authority", "items"]
-    # the hardening calls (docs/sdk-api.md, "Job endings, treasury and parameter announcements")
+    # docs/sdk-api.md, "Job terms, job endings, treasury and parameter announcements"
     assert sig["decline_job"] == ["signer", "job"] and sig["cancel_job"] == ["user", "job"]
     assert sig["expire_job"] == ["caller", "job"] and sig["complete_job"] == ["caller", "job"]
     assert sig["set_treasury"] == ["authority", "market", "treasury"]

@@ -47,7 +47,7 @@ def test_domains() -> None:
 @pytest.mark.parametrize("v", DOC["vectors"], ids=lambda v: v["name"])
 def test_vector_message_bytes(v: dict) -> None:
     prog, market, job, seq, cum, we, ph = _args(v)
-    # Independent construction straight from DESIGN section 4.
+    # Independent construction straight from docs/protocol.md, "Receipts and window proofs".
     expected = (b"gpu-market/receipt/v1" + prog + market + job + struct.pack("<QQq", seq, cum, we)
                 + ph)
     assert expected.hex() == v["message"]

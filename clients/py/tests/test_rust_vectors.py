@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from gpu_market import accounts
 from gpu_market.accounts import decode_fixed_str
-from gpu_market.client import _plain
+from gpu_market.codec import plain
 from solders.pubkey import Pubkey
 
 VECTORS = Path(__file__).resolve().parents[3] / "docs" / "vectors" / "accounts.json"
@@ -66,7 +66,7 @@ def test_codec_decodes_account(codec, new_idl, vector):
     assert set(vector["fields"]) == _idl_fields(new_idl, name), (
         "vector lists exactly the IDL fields"
     )
-    assert _normal(_plain(decoded)) == vector["fields"]
+    assert _normal(plain(decoded)) == vector["fields"]
 
 
 @pytest.mark.parametrize("vector", EVENTS, ids=lambda v: v["name"])
@@ -79,7 +79,7 @@ def test_codec_decodes_event(codec, new_idl, vector):
     assert set(vector["fields"]) == _idl_fields(new_idl, name), (
         "vector lists exactly the IDL fields"
     )
-    assert _normal(_plain(value)) == vector["fields"]
+    assert _normal(plain(value)) == vector["fields"]
 
 
 def test_log_parser_decodes_every_event_in_order(codec):
@@ -90,7 +90,7 @@ def test_log_parser_decodes_every_event_in_order(codec):
     logs.append(f"Program {pid} success")
     parsed = codec.parse_events(logs)
     assert [n for n, _ in parsed] == [v["type"] for v in EVENTS]
-    assert [_normal(_plain(d)) for _, d in parsed] == [v["fields"] for v in EVENTS]
+    assert [_normal(plain(d)) for _, d in parsed] == [v["fields"] for v in EVENTS]
 
 
 def _view_expected(view_value: Any, expected: Any, field: str) -> Any:

@@ -1,4 +1,4 @@
-"""The validator-network calls (gpu_market.committee, issue 8) against the fake RPC.
+"""The validator-network calls (gpu_market.committee) against the fake RPC.
 
 For each call: the instruction(s) it builds, checked against the committed IDL (account order,
 signer/writable flags) and by hand (exact data bytes), that one signed transaction was sent, and

@@ -1,16 +1,17 @@
-"""The workload side of ``gpum job`` (issue 10): what ``job create --image ...`` sends, and
-``job deliver``, ``job logs``; ``workload_summary`` for ``job status``.
+"""The workload side of ``gpum job``: the ``--image ...`` options ``job create`` and ``gpum run``
+take and the spec they build, ``job deliver`` and ``job logs``, and ``workload_summary`` for
+``job status``.
 
-Flow (DESIGN section 8): ``job create --image IMG ...`` builds the spec, seals ``--secret``
-values to the provider's *current* worker key, puts the spec's sha256 on chain with the job,
-then posts the spec to the provider's worker endpoint, signed by the user's wallet. The spec is
-also saved (secrets sealed, never in clear) under ``~/.config/gpum/workloads/<job>.json`` so a
-failed delivery can be retried with ``gpum job deliver JOB``; while the job is Open the user can
-also ``gpum job cancel JOB`` for a full refund. A worker never accepts a workload job before it
-holds the spec, so the user pays nothing for GPUs that could not run it.
+Flow (docs/protocol.md, "Workloads"): ``job create --image IMG ...`` builds the spec, seals
+``--secret`` values to the provider's *current* worker key, puts the spec's sha256 on chain with
+the job, then posts the spec to the provider's worker endpoint, signed by the user's wallet. The
+spec is also saved (secrets sealed, never in clear) under ``~/.config/gpum/workloads/<job>.json``
+so a failed delivery can be retried with ``gpum job deliver JOB``; while the job is Open the user
+can also ``gpum job cancel JOB`` for a full refund. A worker never accepts a workload job before
+it holds the spec, so the user pays nothing for GPUs that could not run it.
 
 Bad input (image, ``--env``, ``--port``, limits, a provider without an endpoint) is refused
-before any money moves. This module imports only :mod:`gpu_market.cli_base` of the CLI.
+before any money moves.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from typing import Any
 import click
 from solders.pubkey import Pubkey
 
-from .cli_base import PUBKEY, CliError, Env, common, job_view
+from .base import PUBKEY, CliError, Env, common, job_view
 
 __all__ = ["build_spec", "deliver_saved", "job_deliver", "job_logs", "save_spec",
            "workload_options", "workload_summary"]
@@ -100,7 +101,7 @@ def _command(text: str | None) -> tuple[str, ...]:
 def build_spec(workload: dict[str, Any], provider: Any) -> Any:
     """The WorkloadSpec of ``job create``'s options for ``provider`` (a ProviderView):
     secrets sealed to its current worker key. CliError/BadParameter before anything is sent."""
-    from .workload import (
+    from ..workload import (
         WorkloadSpec,
         WorkloadSpecError,
         parse_env_arg,
@@ -159,7 +160,7 @@ def _spec_path(job: Pubkey) -> Path:
 
 def save_spec(job: Pubkey, spec: Any) -> Path:
     """Keep the spec for ``gpum job deliver`` (mode 0600; secrets stay sealed)."""
-    from .workload import canonical_bytes
+    from ..workload import canonical_bytes
 
     path = _spec_path(job)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -184,7 +185,7 @@ def _provider_endpoint(env: Env, provider: Pubkey) -> str:
 def deliver_saved(env: Env, job: Pubkey, spec: Any, provider: Pubkey) -> dict[str, Any]:
     """Post ``spec`` to the provider's worker, signed by the user's wallet; the worker's answer.
     CliError with what to do next when the worker cannot be reached or refuses."""
-    from .workload_api import WorkerApiError, deliver_workload
+    from ..workload_api import WorkerApiError, deliver_workload
 
     endpoint = _provider_endpoint(env, provider)
     try:
@@ -203,7 +204,7 @@ def deliver_saved(env: Env, job: Pubkey, spec: Any, provider: Pubkey) -> dict[st
               help="The spec JSON (default: the one `gpum job create` saved for JOB).")
 def job_deliver(env: Env, job_address: Pubkey, spec_file: str | None) -> None:
     """(Re)send a job's workload spec to its provider's worker (your wallet signs)."""
-    from .workload import WorkloadSpecError, spec_from_json, spec_hash
+    from ..workload import WorkloadSpecError, spec_from_json, spec_hash
 
     j = job_view(env, job_address)
     if j.workload_hash == bytes(32):
@@ -227,7 +228,7 @@ def job_deliver(env: Env, job_address: Pubkey, spec_file: str | None) -> None:
 def workload_summary(env: Env, j: Any) -> dict[str, Any] | None:
     """``job status``'s ``workload`` entry: the hash, and the container's state and published
     ports from the provider's worker (only the job's user may ask; errors become text)."""
-    from .workload_api import WorkerApiError, workload_status
+    from ..workload_api import WorkerApiError, workload_status
 
     if j.workload_hash == bytes(32):
         return None
@@ -258,7 +259,7 @@ def workload_summary(env: Env, j: Any) -> dict[str, Any] | None:
 @click.option("--tail", type=click.IntRange(0), default=None, help="Only the last N lines.")
 def job_logs(env: Env, job_address: Pubkey, follow: bool, tail: int | None) -> None:
     """Print the job container's output, from the provider's worker (your wallet signs)."""
-    from .workload_api import WorkerApiError, stream_logs
+    from ..workload_api import WorkerApiError, stream_logs
 
     j = job_view(env, job_address)
     if j.workload_hash == bytes(32):

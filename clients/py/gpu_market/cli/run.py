@@ -1,5 +1,4 @@
-"""``gpum run`` and ``gpum job watch`` (issue 11): rent GPUs and run a container in one
-command, then keep an eye on (and optionally feed) the job's escrow.
+"""``gpum run``: rent GPUs and run a container in one command.
 
 ``gpum run --gpu MODEL:COUNT --hours H --image IMG ...`` picks the best offer that runs
 containers (:func:`gpu_market.offers.best_offer`) or the ``--provider`` named, prices the
@@ -8,60 +7,44 @@ deposit for the hours asked, picks the committee, creates the job with its workl
 the provider accepted and the container runs; it prints the job, the provider, the cost and
 the container's published endpoints. Every check that needs no signature (offer, price,
 committee, deposit, the user's balance, the workload) runs before anything is sent, and
-``--dry-run`` stops there.
-
-``gpum job watch JOB`` shows the job's spend rate, escrow, runway, settled and running seconds
-(:mod:`gpu_market.runway`) and its latest windows' GPU figures from the first committee
-validator that answers; with ``--auto-top-up-below`` it tops the job up from the user's wallet
-(:class:`gpu_market.runway.AutoTopUp`) and never past ``--budget``, remembered across runs in
-``~/.config/gpum/topups/<job>.json`` (``GPUM_TOPUPS_DIR`` overrides the folder).
-
-:mod:`gpu_market.cli` attaches both commands; this module imports only
-:mod:`gpu_market.cli_base` and the other ``cli_*`` helper modules of the CLI.
+``--dry-run`` stops there. ``gpum job watch`` (:mod:`gpu_market.cli.watch`) then keeps an eye on
+the job's escrow.
 """
 
 from __future__ import annotations
 
 import math
-import os
 import sys
 import time
-from collections.abc import Callable, Sequence
-from datetime import datetime, timezone
+from collections.abc import Sequence
 from decimal import Decimal, InvalidOperation
 from fractions import Fraction
-from pathlib import Path
 from typing import Any
 
 import click
 from solders.pubkey import Pubkey
 
-from . import cli_committee, cli_workload
-from .cli_base import PUBKEY, CliError, Env, common, job_view, market_option, market_view, now
-from .cli_base import parse_amount as _amount
-from .constants import MAX_QUORUM
-from .errors import RpcUnavailable
-from .runway import (
-    MAX_WINDOWS,
-    AutoTopUp,
-    AutoTopUpPolicy,
-    Runway,
-    TopUpEvent,
-    WindowsApiError,
-    fetch_windows,
-    format_duration,
-    low_runway_warning,
-    parse_duration,
-    runway_of,
+from ..constants import MAX_QUORUM
+from ..runway import format_duration
+from ..units import U64_MAX, format_ui_amount
+from . import workload as cli_workload
+from .base import (
+    PUBKEY,
+    CliError,
+    Env,
+    common,
+    market_option,
+    market_view,
+    now,
+    parse_callback,
+    token_holding,
 )
-from .units import U64_MAX, format_ui_amount
+from .base import parse_amount as _amount
+from .job import choose_committee
 
-__all__ = ["job_watch", "parse_gpu", "parse_hours", "run"]
+__all__ = ["parse_gpu", "parse_hours", "run"]
 
 SECONDS_PER_HOUR = 3600
-TOPUPS_DIR = "~/.config/gpum/topups"
-"""Where ``job watch --auto-top-up-below`` remembers what it spent per job;
-``GPUM_TOPUPS_DIR`` overrides it."""
 POLL_SECONDS = 1.0
 """How often ``gpum run`` looks at the job and its container while waiting."""
 WAITING_STATES = ("pending", "starting", "restarting")
@@ -100,20 +83,6 @@ def parse_hours(text: str) -> Fraction:
     return Fraction(hours) * SECONDS_PER_HOUR
 
 
-def _parsed(parse: Callable[[str], Any], hint: str) -> Callable[[Any, Any, Any], Any]:
-    """A click callback applying ``parse``; its ValueError becomes BadParameter for ``hint``."""
-
-    def callback(ctx: Any, param: Any, value: Any) -> Any:
-        if value is None:
-            return None
-        try:
-            return parse(value)
-        except ValueError as e:
-            raise click.BadParameter(str(e), param_hint=hint) from None
-
-    return callback
-
-
 # ----------------------------------------------------------------------------- gpum run
 
 
@@ -121,7 +90,7 @@ def _why_no_offer(offers: Sequence[Any], market: Pubkey, model: str, gpus: int,
                   limit: int | None, hour_limit_text: str | None, decimals: int) -> str:  # fmt: skip
     """One line naming the first constraint (model, GPU count, runs containers, price) that
     leaves no offer, in that order."""
-    from .offers import best_offer
+    from ..offers import best_offer
 
     if not offers:
         return (f"no offers in market {market}: no Active provider has a free GPU now (see "
@@ -152,7 +121,7 @@ def _why_no_offer(offers: Sequence[Any], market: Pubkey, model: str, gpus: int,
 def _named_offer(env: Env, provider: Pubkey, params: Any, chain_now: int, model: str, gpus: int,
                  limit: int | None, hour_limit_text: str | None, decimals: int) -> Any:  # fmt: skip
     """The Offer of ``--provider``; CliError naming what rules it out."""
-    from .offers import Offer, best_offer
+    from ..offers import Offer, best_offer
 
     p = env.client.fetch_provider(provider)
     if p is None:
@@ -219,7 +188,7 @@ def _wait_running(env: Env, job: Pubkey, provider: Pubkey, endpoint: str, timeou
                   progress: _Progress) -> dict[str, Any]:  # fmt: skip
     """The worker's workload status once the job is Running and its container runs (or exited
     cleanly); CliError when the job or the container fails, or at ``timeout``."""
-    from .workload_api import WorkerApiError, workload_status
+    from ..workload_api import WorkerApiError, workload_status
 
     start = _monotonic()
     last_error = ""
@@ -277,10 +246,10 @@ def _wait_running(env: Env, job: Pubkey, provider: Pubkey, endpoint: str, timeou
 @click.command("run")
 @common
 @market_option
-@click.option("--gpu", required=True, metavar="MODEL:COUNT", callback=_parsed(parse_gpu, "'--gpu'"),
+@click.option("--gpu", required=True, metavar="MODEL:COUNT", callback=parse_callback(parse_gpu, "'--gpu'"),
               help="GPU model (a substring of the provider's, case-insensitive) and count, "
                    "e.g. H100:1.")  # fmt: skip
-@click.option("--hours", required=True, metavar="H", callback=_parsed(parse_hours, "'--hours'"),
+@click.option("--hours", required=True, metavar="H", callback=parse_callback(parse_hours, "'--hours'"),
               help="Hours to prepay: the deposit is price x GPUs x hours (at least one window); "
                    "top it up later with `gpum job top-up` or `gpum job watch`.")  # fmt: skip
 @click.option("--max-price", default=None, metavar="PRICE",
@@ -308,11 +277,11 @@ def run(env: Env, market: Pubkey, gpu: tuple[str, int], hours: Fraction, max_pri
     --provider), escrow the price of --hours, create the job with its workload and wait until
     the container runs. Prints the job, the provider, the cost and the container's published
     endpoints (host:port)."""
-    from . import pda, tokens
-    from .accounts import effective_params, min_deposit
-    from .errors import AccountNotFound, GpuMarketError
-    from .offers import best_offer, list_offers
-    from .workload import spec_hash
+    from .. import pda
+    from ..accounts import effective_params, min_deposit
+    from ..errors import GpuMarketError
+    from ..offers import best_offer, list_offers
+    from ..workload import spec_hash
 
     if workload is None:
         raise click.UsageError("gpum run needs --image IMAGE (to rent GPUs without a container, "
@@ -354,13 +323,9 @@ def run(env: Env, market: Pubkey, gpu: tuple[str, int], hours: Fraction, max_pri
                                  "more than a token amount can hold; ask for fewer",
                                  param_hint="'--hours'")  # fmt: skip
     spec = cli_workload.build_spec(workload, p)
-    members, quorum = cli_committee.choose_committee(env, market, m, offer, committee, quorum)
+    members, quorum = choose_committee(env, market, m, offer, committee, quorum)
     kp = env.keypair
-    account = tokens.ata(kp.pubkey(), m.payment_mint)
-    try:
-        balance = env.client.token_balance(account)
-    except AccountNotFound:
-        balance = 0
+    account, balance = token_holding(env, m.payment_mint)
     if balance < deposit:
         raise CliError(f"your payment account {account} holds {format_ui_amount(balance, decimals)}"
                        f"; the deposit for {_hours_text(seconds)} h needs "
@@ -416,246 +381,3 @@ def _hours_text(seconds: Fraction) -> str:
     if hours.denominator == 1:
         return str(hours.numerator)
     return format(Decimal(hours.numerator) / Decimal(hours.denominator), "f").rstrip("0")
-
-
-# ----------------------------------------------------------------------------- gpum job watch
-
-
-def _topups_path(job: Pubkey) -> Path:
-    base = os.environ.get("GPUM_TOPUPS_DIR") or os.path.expanduser(TOPUPS_DIR)
-    return Path(base) / f"{job}.json"
-
-
-class _WindowSource:
-    """The latest windows of a job from the first committee validator that answers; remembers
-    which answered and asks it first next time."""
-
-    def __init__(self, env: Env, market: Pubkey, limit: int) -> None:
-        self.env = env
-        self.market = market
-        self.limit = limit
-        self.endpoints: dict[Pubkey, str | None] = {}
-        self.preferred: Pubkey | None = None
-
-    def _endpoint(self, authority: Pubkey) -> str | None:
-        if authority not in self.endpoints:
-            v = self.env.client.fetch_validator_by_authority(self.market, authority)
-            self.endpoints[authority] = None if v is None else v.endpoint
-        return self.endpoints[authority]
-
-    def latest(self, job: Pubkey, committee: Sequence[Pubkey]) -> dict[str, Any]:
-        """``{"validator", "endpoint", "windows"}`` or ``{"error"}`` saying who failed how."""
-        order = list(committee)
-        if self.preferred in order:
-            order.remove(self.preferred)
-            order.insert(0, self.preferred)
-        failures = []
-        for authority in order:
-            endpoint = self._endpoint(authority)
-            if not endpoint:
-                failures.append(f"{authority}: not a validator of this market any more")
-                continue
-            try:
-                windows = fetch_windows(endpoint, job, self.limit)
-            except WindowsApiError as e:
-                failures.append(f"{authority}: {e}")
-                continue
-            self.preferred = authority
-            return {"validator": str(authority), "endpoint": endpoint, "windows": windows}
-        return {"error": f"none of the job's {len(order)} committee validator(s) answered: "
-                         + "; ".join(failures)}  # fmt: skip
-
-
-def _clock(ts: int | None) -> str:
-    if not ts:
-        return "-"
-    return datetime.fromtimestamp(ts, timezone.utc).strftime("%H:%M:%S")
-
-
-def _window_line(w: dict[str, Any]) -> str:
-    gpus = [g for g in w.get("gpus") or () if isinstance(g, dict)]
-    utils = [g["util_gpu_avg_bp"] for g in gpus if isinstance(g.get("util_gpu_avg_bp"), int)]
-    temps = [g["temp_max_c"] for g in gpus if isinstance(g.get("temp_max_c"), int)]
-    util = f"GPU util {sum(utils) / len(utils) / 100:.1f}%" if utils else "GPU util -"
-    temp = f" max {max(temps)} C" if temps else ""
-    return (f"  #{w.get('seq')}  {_clock(w.get('window_start'))}-{_clock(w.get('window_end'))}  "
-            f"approved {w.get('approved_seconds')}/{w.get('billable_seconds')} s  "
-            f"{w.get('decision')}  workload {w.get('workload_state')}  {util}{temp}")
-
-
-def _watch_data(r: Runway, chain_now: int, decimals: int, windows: dict[str, Any],
-                auto: dict[str, Any] | None, warning: str | None) -> dict[str, Any]:  # fmt: skip
-    def ui(n: int) -> str:
-        return format_ui_amount(n, decimals)
-
-    return {
-        "job": str(r.job), "status": r.status, "chain_time": chain_now, "gpu_count": r.gpu_count,
-        "rate_per_second": ui(r.rate_per_second), "spend_per_hour": ui(r.spend_per_hour),
-        "booked_escrow": ui(r.booked_escrow), "available": ui(r.available),
-        "unsettled_seconds": r.unsettled_seconds, "runway_seconds": r.runway_seconds,
-        "settled_seconds": r.settled_seconds, "running_seconds": r.running_seconds,
-        "windows": windows, "auto_top_up": auto, "warning": warning,
-    }  # fmt: skip
-
-
-def _watch_lines(d: dict[str, Any]) -> list[str]:
-    runway = d["runway_seconds"]
-    stamp = datetime.fromtimestamp(d["chain_time"], timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
-    lines = [
-        f"job {d['job']}  {d['status']}  (chain time {stamp} UTC)",
-        (f"spend     {d['spend_per_hour']} per hour ({d['rate_per_second']} per second, "
-         f"{d['gpu_count']} GPU(s))"),
-        (f"escrow    {d['booked_escrow']} booked; {d['available']} available after "
-         f"{d['unsettled_seconds']} s unsettled"),
-        f"runway    {'-' if runway is None else format_duration(runway)}",
-        f"seconds   settled {d['settled_seconds']}, running {d['running_seconds']}",
-    ]
-    w = d["windows"]
-    if "error" in w:
-        lines.append(f"windows   unavailable: {w['error']}")
-    else:
-        lines.append(f"windows   from validator {w['validator']} ({w['endpoint']})"
-                     + ("" if w["windows"] else ": none yet"))  # fmt: skip
-        lines.extend(_window_line(x) for x in w["windows"])
-    auto = d["auto_top_up"]
-    if auto is not None:
-        done = "".join(f" +{t['amount']}" for t in auto["top_ups"])
-        lines.append(f"top-up    below {format_duration(auto['below_seconds'])} to "
-                     f"{format_duration(auto['target_seconds'])}; spent {auto['spent']} of "
-                     f"budget {auto['budget']}" + (f"; now{done}" if done else ""))  # fmt: skip
-        if auto["error"]:
-            lines.append(f"top-up    error: {auto['error']}")
-    if d["warning"]:
-        lines.append(f"warning   {d['warning']}")
-    return lines
-
-
-class _Screen:
-    """Text output of ``job watch``: each block replaces the previous one on a terminal, and
-    follows it after a blank line otherwise."""
-
-    def __init__(self) -> None:
-        self.tty = sys.stdout.isatty()
-        self.shown = 0
-
-    def show(self, lines: list[str]) -> None:
-        if self.shown and self.tty:
-            click.echo(f"\x1b[{self.shown}F\x1b[J", nl=False)
-        elif self.shown:
-            click.echo("")
-        for line in lines:
-            click.echo(line)
-        self.shown = len(lines)
-
-
-@click.command("watch")
-@common
-@click.argument("job_address", metavar="JOB", type=PUBKEY)
-@click.option("--auto-top-up-below", "below", default=None, metavar="DURATION",
-              callback=_parsed(parse_duration, "'--auto-top-up-below'"),
-              help="Top the job up from your wallet when its runway falls below this (e.g. "
-                   "10m); needs --budget.")  # fmt: skip
-@click.option("--top-up-to", "target", default=None, metavar="DURATION",
-              callback=_parsed(parse_duration, "'--top-up-to'"),
-              help="Runway each top-up buys (default: twice --auto-top-up-below).")
-@click.option("--budget", default=None, metavar="AMOUNT",
-              help="Most the auto top-up may ever spend on this job, payment-mint UI units "
-                   "(remembered across runs of watch).")  # fmt: skip
-@click.option("--warn-below", "warn_below", default=None, metavar="DURATION",
-              callback=_parsed(parse_duration, "'--warn-below'"), help="Warn while the runway is below this.")
-@click.option("--interval", type=click.FloatRange(min=0.1), default=10.0, show_default=True,
-              help="Seconds between refreshes.")
-@click.option("--windows", "window_count", type=click.IntRange(1, MAX_WINDOWS), default=3,
-              show_default=True, help="Latest windows to show.")
-@click.option("--once", is_flag=True, default=False, help="Show one round and exit.")
-def job_watch(env: Env, job_address: Pubkey, below: int | None, target: int | None,
-              budget: str | None, warn_below: int | None, interval: float, window_count: int,
-              once: bool) -> None:  # fmt: skip
-    """Show JOB's spend rate, escrow left, runway, settled vs running seconds and its latest
-    windows' GPU use (from its committee's validators), refreshed every --interval; with
-    --auto-top-up-below, top it up from your wallet before it runs dry, never past --budget.
-    Ends when the job is neither open nor running (or after one round with --once)."""
-    if (below is None) != (budget is None):
-        raise click.UsageError("--auto-top-up-below and --budget go together: the threshold and "
-                               "the most the top-ups may spend on this job")  # fmt: skip
-    if target is not None and below is None:
-        raise click.UsageError("--top-up-to needs --auto-top-up-below DURATION --budget AMOUNT")
-    if below is not None and below == 0:
-        raise click.BadParameter("must be more than 0s", param_hint="'--auto-top-up-below'")
-    if target is not None and below is not None and target < below:
-        raise click.BadParameter(f"{format_duration(target)} is below --auto-top-up-below "
-                                 f"{format_duration(below)}", param_hint="'--top-up-to'")  # fmt: skip
-    j = job_view(env, job_address)
-    m = market_view(env, j.market)
-    decimals = env.client.mint_decimals(m.payment_mint)
-    auto: AutoTopUp | None = None
-    budget_base = 0
-    if below is not None and budget is not None:
-        budget_base = _amount(budget, decimals, "'--budget'")
-        kp = env.keypair
-        if kp.pubkey() != j.user:
-            raise CliError(f"only the job's user ({j.user}) can top it up; pass --keypair with "
-                           "that wallet, or watch without --auto-top-up-below")  # fmt: skip
-        policy = AutoTopUpPolicy(below_seconds=below, budget=budget_base, target_seconds=target,
-                                 warn_below_seconds=warn_below)  # fmt: skip
-        try:
-            auto = AutoTopUp(env.client, kp, policy, state_path=_topups_path(job_address))
-        except ValueError as e:
-            raise CliError(str(e)) from None
-    source = _WindowSource(env, j.market, window_count)
-    screen = _Screen()
-    first = True
-    try:
-        while True:
-            try:
-                data = _watch_round(env, job_address, auto, source, decimals, warn_below,
-                                    budget_base)  # fmt: skip
-            except RpcUnavailable as e:
-                if first:
-                    raise
-                click.echo(f"warning: {' '.join(str(e).split())}; retrying in {interval:g} s",
-                           err=True)  # fmt: skip
-                _sleep(interval)
-                continue
-            first = False
-            if data is None:
-                env.emit({"job": str(job_address), "status": "closed"},
-                         [f"job {job_address} no longer exists (closed): nothing to watch"])
-                return
-            if env.output == "json":
-                env.emit(data)
-            else:
-                screen.show(_watch_lines(data))
-            if once or data["status"] not in ("open", "running"):
-                return
-            _sleep(interval)
-    except KeyboardInterrupt:
-        return
-
-
-def _watch_round(env: Env, job: Pubkey, auto: AutoTopUp | None, source: _WindowSource,
-                 decimals: int, warn_below: int | None, budget: int) -> dict[str, Any] | None:  # fmt: skip
-    """One refresh: the auto top-up's tick (if any), then the job as it stands; None once the
-    job account is gone."""
-    events: list[TopUpEvent] = auto.tick([job]) if auto is not None else []
-    j = env.client.fetch_job(job)
-    if j is None:
-        return None
-    chain_now = env.client.chain_time()
-    r = runway_of(j, chain_now)
-    warning = low_runway_warning(r, warn_below)
-    auto_data = None
-    if auto is not None:
-        budget_warn = next((e.decision.warn for e in events if e.decision is not None
-                            and e.decision.warn and "budget" in e.decision.warn), None)  # fmt: skip
-        warning = budget_warn or warning
-        auto_data = {
-            "below_seconds": auto.policy.below_seconds, "target_seconds": auto.policy.target,
-            "budget": format_ui_amount(budget, decimals),
-            "spent": format_ui_amount(auto.spent(job), decimals),
-            "top_ups": [{"amount": format_ui_amount(e.amount, decimals), "signature": e.signature}
-                        for e in events if e.amount],
-            "error": next((e.error for e in events if e.error), None),
-        }  # fmt: skip
-    windows = source.latest(job, j.committee)
-    return _watch_data(r, chain_now, decimals, windows, auto_data, warning)

@@ -1,9 +1,8 @@
-"""``gpum validator ...`` and the committee side of ``gpum job`` (issue 8).
+"""``gpum validator ...``: register your keypair as a validator of a market (bonding stake),
+point it at a new endpoint, show a validator, claim its rewards, exit and withdraw the bond.
 
-``validator register|update|status|claim-rewards|exit|withdraw``; ``job replace-member``; and
-:func:`choose_committee`, the committee and quorum ``gpum job create`` proposes or checks.
-:mod:`gpu_market.cli` attaches these to its command tree; this module imports only
-:mod:`gpu_market.cli_base` of the CLI.
+Which validators a job's committee names, and replacing one, belong to ``gpum job``
+(:mod:`gpu_market.cli.job`).
 """
 
 from __future__ import annotations
@@ -13,96 +12,31 @@ from typing import Any
 import click
 from solders.pubkey import Pubkey
 
-from .cli_base import (
+from ..units import format_ui_amount
+from .base import (
     PUBKEY,
     CliError,
     Env,
     common,
-    job_view,
     market_option,
     market_view,
     now,
     parse_amount,
+    token_holding,
+    withdraw_released,
 )
-from .constants import MAX_COMMITTEE, MAX_QUORUM
-from .units import format_ui_amount
 
-__all__ = ["DEFAULT_COMMITTEE_SIZE", "choose_committee", "job_replace_member", "validator"]
-
-DEFAULT_COMMITTEE_SIZE = 3
-"""Validators ``gpum job create`` proposes when no ``--committee`` is given (fewer if fewer
-Active validators answer ``/health``)."""
+__all__ = ["validator"]
 
 
 def _endpoint(url: str, hint: str = "'--endpoint'") -> str:
-    from .accounts import encode_endpoint
+    from ..accounts import encode_endpoint
 
     try:
         encode_endpoint(url)
     except ValueError as e:
         raise click.BadParameter(str(e), param_hint=hint) from None
     return url
-
-
-def _parse_committee(text: str) -> list[Pubkey]:
-    keys = [k.strip() for k in text.split(",") if k.strip()]
-    if not 1 <= len(keys) <= MAX_COMMITTEE:
-        raise click.BadParameter(f"name 1..{MAX_COMMITTEE} validator authorities, comma-separated",
-                                 param_hint="'--committee'")  # fmt: skip
-    out = []
-    for k in keys:
-        try:
-            out.append(Pubkey.from_string(k))
-        except ValueError:
-            raise click.BadParameter(f"{k!r} is not a valid base58 public key",
-                                     param_hint="'--committee'") from None  # fmt: skip
-    if len(set(out)) != len(out):
-        raise click.BadParameter("a validator is named twice", param_hint="'--committee'")
-    return out
-
-
-def choose_committee(env: Env, market: Pubkey, market_view: Any, provider: Any, committee: str | None,
-                     quorum: int | None) -> tuple[list[Pubkey], int]:  # fmt: skip
-    """``(committee, quorum)`` for ``gpum job create``: ``--committee`` as given, else the
-    default committee of up to three healthy Active validators (by bond, never the provider's
-    owner or worker key); ``--quorum`` as given, else a majority of the committee, at least the
-    market's ``min_quorum``. One actionable line when none is possible."""
-    from .accounts import effective_params
-    from .committee import default_quorum
-
-    min_quorum = effective_params(market_view, now(env)).min_quorum
-    if committee is not None:
-        members = _parse_committee(committee)
-    else:
-        exclude = [k for k in (getattr(provider, "owner", None), getattr(provider, "worker_key", None)) if k]
-        members = env.client.default_committee(market, size=DEFAULT_COMMITTEE_SIZE, exclude=exclude)
-        if not members:
-            raise CliError(
-                f"no Active validator of market {market} answers on its endpoint's /health: "
-                "name the committee with --committee AUTHORITY[,AUTHORITY...] (see `gpum validator "
-                "status AUTHORITY`)"
-            )
-        if len(members) < min_quorum:
-            raise CliError(
-                f"only {len(members)} Active validator(s) answer /health but the market's min_quorum "
-                f"is {min_quorum}: name at least {min_quorum} with --committee"
-            )
-    top = min(MAX_QUORUM, len(members))
-    if quorum is None:
-        try:
-            return members, default_quorum(len(members), min_quorum)
-        except ValueError as e:
-            raise click.BadParameter(str(e), param_hint="'--committee'") from None
-    if not min_quorum <= quorum <= top:
-        raise click.BadParameter(
-            f"{quorum} is out of range for a committee of {len(members)}: between the market's "
-            f"min_quorum {min_quorum} and {top}",
-            param_hint="'--quorum'",
-        )
-    return members, quorum
-
-
-# ----------------------------------------------------------------------------- validator group
 
 
 @click.group()
@@ -120,9 +54,8 @@ def validator() -> None:
               help="Stake-mint UI units to bond (default: the market's validator_min_bond).")
 def validator_register(env: Env, market: Pubkey, endpoint: str, bond: str | None) -> None:
     """Register your keypair as a validator of the market, bonding stake from your stake-mint ATA."""
-    from . import pda, tokens
-    from .accounts import effective_params
-    from .errors import AccountNotFound
+    from .. import pda
+    from ..accounts import effective_params
 
     _endpoint(endpoint)
     kp = env.keypair
@@ -142,11 +75,7 @@ def validator_register(env: Env, market: Pubkey, endpoint: str, bond: str | None
         if base < min_bond:
             raise click.BadParameter(f"{bond} is below the market's validator_min_bond "
                                      f"{format_ui_amount(min_bond, decimals)}", param_hint="'--bond'")  # fmt: skip
-    account = tokens.ata(kp.pubkey(), m.stake_mint)
-    try:
-        held = env.client.token_balance(account)
-    except AccountNotFound:
-        held = 0
+    account, held = token_holding(env, m.stake_mint)
     if held < base:
         raise CliError(f"your stake-mint account {account} holds {format_ui_amount(held, decimals)}; "
                        f"the bond needs {format_ui_amount(base, decimals)}")  # fmt: skip
@@ -209,7 +138,7 @@ def validator_status(env: Env, market: Pubkey, authority: Pubkey | None) -> None
 def validator_claim_rewards(env: Env, market: Pubkey) -> None:
     """Move your unclaimed validator rewards from the market's fee vault to your payment-mint
     ATA (created if missing)."""
-    from . import tokens
+    from .. import tokens
 
     kp = env.keypair
     v = _validator(env, market, kp.pubkey())
@@ -237,30 +166,5 @@ def validator_exit(env: Env, market: Pubkey) -> None:
 @market_option
 def validator_withdraw(env: Env, market: Pubkey) -> None:
     """Withdraw your released bond to your stake-mint ATA and close the validator account."""
-    kp = env.keypair
-    v = _validator(env, market, kp.pubkey())
-    m = market_view(env, market)
-    amount = format_ui_amount(v.unbonding.amount, env.client.mint_decimals(m.stake_mint))
-    sig = env.client.withdraw_validator_bond(kp, market)
-    env.emit({"withdrawn": amount, "signature": str(sig)})
-
-
-# ----------------------------------------------------------------------------- job committee
-
-
-@click.command("replace-member")
-@common
-@click.argument("job_address", metavar="JOB", type=PUBKEY)
-@click.argument("index", metavar="INDEX", type=click.IntRange(0, MAX_COMMITTEE - 1))
-@click.argument("new_authority", metavar="NEW_AUTHORITY", type=PUBKEY)
-def job_replace_member(env: Env, job_address: Pubkey, index: int, new_authority: Pubkey) -> None:
-    """Replace committee member INDEX (0-based, see `gpum job status`) of JOB, which is no
-    longer active, by the validator NEW_AUTHORITY (the job's user)."""
-    j = job_view(env, job_address)
-    if index >= len(j.committee):
-        raise click.BadParameter(f"the job's committee has {len(j.committee)} member(s): 0.."
-                                 f"{len(j.committee) - 1}", param_hint="'INDEX'")  # fmt: skip
-    previous = j.committee[index]
-    sig = env.client.replace_committee_member(env.keypair, job_address, index, new_authority)
-    env.emit({"job": str(job_address), "index": index, "previous": str(previous),
-              "member": str(new_authority), "signature": str(sig)})  # fmt: skip
+    v = _validator(env, market, env.keypair.pubkey())
+    withdraw_released(env, market, v.unbonding.amount, env.client.withdraw_validator_bond)

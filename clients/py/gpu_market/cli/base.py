@@ -1,7 +1,9 @@
-"""Shared plumbing of the ``gpum`` command-line client (:mod:`gpu_market.cli`): common
-options, the resolved environment, keypair and URL resolution, argument types and the small
-chain-read helpers every command group uses. Command modules import this one, never
-``gpu_market.cli`` (which imports them to assemble the command tree).
+"""What every ``gpum`` command shares: the common options (``--url``, ``--keypair``,
+``--program-id``, ``--output``) and the :class:`Env` they resolve to, keypair and URL
+resolution, the argument types (public keys, token amounts, parsed callbacks), the ``--output``
+formatting, and the small chain reads every command group uses (market, job, clock, your token
+balance). Command modules import this one and each other's helpers, never the package
+:mod:`gpu_market.cli` (which imports them to assemble the command tree).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import click
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 
-from .units import AmountError, parse_ui_amount
+from ..units import AmountError, format_ui_amount, parse_ui_amount
 
 __all__ = [
     "DEFAULT_KEYPAIR",
@@ -35,7 +37,10 @@ __all__ = [
     "one_line",
     "params_dict",
     "parse_amount",
+    "parse_callback",
     "resolve_url",
+    "token_holding",
+    "withdraw_released",
 ]
 
 MONIKERS = {
@@ -155,8 +160,8 @@ class Env:
     @property
     def client(self):
         if self._client is None:
-            from .client import GpuMarketClient
-            from .constants import PROGRAM_ID
+            from ..client import GpuMarketClient
+            from ..constants import PROGRAM_ID
 
             self._client = GpuMarketClient(
                 resolve_url(self.url), payer=None, program_id=self.program_id or PROGRAM_ID
@@ -229,6 +234,20 @@ def parse_amount(text: str, decimals: int, what: str, allow_zero: bool = False) 
         raise click.BadParameter(str(e), param_hint=what) from None
 
 
+def parse_callback(parse: Callable[[str], Any], hint: str) -> Callable[[Any, Any, Any], Any]:
+    """A click callback applying ``parse``; its ValueError becomes BadParameter for ``hint``."""
+
+    def callback(ctx: Any, param: Any, value: Any) -> Any:
+        if value is None:
+            return None
+        try:
+            return parse(value)
+        except ValueError as e:
+            raise click.BadParameter(str(e), param_hint=hint) from None
+
+    return callback
+
+
 def market_view(env: Env, market: Pubkey):
     m = env.client.fetch_market(market)
     if m is None:
@@ -256,3 +275,24 @@ def one_line(message: str) -> str:
     return " ".join(str(message).split())
 
 
+def token_holding(env: Env, mint: Pubkey) -> tuple[Pubkey, int]:
+    """Your keypair's associated token account of ``mint`` and what it holds (0 while the
+    account does not exist)."""
+    from .. import tokens
+    from ..errors import AccountNotFound
+
+    account = tokens.ata(env.keypair.pubkey(), mint)
+    try:
+        held = env.client.token_balance(account)
+    except AccountNotFound:
+        held = 0
+    return account, held
+
+
+def withdraw_released(env: Env, market: Pubkey, amount: int, withdraw: Callable[..., Any]) -> None:
+    """Send ``withdraw(keypair, market)`` (a provider's or a validator's withdrawal of released
+    unbonding stake) and print ``amount``, what it moves, in stake-mint UI units."""
+    m = market_view(env, market)
+    released = format_ui_amount(amount, env.client.mint_decimals(m.stake_mint))
+    sig = withdraw(env.keypair, market)
+    env.emit({"withdrawn": released, "signature": str(sig)})

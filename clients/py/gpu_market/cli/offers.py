@@ -1,10 +1,8 @@
-"""``gpum offers`` (issue 11): the market's offers, filtered by a query, sorted and limited.
+"""``gpum offers``: the market's offers, filtered by a query, sorted and limited.
 
 What an offer is, the reputation score, the ranking and the query language are defined in
 :mod:`gpu_market.offers`; this module reads the chain once (market, clock, providers, mint
 decimals) and prints a table (text) or a JSON list with every field (``--output json``).
-:mod:`gpu_market.cli` attaches the command; this module imports only
-:mod:`gpu_market.cli_base` of the CLI.
 """
 
 from __future__ import annotations
@@ -16,8 +14,7 @@ from typing import Any
 import click
 from solders.pubkey import Pubkey
 
-from .cli_base import Env, common, market_option, market_view, now
-from .offers import (
+from ..offers import (
     Offer,
     Query,
     QueryError,
@@ -27,7 +24,8 @@ from .offers import (
     parse_query,
     sort_offers,
 )
-from .units import format_ui_amount
+from ..units import format_ui_amount
+from .base import Env, common, market_option, market_view, now
 
 __all__ = ["offer_row", "offers"]
 
@@ -152,7 +150,7 @@ def offers(env: Env, market: Pubkey, query: tuple[str, ...], sort: str, limit: i
         sort_offers([], sort)
     except QueryError as e:
         raise click.BadParameter(str(e), param_hint="'--sort'") from None
-    from .accounts import effective_params
+    from ..accounts import effective_params
 
     client = env.client
     m = market_view(env, market)

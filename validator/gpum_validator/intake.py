@@ -45,7 +45,7 @@ from typing import Any
 from gpu_market.proof import ZERO_HASH
 from solders.pubkey import Pubkey
 
-from . import fastlane
+from . import fastlane, verify
 from .chain import (
     DEFAULT_JOB_TTL,
     DEFAULT_PROVIDER_CACHE,
@@ -69,19 +69,9 @@ from .errors import (
     error_body,
 )
 from .metrics import Metrics
+from .records import DEFAULT_LIMITS, Store, StoredProof, StoreLimits
 from .schema import SignedProof, parse_batch, parse_signed_proof
-from .store import DEFAULT_LIMITS, Store, StoredProof, StoreLimits
-from .verify import (
-    Authenticated,
-    JobState,
-    PrevProof,
-    Verdict,
-    authenticate,
-    check_assignment,
-    check_committee,
-    check_window,
-    check_worker_key,
-)
+from .verify import Authenticated, JobState, PrevProof, Verdict
 
 try:  # the compiled fast path (validator/fastpath), built by `make venv`
     from .fastauth import authenticate_many as _fast_authenticate_many
@@ -105,7 +95,7 @@ def authenticate_all(signed: Sequence[SignedProof], cfg: VerifyConfig
     out: list[Authenticated | Rejection] = []
     for sp in signed:
         try:
-            out.append(authenticate(sp, cfg))
+            out.append(verify.authenticate(sp, cfg))
         except Rejection as r:
             out.append(r)
     return out
@@ -355,8 +345,8 @@ class Intake:
                     it.view = self.jobs.get(p.job, budget=budget)
                 except ReadRefused:
                     raise read_refused(self.job_reads) from None
-                check_assignment(auth, it.view, self.cfg)
-                check_committee(it.view, self.cfg)
+                verify.check_assignment(auth, it.view, self.cfg)
+                verify.check_committee(it.view, self.cfg)
                 self._check_key(auth)
             except Rejection as r:
                 # These exact bytes passed every check when they were stored: a retry of a
@@ -563,7 +553,7 @@ class Intake:
         state = start_state(local, baseline_state(job), p.seq)
         prev = _prev(view.before, p.seq, state)
         try:
-            verdict = check_window(auth, job, state, self.cfg, int(self.clock()), prev)
+            verdict = verify.check_window(auth, job, state, self.cfg, int(self.clock()), prev)
         except Rejection as r:
             self._store_rejection(auth, r, state)
             return self._answer(r, auth)
@@ -647,13 +637,13 @@ class Intake:
     def _check_key(self, auth: Authenticated) -> None:
         provider = self.providers.get(auth.proof.provider)
         try:
-            check_worker_key(auth, provider, self.cfg)
+            verify.check_worker_key(auth, provider, self.cfg)
         except Rejection as r:
             if r.reason not in _KEY_REASONS:
                 raise
             # The cache may predate a rotation or registration: re-read once, then decide.
             provider = self.providers.get(auth.proof.provider, refresh=True)
-            check_worker_key(auth, provider, self.cfg)
+            verify.check_worker_key(auth, provider, self.cfg)
 
 
 def _prev(before: list[StoredProof], seq: int, state: JobState) -> PrevProof | None:
