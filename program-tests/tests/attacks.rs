@@ -166,7 +166,7 @@ fn attack_unbound_related_accounts() {
     let (other_job, other_escrow) = b.open_job(2, 1, 50_000);
     // Another job's escrow (the seeds bind the escrow to the job).
     let mut ixs = settle_ixs(&b, job);
-    ixs[1] = swap_account(ixs[1].clone(), pda(&[gpu_market::seeds::ESCROW, job.as_ref()]), other_escrow);
+    ixs[1] = swap_account(ixs[1].clone(), escrow_address(&job), other_escrow);
     assert_eq!(b.va_err(&ixs), anchor_err(1, AE::ConstraintSeeds));
     // A fee vault that is not the market's (same mint).
     let fake_vault = b.create_token_account(b.payment_mint, &b.validator_authority.pubkey());
@@ -242,18 +242,18 @@ fn attack_non_canonical_bump() {
     let odd_job = non_canonical(&seeds);
     let (canonical_job, _) = b.job_address(&user.pubkey(), 7);
     let ix = swap_account(b.ix_create_job(&b.user, 7, 1, 10_000), canonical_job, odd_job);
-    let ix = swap_account(ix, pda(&[gpu_market::seeds::ESCROW, canonical_job.as_ref()]), non_canonical(&[gpu_market::seeds::ESCROW, odd_job.as_ref()]));
+    let ix = swap_account(ix, escrow_address(&canonical_job), non_canonical(&[gpu_market::seeds::ESCROW, odd_job.as_ref()]));
     assert_eq!(b.user_err(&[ix]), anchor_err(0, AE::ConstraintSeeds));
     // An escrow address from a non-canonical bump is not the job's escrow, even holding a
     // copy of the real escrow (same mint, authority the job; an empty balance, so the
     // supply stays accounted for).
-    let escrow = pda(&[gpu_market::seeds::ESCROW, job.as_ref()]);
+    let escrow = escrow_address(&job);
     let odd_escrow = non_canonical(&[gpu_market::seeds::ESCROW, job.as_ref()]);
     let mut copy = b.svm.get_account(&escrow).unwrap();
     copy.data[64..72].copy_from_slice(&0u64.to_le_bytes());
     b.svm.set_account(odd_escrow, copy).unwrap();
     let mut ixs = settle_ixs(&b, job);
-    ixs[1] = swap_account(ixs[1].clone(), pda(&[gpu_market::seeds::ESCROW, job.as_ref()]), odd_escrow);
+    ixs[1] = swap_account(ixs[1].clone(), escrow_address(&job), odd_escrow);
     assert_eq!(b.va_err(&ixs), anchor_err(1, AE::ConstraintSeeds));
     assert_unpaid(&b, &job);
 }
@@ -285,7 +285,7 @@ fn attack_pda_sharing_across_users() {
     b.as_owner(&[b.ix_accept_job(&owner.pubkey(), job_m)]);
     b.advance(60);
     let mut ixs = b.settle_ixs(&b.worker.clone(), job_m, receipt(1, 60, T0 + 60));
-    ixs[1] = swap_account(ixs[1].clone(), pda(&[gpu_market::seeds::ESCROW, job_m.as_ref()]), escrow_a);
+    ixs[1] = swap_account(ixs[1].clone(), escrow_address(&job_m), escrow_a);
     assert_eq!(b.va_err(&ixs), anchor_err(1, AE::ConstraintSeeds));
     assert_eq!(b.token_balance(&escrow_a), 10_000);
 }
@@ -425,7 +425,7 @@ fn attack_fee_rounding_conserves_every_unit() {
 #[test]
 fn attack_duplicate_mutable_accounts() {
     let (mut b, job) = running();
-    let escrow = pda(&[gpu_market::seeds::ESCROW, job.as_ref()]);
+    let escrow = escrow_address(&job);
     // The escrow passed as the provider payment account.
     let mut ixs = settle_ixs(&b, job);
     ixs[1] = swap_account(ixs[1].clone(), b.provider_owner.payment, escrow);
@@ -475,7 +475,7 @@ fn attack_closed_account_revival() {
     assert_eq!(b.va_err(&settle), anchor_err(1, AE::AccountDiscriminatorMismatch));
     assert_eq!(b.user_err(&[top_up]), anchor_err(0, AE::AccountDiscriminatorMismatch));
     assert_eq!(b.user_err(&[close]), anchor_err(0, AE::AccountNotInitialized));
-    assert!(b.svm.get_account(&escrow).map_or(true, |a| a.lamports == 0));
+    assert!(b.svm.get_account(&escrow).is_none_or(|a| a.lamports == 0));
     assert_eq!(b.token_balance(&b.provider_owner.payment), 540);
 }
 

@@ -1,4 +1,4 @@
-//! Issue 8 on chain: user-chosen committees, quorum attestations of approved seconds, validator
+//! Committees on chain: user-chosen committees, quorum attestations of approved seconds, validator
 //! rewards, endpoints, member replacement, validator equivocation, downtime by observation.
 mod common;
 
@@ -298,7 +298,7 @@ fn fail_validator_equivocation_rules() {
     let r = receipt(1, 60, T0 + 60);
     let reporter = b.new_party(0, 0);
     let rep = reporter.key.pubkey();
-    let mut send = |b: &mut Bench, ixs: Vec<gpum_localnet::solana_instruction::Instruction>| b.send_err(&ixs, &[&reporter.key]);
+    let send = |b: &mut Bench, ixs: Vec<gpum_localnet::solana_instruction::Instruction>| b.send_err(&ixs, &[&reporter.key]);
     let ixs = b.validator_equivocation_ixs(&v1_key, &v1.pubkey(), &rep, reporter.stake, job, (r, 60), (r, 60));
     assert_eq!(send(&mut b, ixs), program_err(1, E::NotValidatorEquivocation));
     let ixs = b.validator_equivocation_ixs(&v1_key, &v1.pubkey(), &rep, reporter.stake, job, (r, 60), (receipt(2, 60, T0 + 60), 60));

@@ -47,7 +47,7 @@ fn success_full_job_lifecycle_pays_provider_treasury_burn_and_refunds_user() {
     b.advance(12 * 60 + 1);
     b.send(&[close], &[&user]).unwrap();
     assert!(b.is_tombstone(&job));
-    assert!(b.svm.get_account(&escrow).map_or(true, |a| a.lamports == 0));
+    assert!(b.svm.get_account(&escrow).is_none_or(|a| a.lamports == 0));
     assert_eq!(b.token_balance(&b.user.payment), user_before - amount);
     assert_eq!(b.provider_state().gpus_in_use, 0);
     assert_eq!(b.provider_state().reputation.jobs_completed, 1);

@@ -1,4 +1,4 @@
-//! Issue 7: every hole the outside review confirmed, written as the attack. Each test fails on
+//! Every hole the outside security review confirmed, written as the attack. Each test fails on
 //! the code before the hardening (the attack succeeded there) and passes now.
 mod common;
 
@@ -136,7 +136,7 @@ fn authority_cannot_seize_stake_with_a_parameter_change_and_its_own_validator() 
     let ix = b.ix_register_validator(&admin.pubkey(), admin_party.stake, 5_000);
     b.as_admin(&[ix]);
     b.advance(2);
-    // Its validator is not in the committee the user chose (issue 8): it can report nothing.
+    // Its validator is not in the committee the user chose: only members can report, so it can report nothing.
     let ix = b.ix_slash_downtime(&admin.pubkey(), admin_party.stake, job, &[]);
     assert_eq!(b.admin_err(&[ix]), program_err(0, E::NotCommitteeMember));
     // The job's own committee member cannot either, 2 seconds in: the job's terms hold.

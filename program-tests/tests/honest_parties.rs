@@ -467,7 +467,7 @@ fn fail_close_job_on_a_fake_or_foreign_job_account() {
         let fake = Pubkey::new_unique();
         b.svm.set_account(fake, account).unwrap();
         let ix = swap_account(b.ix_close_job(&user.pubkey(), b.user.payment, job), job, fake);
-        let ix = swap_account(ix, escrow, pda(&[gpu_market::seeds::ESCROW, fake.as_ref()]));
+        let ix = swap_account(ix, escrow, escrow_address(&fake));
         assert_eq!(b.user_err(&[ix]), anchor_err(0, anchor_lang::error::ErrorCode::AccountNotInitialized));
     }
     // The real escrow with another program account as the job: the escrow's seeds fail.

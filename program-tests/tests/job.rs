@@ -25,7 +25,7 @@ fn create_err(b: &mut Bench, ix: Instruction) -> TransactionError {
 
 /// The account at `key` is gone (an escrow) or a `ClosedJob` tombstone (a job).
 fn closed(b: &Bench, key: &Pubkey) -> bool {
-    b.is_tombstone(key) || b.svm.get_account(key).map_or(true, |a| a.lamports == 0)
+    b.is_tombstone(key) || b.svm.get_account(key).is_none_or(|a| a.lamports == 0)
 }
 
 #[test]

@@ -1,9 +1,9 @@
-//! Randomized sequences of valid and invalid instructions against one market in the real runtime
-//! (issue 3, item 5): 3 users, 3 providers (different GPU counts, prices, stakes and worker
+//! Randomized sequences of valid and invalid instructions against one market in the real
+//! runtime: 3 users, 3 providers (different GPU counts, prices, stakes and worker
 //! keys), 2 validators. A seeded `StdRng` picks every step; each instruction step has an exact
 //! expected outcome computed from the chain state before it (an oracle of the documented rule
 //! order), and after EVERY step, success or failure:
-//! - all DESIGN invariants hold (`Bench::send` -> `check_invariants`: per-job conservation, stake
+//! - all invariants hold (docs/protocol.md, "Invariants") (`Bench::send` -> `check_invariants`: per-job conservation, stake
 //!   vault == providers' stake + unbonding + validators' bond + unbonding, gpus_in_use, token
 //!   balances == supply), and payment tokens minted - supply == burned by settlements;
 //! - `claimed_seconds`, `paid_seconds` and `last_seq` of every job never decrease, and
@@ -13,7 +13,7 @@
 //!   their jobs' `paid_provider`, the treasury `paid_treasury`, the burn `burned`, users their
 //!   `refunded` minus what they `deposited`.
 //!
-//! Hostile moves (issue 7) are part of every run: donations straight into escrows and the
+//! Hostile moves are part of every run: donations straight into escrows and the
 //! stake vault (balances may exceed the books, never fall short), parameter announcements that
 //! come into force mid-run (running jobs keep their terms), runs of short receipts claiming the
 //! most the wall-time bound allows, key rotations (rate-limited), finishes that nobody closes
@@ -769,7 +769,7 @@ impl World {
         let live = self.live_jobs();
         if self.rng.gen_bool(0.5) && !live.is_empty() {
             let (job, _) = &live[self.rng.gen_range(0..live.len())];
-            let escrow = pda(&[gpu_market::seeds::ESCROW, job.as_ref()]);
+            let escrow = escrow_address(job);
             let mint = self.b.payment_mint;
             self.b.donate(mint, escrow, amount);
             self.minted_payment += amount;
@@ -806,7 +806,7 @@ impl World {
     fn job_books(&self) -> HashMap<Pubkey, (Job, u64)> {
         self.live_jobs()
             .into_iter()
-            .map(|(k, j)| (k, (j, self.b.token_balance(&pda(&[gpu_market::seeds::ESCROW, k.as_ref()])))))
+            .map(|(k, j)| (k, (j, self.b.token_balance(&escrow_address(&k)))))
             .collect()
     }
 
@@ -954,14 +954,15 @@ impl World {
     }
 }
 
-/// The absolute wall-time bound of a receipt ending at `window_end` (DESIGN section 5): seconds
+/// The absolute wall-time bound of a receipt ending at `window_end` (docs/protocol.md,
+/// "Receipts and window proofs"): seconds
 /// ever paid <= `window_end - started_at + skew`, and <= `ended_at - started_at` once finished.
 fn wall_bound(j: &Job, window_end: i64) -> i64 {
     let bound = window_end - j.started_at + i64::from(j.terms.max_skew_seconds);
     if j.status == JobStatus::Finishing { bound.min(j.ended_at - j.started_at) } else { bound }
 }
 
-/// The settle rules of DESIGN section 5 / `settle.rs`, in the program's order (instruction 1;
+/// The settle rules of docs/protocol.md ("Settlement") and `settle.rs`, in the program's order (instruction 1;
 /// instruction 0 is the Ed25519 signature), with the job's own terms. The validator is always
 /// an Active one here.
 fn expect_settle(j: &Job, prov: &Provider, r: &Receipt, approved: u64, signer: &Pubkey, now: i64) -> Expect {

@@ -148,7 +148,7 @@ fn success_withdraw_validator_bond_at_release_closes_account() {
     assert_eq!(b.token_balance(&account), 1_000_000);
     assert_eq!(b.market_state().totals.bonded, 0);
     assert_eq!(b.token_balance(&b.stake_vault), 100_000);
-    assert!(b.svm.get_account(&b.validator).map_or(true, |a| a.lamports == 0));
+    assert!(b.svm.get_account(&b.validator).is_none_or(|a| a.lamports == 0));
     assert_eq!(b.svm.get_balance(&b.validator_authority.pubkey()).unwrap(), lamports_before + rent - 5_000);
     assert_event(&logs, ValidatorBondWithdrawn { validator: b.validator, amount: BOND });
 }

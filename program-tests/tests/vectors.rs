@@ -1,4 +1,4 @@
-//! Cross-language decode vectors (issue 3, item 6): `docs/vectors/accounts.json` holds the bytes
+//! Cross-language decode vectors: `docs/vectors/accounts.json` holds the bytes
 //! of every account type (each status variant) and every event, serialized exactly as on chain
 //! (accounts: `try_serialize` = discriminator + borsh, zero-padded to the allocated
 //! `8 + INIT_SPACE`; events: `Event::data`), with the expected field values. Section `runtime`

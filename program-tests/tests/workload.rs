@@ -1,4 +1,4 @@
-//! Workloads on chain (issue 10): `job.workload_hash` fixed at create_job, the provider's worker
+//! Workloads on chain: `job.workload_hash` fixed at create_job, the provider's worker
 //! endpoint (register/update), and `finish_job` signed by the worker key (finish_on_exit).
 mod common;
 

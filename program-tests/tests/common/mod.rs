@@ -97,6 +97,11 @@ pub fn pda(seeds: &[&[u8]]) -> Pubkey {
     Pubkey::find_program_address(seeds, &gpu_market::ID).0
 }
 
+/// The escrow token account of `job`: `["escrow", job]`.
+pub fn escrow_address(job: &Pubkey) -> Pubkey {
+    pda(&[gpu_market::seeds::ESCROW, job.as_ref()])
+}
+
 pub fn worker_pubkey(k: &SigningKey) -> Pubkey {
     Pubkey::new_from_array(k.verifying_key().to_bytes())
 }
@@ -275,11 +280,11 @@ impl Bench {
 
     pub fn job_address(&self, user: &Pubkey, job_id: u64) -> (Pubkey, Pubkey) {
         let job = pda(&[gpu_market::seeds::JOB, self.market.as_ref(), user.as_ref(), &job_id.to_le_bytes()]);
-        let escrow = pda(&[gpu_market::seeds::ESCROW, job.as_ref()]);
+        let escrow = escrow_address(&job);
         (job, escrow)
     }
 
-    /// DESIGN invariants over every program account in the runtime, after every transaction.
+    /// The invariants of docs/protocol.md, "Invariants", over every program account in the runtime, after every transaction.
     pub fn check_invariants(&self) {
         let Some(market) = self.account::<Market>(&self.market) else { return };
         market
@@ -293,7 +298,7 @@ impl Bench {
             }
             let data = acc.data();
             if let Ok(job) = Job::try_deserialize(&mut &data[..]) {
-                let escrow = pda(&[gpu_market::seeds::ESCROW, key.as_ref()]);
+                let escrow = escrow_address(key);
                 job.invariant(self.token_balance(&escrow)).expect("job conservation invariant");
                 if job.status.holds_gpus() {
                     *in_use.entry(job.provider).or_default() += job.gpu_count;
@@ -394,7 +399,7 @@ impl Bench {
             gpu_market::accounts::RegisterProvider {
                 owner: *owner,
                 market: self.market,
-                provider: pda(&[gpu_market::seeds::PROVIDER, self.market.as_ref(), owner.as_ref()]),
+                provider: self.provider_address(owner),
                 system_program: SYSTEM_PROGRAM,
             },
         )
@@ -406,7 +411,7 @@ impl Bench {
             gpu_market::accounts::Stake {
                 owner: *owner,
                 market: self.market,
-                provider: pda(&[gpu_market::seeds::PROVIDER, self.market.as_ref(), owner.as_ref()]),
+                provider: self.provider_address(owner),
                 stake_mint: self.stake_mint,
                 owner_stake_account: from,
                 stake_vault: self.stake_vault,
@@ -425,7 +430,7 @@ impl Bench {
             gpu_market::accounts::RegisterValidator {
                 authority: *authority,
                 market: self.market,
-                validator: pda(&[gpu_market::seeds::VALIDATOR, self.market.as_ref(), authority.as_ref()]),
+                validator: self.validator_address(authority),
                 stake_mint: self.stake_mint,
                 authority_stake_account: from,
                 stake_vault: self.stake_vault,
@@ -506,7 +511,7 @@ impl Bench {
                 market: self.market,
                 provider: self.provider,
                 job,
-                escrow: pda(&[gpu_market::seeds::ESCROW, job.as_ref()]),
+                escrow: escrow_address(&job),
                 payment_mint: self.payment_mint,
                 user_payment_account: user_payment,
                 token_program: TOKEN_PROGRAM,
@@ -525,10 +530,10 @@ impl Bench {
             gpu_market::accounts::Settle {
                 validator_authority: *validator_authority,
                 market: self.market,
-                validator: pda(&[gpu_market::seeds::VALIDATOR, self.market.as_ref(), validator_authority.as_ref()]),
+                validator: self.validator_address(validator_authority),
                 provider: self.provider,
                 job,
-                escrow: pda(&[gpu_market::seeds::ESCROW, job.as_ref()]),
+                escrow: escrow_address(&job),
                 provider_payment_account: self.provider_owner.payment,
                 fee_vault: self.fee_vault,
                 payment_mint: self.payment_mint,
@@ -949,7 +954,7 @@ impl Bench {
                 user: *user,
                 market: self.market,
                 job,
-                escrow: pda(&[gpu_market::seeds::ESCROW, job.as_ref()]),
+                escrow: escrow_address(&job),
                 payment_mint: self.payment_mint,
                 user_payment_account: from,
                 token_program: TOKEN_PROGRAM,
@@ -963,7 +968,7 @@ impl Bench {
             market: self.market,
             provider: self.provider,
             job,
-            escrow: pda(&[gpu_market::seeds::ESCROW, job.as_ref()]),
+            escrow: escrow_address(&job),
             payment_mint: self.payment_mint,
             user_payment_account: user_payment,
             token_program: TOKEN_PROGRAM,

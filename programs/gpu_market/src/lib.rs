@@ -7,6 +7,7 @@
 #![allow(clippy::diverging_sub_expression)]
 use anchor_lang::prelude::*;
 
+pub mod checked;
 pub mod errors;
 pub mod events;
 pub mod instructions;
@@ -56,12 +57,12 @@ pub mod gpu_market {
 
     /// Changes a validator's public endpoint (its authority).
     pub fn update_validator(ctx: Context<UpdateValidator>, endpoint: String) -> Result<()> {
-        instructions::register_validator::update(ctx, endpoint)
+        instructions::update_validator::handler(ctx, endpoint)
     }
 
     /// Pays a validator's unclaimed settlement rewards from the fee vault (its authority).
     pub fn claim_validator_rewards(ctx: Context<ClaimValidatorRewards>) -> Result<()> {
-        instructions::register_validator::claim_rewards(ctx)
+        instructions::claim_validator_rewards::handler(ctx)
     }
 
     /// The user replaces a committee member that is no longer Active.
@@ -69,7 +70,7 @@ pub mod gpu_market {
         ctx: Context<ReplaceCommitteeMember>,
         index: u8,
     ) -> Result<()> {
-        instructions::committee::replace(ctx, index)
+        instructions::replace_committee_member::handler(ctx, index)
     }
 
     /// Slashes a validator that attested two different values for one job and seq (anyone).
@@ -80,7 +81,7 @@ pub mod gpu_market {
         second: Receipt,
         second_approved: u64,
     ) -> Result<()> {
-        instructions::committee::slash_validator_equivocation(
+        instructions::slash_validator_equivocation::handler(
             ctx,
             first,
             first_approved,
@@ -152,12 +153,12 @@ pub mod gpu_market {
 
     /// Names the next market authority (authority).
     pub fn propose_authority(ctx: Context<ProposeAuthority>, new_authority: Pubkey) -> Result<()> {
-        instructions::authority::propose(ctx, new_authority)
+        instructions::propose_authority::handler(ctx, new_authority)
     }
 
     /// The proposed authority takes over.
     pub fn accept_authority(ctx: Context<AcceptAuthority>) -> Result<()> {
-        instructions::authority::accept(ctx)
+        instructions::accept_authority::handler(ctx)
     }
 
     /// Changes price, spec or availability of a provider (owner).
@@ -176,23 +177,23 @@ pub mod gpu_market {
 
     /// Starts unbonding part of a provider's stake (owner).
     pub fn request_unstake(ctx: Context<RequestUnstake>, amount: u64) -> Result<()> {
-        instructions::unstake::request(ctx, amount)
+        instructions::request_unstake::handler(ctx, amount)
     }
 
     /// Withdraws released unbonding stake (owner).
     pub fn withdraw_unstaked(ctx: Context<WithdrawUnstaked>) -> Result<()> {
-        instructions::unstake::withdraw(ctx)
+        instructions::withdraw_unstaked::handler(ctx)
     }
 
     /// A validator starts unbonding its whole bond and leaves: no new committee, no downtime
     /// reports; it still settles for the committees it is in until it withdraws.
     pub fn request_validator_exit(ctx: Context<RequestValidatorExit>) -> Result<()> {
-        instructions::validator_exit::request(ctx)
+        instructions::request_validator_exit::handler(ctx)
     }
 
     /// An exited validator withdraws its released bond; its account closes.
     pub fn withdraw_validator_bond(ctx: Context<WithdrawValidatorBond>) -> Result<()> {
-        instructions::validator_exit::withdraw(ctx)
+        instructions::withdraw_validator_bond::handler(ctx)
     }
 
     /// Adds tokens to an Open or Running job's escrow (user).
@@ -202,37 +203,37 @@ pub mod gpu_market {
 
     /// Cancels an Open job with a full refund (user).
     pub fn cancel_job(ctx: Context<RefundJob>) -> Result<()> {
-        instructions::refund::cancel(ctx)
+        instructions::cancel_job::handler(ctx)
     }
 
     /// Fails a Running job whose provider stopped proving; no tokens move (anyone).
     pub fn expire_job(ctx: Context<EndJob>) -> Result<()> {
-        instructions::refund::expire(ctx)
+        instructions::expire_job::handler(ctx)
     }
 
     /// The provider refuses an Open job; the user's `close_job` refunds it in full.
     pub fn decline_job(ctx: Context<EndJob>) -> Result<()> {
-        instructions::refund::decline(ctx)
+        instructions::decline_job::handler(ctx)
     }
 
     /// Completes a Finishing job whose grace is over and frees its GPUs (anyone).
     pub fn complete_job(ctx: Context<EndJob>) -> Result<()> {
-        instructions::refund::complete(ctx)
+        instructions::complete_job::handler(ctx)
     }
 
     /// Replaces the treasury token account (authority).
     pub fn set_treasury(ctx: Context<SetTreasury>) -> Result<()> {
-        instructions::treasury::set_treasury(ctx)
+        instructions::set_treasury::handler(ctx)
     }
 
     /// Moves the fee vault's balance to the treasury account (anyone).
     pub fn withdraw_fees(ctx: Context<WithdrawFees>) -> Result<()> {
-        instructions::treasury::withdraw_fees(ctx)
+        instructions::withdraw_fees::handler(ctx)
     }
 
     /// Moves the stake vault's surplus over the booked stake to the treasury's owner (anyone).
     pub fn sweep_vault(ctx: Context<SweepVault>) -> Result<()> {
-        instructions::treasury::sweep_vault(ctx)
+        instructions::sweep_vault::handler(ctx)
     }
 
     /// Slashes a provider whose worker key signed two receipts for one job and seq (anyone).
@@ -241,7 +242,7 @@ pub mod gpu_market {
         first: Receipt,
         second: Receipt,
     ) -> Result<()> {
-        instructions::slash::slash_equivocation(ctx, first, second)
+        instructions::slash_equivocation::handler(ctx, first, second)
     }
 
     /// Slashes a provider for missed windows on its job committee's quorum attestation.
@@ -249,6 +250,6 @@ pub mod gpu_market {
         ctx: Context<'info, SlashDowntime<'info>>,
         last_proof_window_end: i64,
     ) -> Result<()> {
-        instructions::slash::slash_downtime(ctx, last_proof_window_end)
+        instructions::slash_downtime::handler(ctx, last_proof_window_end)
     }
 }

@@ -1,14 +1,16 @@
-//! Token movements out of program-owned accounts, and the state changes shared by several
-//! instructions. Every outflow goes through here: escrows pay only the provider owner, the
-//! treasury, the burn or the user; the stake vault pays only withdrawals, reporter rewards and
-//! the burn.
+//! Token movements in and out of program-owned accounts, and the reporter-reward rule the slashes
+//! share. Every outflow goes through here: escrows pay only the provider owner, the treasury,
+//! the burn or the user; the stake vault pays only withdrawals, reporter rewards and the burn.
+//! State changes that several instructions share are methods of the account they change
+//! (`Job::end`, `Provider::book_slash` in `state/`).
 use anchor_lang::prelude::*;
 use anchor_spl::token::{self, Burn, Mint, Token, TokenAccount, TransferChecked};
 
+use crate::checked::add;
 use crate::errors::GpuMarketError;
 use crate::math;
 use crate::seeds;
-use crate::state::{Job, JobStatus, Market, Provider};
+use crate::state::{Job, Market};
 
 /// Owned signer seeds of a job PDA (authority of its escrow).
 pub struct JobSigner {
@@ -70,6 +72,20 @@ pub fn transfer_signed<'info>(
     amount: u64,
 ) -> Result<()> {
     transfer(token_program, from, mint, to, authority, &[seeds], amount)
+}
+
+/// `transfer_checked` of `amount` (nothing when zero) out of a vault whose authority is the
+/// market PDA (the stake vault, the fee vault), signed by the market.
+pub fn transfer_from_market<'info>(
+    token_program: &Program<'info, Token>,
+    vault: &Account<'info, TokenAccount>,
+    mint: &Account<'info, Mint>,
+    to: AccountInfo<'info>,
+    market: &Account<'info, Market>,
+    amount: u64,
+) -> Result<()> {
+    let signer = MarketSigner::of(market);
+    transfer_signed(token_program, vault, mint, to, market.to_account_info(), &signer.seeds(), amount)
 }
 
 /// `transfer_checked` of `amount` (nothing when zero); `signer_seeds` are the PDA signers, if
@@ -150,43 +166,6 @@ pub fn pay_slash<'info>(
     burn_signed(token_program, stake_vault, stake_mint, authority, &seeds, split.burned)
 }
 
-pub fn add(a: u64, b: u64) -> Result<u64> {
-    a.checked_add(b).ok_or_else(|| GpuMarketError::MathOverflow.into())
-}
-
-pub fn add32(a: u32, b: u32) -> Result<u32> {
-    a.checked_add(b).ok_or_else(|| GpuMarketError::MathOverflow.into())
-}
-
-pub fn sub(a: u64, b: u64) -> Result<u64> {
-    a.checked_sub(b).ok_or_else(|| GpuMarketError::MathOverflow.into())
-}
-
-/// Ends a job that still holds its provider's GPUs (Open, Running or Finishing): frees them,
-/// sets `status` (`ended_at` is kept once set by `finish_job`) and books the outcome once on
-/// the provider's reputation: Completed counts only if the job billed something (a job that
-/// paid nothing proves nothing), Failed always.
-pub fn end_job(job: &mut Job, provider: &mut Provider, status: JobStatus, now: i64) -> Result<()> {
-    require!(job.status.holds_gpus(), GpuMarketError::InvalidJobStatus);
-    provider.gpus_in_use = provider
-        .gpus_in_use
-        .checked_sub(job.gpu_count)
-        .ok_or(GpuMarketError::MathOverflow)?;
-    if matches!(job.status, JobStatus::Open | JobStatus::Running) {
-        job.ended_at = now;
-    }
-    job.status = status;
-    let reputation = &mut provider.reputation;
-    match status {
-        JobStatus::Completed if job.paid_seconds > 0 => {
-            reputation.jobs_completed = add(reputation.jobs_completed, 1)?;
-        }
-        JobStatus::Failed => reputation.jobs_failed = add(reputation.jobs_failed, 1)?,
-        _ => {}
-    }
-    Ok(())
-}
-
 /// What emptying an escrow paid the user.
 pub struct EscrowRefund {
     /// The booked balance, now booked as `refunded`.
@@ -216,16 +195,6 @@ pub fn refund_escrow<'info>(
     escrow.reload()?;
     job.invariant(escrow.amount)?;
     Ok(EscrowRefund { booked, surplus })
-}
-
-/// Books `split` against the provider's stake (then unbonding) and the market totals. The caller
-/// moves the tokens (reward, burn) out of the stake vault.
-pub fn book_slash(provider: &mut Provider, market: &mut Market, split: &math::SlashSplit) -> Result<()> {
-    provider.stake = sub(provider.stake, split.from_stake)?;
-    provider.unbonding.amount = sub(provider.unbonding.amount, split.from_unbonding)?;
-    market.totals.staked = sub(market.totals.staked, split.amount)?;
-    market.totals.slashed = add(market.totals.slashed, split.amount)?;
-    Ok(())
 }
 
 /// The reporter reward rate a slash of `provider` on `job` pays `reporter`: the job's

@@ -39,7 +39,7 @@ impl Receipt {
         m
     }
 
-    /// The receipt digest, `sha256(message)`: the 32 bytes the worker key signs (issue 9). It
+    /// The receipt digest, `sha256(message)`: the 32 bytes the worker key signs. It
     /// binds everything the message binds (domain, program, market, job, seq, cumulative,
     /// window end, proof hash) as long as sha256 is collision resistant, and lets an Ed25519
     /// instruction carry 32 bytes per receipt instead of 173.
@@ -54,12 +54,13 @@ pub const RECEIPT_DIGEST_LEN: usize = 32;
 pub const ATTESTATION_MESSAGE_LEN: usize = RECEIPT_DIGEST_LEN + 8;
 
 /// The attestation message a committee member signs: the receipt digest followed by the
-/// approved cumulative seconds (u64 le), 40 bytes. This is the shorter digest form DESIGN
-/// section 5 allows: the digest binds everything the receipt binds (its input starts with the
-/// receipt domain and the program, market and job keys), and one copy of these bytes in the
-/// Ed25519 instruction serves the worker's signature (its first 32 bytes, the digest) and every
-/// attestation. No other message a worker or validator key signs is 32 or 40 bytes starting
-/// with a sha256 output, so neither signature can be replayed as something else.
+/// approved cumulative seconds (u64 le), 40 bytes. This is the shorter digest form the protocol
+/// allows (docs/protocol.md, "Receipts and window proofs"): the digest binds everything the
+/// receipt binds (its input starts with the receipt domain and the program, market and job
+/// keys), and one copy of these bytes in the Ed25519 instruction serves the worker's signature
+/// (its first 32 bytes, the digest) and every attestation. No other message a worker or
+/// validator key signs is 32 or 40 bytes starting with a sha256 output, so neither signature
+/// can be replayed as something else.
 pub fn attestation_message(receipt_digest: &[u8; RECEIPT_DIGEST_LEN], approved_seconds: u64) -> [u8; ATTESTATION_MESSAGE_LEN] {
     let mut m = [0u8; ATTESTATION_MESSAGE_LEN];
     m[..RECEIPT_DIGEST_LEN].copy_from_slice(receipt_digest);

@@ -1,6 +1,6 @@
 """Builders of the job instructions (the program's ``create_job.rs``, ``accept_job.rs``,
-``finish_job.rs``, ``top_up.rs``, ``refund.rs``, ``close_job.rs`` and the committee half of
-``committee.rs``).
+``finish_job.rs``, ``top_up.rs``, ``cancel_job.rs``, ``decline_job.rs``, ``expire_job.rs``,
+``complete_job.rs``, ``close_job.rs`` and ``replace_committee_member.rs``).
 
 ``decline_job``, ``expire_job`` and ``complete_job`` share the program's ``EndJob`` accounts
 (signer, provider, job); ``cancel_job`` and ``close_job`` refund the escrow

@@ -1,5 +1,6 @@
 """Builders of the market governance instructions (the program's ``initialize_market.rs``,
-``update_params.rs``, ``set_paused.rs`` and ``authority.rs``): all signed by the market
+``update_params.rs``, ``set_paused.rs``, ``propose_authority.rs`` and ``accept_authority.rs``):
+all signed by the market
 authority, except ``accept_authority``, signed by the proposed one."""
 
 from __future__ import annotations

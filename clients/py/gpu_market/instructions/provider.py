@@ -1,5 +1,6 @@
 """Builders of the provider instructions (the program's ``register_provider.rs``,
-``update_provider.rs``, ``rotate_worker_key.rs``, ``stake.rs`` and ``unstake.rs``): all
+``update_provider.rs``, ``rotate_worker_key.rs``, ``stake.rs``, ``request_unstake.rs`` and
+``withdraw_unstaked.rs``): all
 signed by the provider's owner; the Provider account is ``pda.provider_pda(market, owner)``."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""Builders of the slashing instructions (the program's ``slash.rs`` and the validator
-equivocation of ``committee.rs``).
+"""Builders of the slashing instructions (the program's ``slash_equivocation.rs``,
+``slash_downtime.rs`` and ``slash_validator_equivocation.rs``).
 
 ``slash_equivocation`` and ``slash_downtime`` punish a job's provider and share the program's
 ``SlashTargets`` accounts (``targets.*``: market, provider, job, stake mint and vault, the

@@ -1,5 +1,6 @@
 """Builders of the validator instructions (the program's ``register_validator.rs``,
-``validator_exit.rs`` and the validator half of ``committee.rs``): all signed by the
+``update_validator.rs``, ``claim_validator_rewards.rs``, ``request_validator_exit.rs`` and
+``withdraw_validator_bond.rs``): all signed by the
 validator's authority; the Validator account is ``pda.validator_pda(market, authority)``."""
 
 from __future__ import annotations

@@ -57,7 +57,7 @@ pub fn handler(ctx: Context<CloseJob>) -> Result<()> {
     require!(job.settlement_over(now)?, GpuMarketError::GracePeriodActive);
     if job.status == JobStatus::Finishing {
         let provider = &mut ctx.accounts.provider;
-        ops::end_job(&mut job, provider, JobStatus::Completed, now)?;
+        job.end(provider, JobStatus::Completed, now)?;
         provider.invariant()?;
     }
 

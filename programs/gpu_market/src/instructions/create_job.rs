@@ -2,9 +2,9 @@ use anchor_lang::prelude::*;
 use anchor_spl::token::{Mint, Token, TokenAccount};
 
 use crate::errors::GpuMarketError;
-use crate::ops;
 use crate::events::{emit_event, JobCreated};
 use crate::math;
+use crate::ops;
 use crate::seeds;
 use crate::state::{
     Job, JobStatus, JobTerms, Market, MarketParams, Provider, ProviderStatus, Validator,

@@ -7,8 +7,9 @@ use crate::state::{Job, JobStatus, Provider};
 /// Stops billing of a Running job at `now` (Running -> Finishing). A final receipt with
 /// `window_end <= ended_at` may still settle during the grace. Can only be signed by the job's
 /// user, the provider's owner, or the provider's current worker key (unexpired): the worker
-/// ends a `finish_on_exit` workload's billing when its container exits (DESIGN section 8).
-/// Finishing only ever stops billing early, so the worker key gains nothing by misusing it.
+/// ends a `finish_on_exit` workload's billing when its container exits (docs/protocol.md,
+/// "Workloads"). Finishing only ever stops billing early, so the worker key gains nothing by
+/// misusing it.
 #[derive(Accounts)]
 pub struct FinishJob<'info> {
     #[account(

@@ -1,10 +1,11 @@
 use anchor_lang::prelude::*;
 use anchor_spl::token::{Mint, Token, TokenAccount};
 
+use crate::checked::add;
 use crate::errors::GpuMarketError;
 use crate::events::{emit_event, Settled};
 use crate::math;
-use crate::ops::{self, add, JobSigner};
+use crate::ops::{self, JobSigner};
 use crate::receipt::{attestation_message, preceding_ed25519_entries, Receipt};
 use crate::seeds;
 use crate::state::{Job, JobStatus, Market, Provider, Validator};
@@ -201,7 +202,7 @@ pub fn handler<'info>(
     let escrow_remaining = job.booked_escrow()?;
     let exhausted = escrow_remaining < terms.rate_per_second;
     if exhausted {
-        ops::end_job(job, provider, JobStatus::Completed, now)?;
+        job.end(provider, JobStatus::Completed, now)?;
     }
     // Rewards: equal shares to every attester, the remainder to the submitter.
     let count = u64::try_from(attesters.len()).map_err(|_| GpuMarketError::MathOverflow)?;

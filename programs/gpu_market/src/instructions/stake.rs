@@ -2,8 +2,8 @@ use anchor_lang::prelude::*;
 use anchor_spl::token::{Mint, Token, TokenAccount};
 
 use crate::errors::GpuMarketError;
-use crate::ops;
 use crate::events::{emit_event, Staked};
+use crate::ops;
 use crate::state::{Market, Provider};
 
 /// Moves `amount` stake tokens from the owner into the market's stake vault and credits the

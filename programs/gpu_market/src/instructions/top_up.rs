@@ -1,6 +1,7 @@
 use anchor_lang::prelude::*;
 use anchor_spl::token::{Mint, Token, TokenAccount};
 
+use crate::checked;
 use crate::errors::GpuMarketError;
 use crate::events::{emit_event, JobToppedUp};
 use crate::ops;
@@ -43,7 +44,7 @@ pub fn handler(ctx: Context<TopUp>, amount: u64) -> Result<()> {
         amount,
     )?;
     let job = &mut ctx.accounts.job;
-    job.deposited = ops::add(job.deposited, amount)?;
+    job.deposited = checked::add(job.deposited, amount)?;
     ctx.accounts.escrow.reload()?;
     ctx.accounts.job.invariant(ctx.accounts.escrow.amount)?;
     emit_event(JobToppedUp {

@@ -1,7 +1,8 @@
 use anchor_lang::prelude::*;
 
+use crate::checked::add;
 use crate::errors::GpuMarketError;
-use crate::state::MarketParams;
+use crate::state::{MarketParams, Provider};
 
 /// Validators a user may name for a job.
 pub const MAX_COMMITTEE: usize = 5;
@@ -157,6 +158,45 @@ impl Job {
         Ok(())
     }
 
+    /// Equivocation evidence (two receipts, or two attestations of receipts, for windows ending
+    /// at `first_window_end` and `second_window_end`) is about this job only if the job started
+    /// and both windows ended after its start: a job address is used once (`close_job` leaves a
+    /// tombstone), so such evidence belongs to this job and no earlier one.
+    pub fn check_evidence_windows(&self, first_window_end: i64, second_window_end: i64) -> Result<()> {
+        require!(self.status != JobStatus::Open, GpuMarketError::InvalidJobStatus);
+        require!(self.started_at != 0, GpuMarketError::JobNeverStarted);
+        require!(
+            first_window_end > self.started_at && second_window_end > self.started_at,
+            GpuMarketError::ReceiptBeforeJobStart
+        );
+        Ok(())
+    }
+
+    /// Ends a job that still holds its provider's GPUs (Open, Running or Finishing): frees them,
+    /// sets `status` (`ended_at` is kept once set by `finish_job`) and books the outcome once on
+    /// the provider's reputation: Completed counts only if the job billed something (a job that
+    /// paid nothing proves nothing), Failed always.
+    pub fn end(&mut self, provider: &mut Provider, status: JobStatus, now: i64) -> Result<()> {
+        require!(self.status.holds_gpus(), GpuMarketError::InvalidJobStatus);
+        provider.gpus_in_use = provider
+            .gpus_in_use
+            .checked_sub(self.gpu_count)
+            .ok_or(GpuMarketError::MathOverflow)?;
+        if matches!(self.status, JobStatus::Open | JobStatus::Running) {
+            self.ended_at = now;
+        }
+        self.status = status;
+        let reputation = &mut provider.reputation;
+        match status {
+            JobStatus::Completed if self.paid_seconds > 0 => {
+                reputation.jobs_completed = add(reputation.jobs_completed, 1)?;
+            }
+            JobStatus::Failed => reputation.jobs_failed = add(reputation.jobs_failed, 1)?,
+            _ => {}
+        }
+        Ok(())
+    }
+
     /// The job can bill and settle no more, and the grace for late receipts is over (or there
     /// never was anything to settle): the escrow may be emptied.
     pub fn settlement_over(&self, now: i64) -> Result<bool> {
@@ -183,4 +223,160 @@ impl Job {
 #[derive(InitSpace)]
 pub struct ClosedJob {
     pub closed_at: i64,
+}
+
+#[cfg(test)]
+#[allow(clippy::arithmetic_side_effects, clippy::integer_division)]
+mod tests {
+    use super::*;
+    use crate::state::testing::{code_of, error_code, zeroed};
+
+    const GRACE: i64 = 60;
+    const ENDED: i64 = 1_000;
+
+    fn job(status: JobStatus) -> Job {
+        let mut job: Job = zeroed();
+        (job.status, job.gpu_count, job.deposited, job.ended_at) = (status, 2, 1_000, ENDED);
+        job.terms.grace_seconds = GRACE;
+        job
+    }
+
+    fn provider(gpus_in_use: u16) -> Provider {
+        let mut provider: Provider = zeroed();
+        (provider.gpus_in_use, provider.spec.gpu_count) = (gpus_in_use, 8);
+        provider
+    }
+
+    #[test]
+    fn settlement_is_never_over_while_the_job_can_bill() {
+        for status in [JobStatus::Open, JobStatus::Running] {
+            for now in [i64::MIN, 0, ENDED + GRACE + 1, i64::MAX] {
+                assert!(!job(status).settlement_over(now).unwrap(), "{status:?} at {now}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_finishing_job_settles_until_its_grace_is_over_strictly() {
+        let j = job(JobStatus::Finishing);
+        assert!(!j.settlement_over(ENDED).unwrap());
+        assert!(!j.settlement_over(ENDED + GRACE - 1).unwrap());
+        assert!(!j.settlement_over(ENDED + GRACE).unwrap());
+        assert!(j.settlement_over(ENDED + GRACE + 1).unwrap());
+        assert!(j.settlement_over(i64::MAX).unwrap());
+    }
+
+    #[test]
+    fn a_grace_end_past_i64_max_is_an_overflow_not_a_wrap() {
+        let mut j = job(JobStatus::Finishing);
+        j.ended_at = i64::MAX - GRACE + 1;
+        assert_eq!(error_code(j.settlement_over(i64::MAX).unwrap_err()), code_of(GpuMarketError::MathOverflow));
+        j.ended_at = i64::MAX - GRACE;
+        assert!(!j.settlement_over(i64::MAX).unwrap());
+    }
+
+    #[test]
+    fn an_ended_job_has_nothing_left_to_settle() {
+        for status in [JobStatus::Completed, JobStatus::Cancelled, JobStatus::Failed, JobStatus::Declined] {
+            for now in [i64::MIN, 0, ENDED, i64::MAX] {
+                assert!(job(status).settlement_over(now).unwrap(), "{status:?} at {now}");
+            }
+        }
+    }
+
+    #[test]
+    fn booked_escrow_is_the_deposit_less_every_outflow() {
+        let mut j = job(JobStatus::Running);
+        assert_eq!(j.booked_escrow().unwrap(), 1_000);
+        (j.paid_provider, j.paid_validators, j.paid_treasury, j.burned, j.refunded) = (500, 100, 200, 50, 149);
+        assert_eq!(j.booked_escrow().unwrap(), 1);
+        j.refunded = 150;
+        assert_eq!(j.booked_escrow().unwrap(), 0);
+        j.refunded = 151;
+        assert_eq!(error_code(j.booked_escrow().unwrap_err()), code_of(GpuMarketError::InvariantViolated));
+    }
+
+    #[test]
+    fn booked_escrow_refuses_any_single_outflow_above_the_deposit() {
+        for field in 0..5 {
+            let mut j = job(JobStatus::Running);
+            j.deposited = u64::MAX;
+            assert_eq!(j.booked_escrow().unwrap(), u64::MAX);
+            let outflow = [&mut j.paid_provider, &mut j.paid_validators, &mut j.paid_treasury, &mut j.burned, &mut j.refunded];
+            *outflow[field] = u64::MAX;
+            assert_eq!(j.booked_escrow().unwrap(), 0);
+            j.deposited = u64::MAX - 1;
+            assert_eq!(error_code(j.booked_escrow().unwrap_err()), code_of(GpuMarketError::InvariantViolated));
+        }
+    }
+
+    #[test]
+    fn the_escrow_may_hold_more_than_booked_never_less() {
+        let j = job(JobStatus::Running);
+        assert!(j.invariant(1_000).is_ok());
+        assert!(j.invariant(u64::MAX).is_ok());
+        assert_eq!(error_code(j.invariant(999).unwrap_err()), code_of(GpuMarketError::InvariantViolated));
+    }
+
+    #[test]
+    fn evidence_counts_only_for_windows_after_the_start_of_a_started_job() {
+        let code = |j: &Job, a, b| j.check_evidence_windows(a, b).map_err(error_code);
+        let mut j = job(JobStatus::Running);
+        j.started_at = 100;
+        assert_eq!(code(&j, 101, 101), Ok(()));
+        assert_eq!(code(&j, 101, i64::MAX), Ok(()));
+        assert_eq!(code(&j, 100, 101), Err(code_of(GpuMarketError::ReceiptBeforeJobStart)));
+        assert_eq!(code(&j, 101, 100), Err(code_of(GpuMarketError::ReceiptBeforeJobStart)));
+        assert_eq!(code(&j, i64::MIN, 99), Err(code_of(GpuMarketError::ReceiptBeforeJobStart)));
+        for status in [JobStatus::Finishing, JobStatus::Completed, JobStatus::Failed] {
+            j.status = status;
+            assert_eq!(code(&j, 101, 101), Ok(()), "{status:?}");
+        }
+        j.started_at = 0;
+        assert_eq!(code(&j, 101, 101), Err(code_of(GpuMarketError::JobNeverStarted)));
+        j.status = JobStatus::Open;
+        assert_eq!(code(&j, 101, 101), Err(code_of(GpuMarketError::InvalidJobStatus)));
+    }
+
+    #[test]
+    fn ending_frees_the_gpus_and_books_the_outcome_once() {
+        let mut j = job(JobStatus::Running);
+        let mut p = provider(3);
+        j.end(&mut p, JobStatus::Failed, 2_000).unwrap();
+        assert_eq!((j.status, j.ended_at, p.gpus_in_use), (JobStatus::Failed, 2_000, 1));
+        assert_eq!((p.reputation.jobs_failed, p.reputation.jobs_completed), (1, 0));
+        // It holds no GPUs any more: a second end is refused and books nothing.
+        assert_eq!(error_code(j.end(&mut p, JobStatus::Completed, 2_001).unwrap_err()), code_of(GpuMarketError::InvalidJobStatus));
+        assert_eq!((p.gpus_in_use, p.reputation.jobs_completed), (1, 0));
+    }
+
+    #[test]
+    fn a_finished_job_keeps_its_end_and_counts_completed_only_if_it_billed() {
+        let mut p = provider(4);
+        let mut unpaid = job(JobStatus::Finishing);
+        unpaid.end(&mut p, JobStatus::Completed, 5_000).unwrap();
+        assert_eq!((unpaid.ended_at, p.reputation.jobs_completed), (ENDED, 0));
+        let mut paid = job(JobStatus::Finishing);
+        paid.paid_seconds = 1;
+        paid.end(&mut p, JobStatus::Completed, 5_000).unwrap();
+        assert_eq!((p.gpus_in_use, p.reputation.jobs_completed), (0, 1));
+    }
+
+    #[test]
+    fn ending_more_gpus_than_the_provider_has_in_use_is_an_overflow() {
+        let mut j = job(JobStatus::Open);
+        let mut p = provider(1);
+        assert_eq!(error_code(j.end(&mut p, JobStatus::Cancelled, 0).unwrap_err()), code_of(GpuMarketError::MathOverflow));
+        let mut p = provider(2);
+        j.end(&mut p, JobStatus::Cancelled, 0).unwrap();
+        assert_eq!(p.gpus_in_use, 0);
+    }
+
+    #[test]
+    fn reputation_counters_do_not_wrap() {
+        let mut j = job(JobStatus::Running);
+        let mut p = provider(2);
+        p.reputation.jobs_failed = u64::MAX;
+        assert_eq!(error_code(j.end(&mut p, JobStatus::Failed, 0).unwrap_err()), code_of(GpuMarketError::MathOverflow));
+    }
 }

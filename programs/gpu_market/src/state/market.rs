@@ -195,3 +195,87 @@ impl Market {
         Ok(())
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::arithmetic_side_effects, clippy::integer_division)]
+mod tests {
+    use super::*;
+    use crate::state::testing::{code_of, error_code, zeroed};
+
+    const AT: i64 = 1_000;
+
+    /// Valid parameters, told apart by `fee_bps`.
+    fn params(fee_bps: u16) -> MarketParams {
+        let mut params: MarketParams = zeroed();
+        (params.fee_bps, params.window_seconds, params.min_quorum) = (fee_bps, 1, 1);
+        (params.max_missed_windows, params.temp_critical_c) = (1, 90);
+        params
+    }
+
+    /// Parameters `params(1)` in force, `params(2)` announced for `effective_at` (0: none).
+    fn market(effective_at: i64) -> Market {
+        let mut market: Market = zeroed();
+        (market.params, market.pending_params, market.params_effective_at) = (params(1), params(2), effective_at);
+        market
+    }
+
+    #[test]
+    fn without_an_announcement_the_current_parameters_hold_for_ever() {
+        let m = market(0);
+        for now in [i64::MIN, -1, 0, 1, AT, i64::MAX] {
+            assert_eq!(m.params_at(now), params(1), "at {now}");
+        }
+    }
+
+    #[test]
+    fn announced_parameters_apply_from_their_time_on() {
+        let m = market(AT);
+        assert_eq!(m.params_at(i64::MIN), params(1));
+        assert_eq!(m.params_at(AT - 1), params(1));
+        assert_eq!(m.params_at(AT), params(2));
+        assert_eq!(m.params_at(AT + 1), params(2));
+        assert_eq!(m.params_at(i64::MAX), params(2));
+    }
+
+    #[test]
+    fn the_edges_of_time_are_no_special_case() {
+        let late = market(i64::MAX);
+        assert_eq!(late.params_at(i64::MAX - 1), params(1));
+        assert_eq!(late.params_at(i64::MAX), params(2));
+        let early = market(i64::MIN);
+        assert_eq!(early.params_at(i64::MIN), params(2));
+        let before_epoch = market(-5);
+        assert_eq!(before_epoch.params_at(-6), params(1));
+        assert_eq!(before_epoch.params_at(-5), params(2));
+    }
+
+    #[test]
+    fn promoting_changes_nothing_params_at_can_see() {
+        for now in [AT - 1, AT, AT + 1] {
+            let mut m = market(AT);
+            let before = m.params_at(now);
+            m.promote_params(now);
+            assert_eq!(m.params_at(now), before, "at {now}");
+            assert_eq!(m.params_at(i64::MAX), params(2), "at {now}");
+            assert_eq!(m.params_effective_at == 0, now >= AT, "at {now}");
+        }
+    }
+
+    #[test]
+    fn booked_stake_is_stake_plus_bonds_without_overflow() {
+        let mut m = market(0);
+        (m.totals.staked, m.totals.bonded) = (u64::MAX - 1, 1);
+        assert_eq!(m.booked_stake().unwrap(), u64::MAX);
+        m.totals.bonded = 2;
+        assert_eq!(error_code(m.booked_stake().unwrap_err()), code_of(GpuMarketError::MathOverflow));
+    }
+
+    #[test]
+    fn the_stake_vault_may_hold_more_than_booked_never_less() {
+        let mut m = market(0);
+        (m.totals.staked, m.totals.bonded) = (10, 5);
+        assert!(m.invariant(15).is_ok());
+        assert!(m.invariant(u64::MAX).is_ok());
+        assert_eq!(error_code(m.invariant(14).unwrap_err()), code_of(GpuMarketError::InvariantViolated));
+    }
+}

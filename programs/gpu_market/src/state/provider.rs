@@ -1,7 +1,9 @@
 use anchor_lang::prelude::*;
 
+use crate::checked::{add, sub};
 use crate::errors::GpuMarketError;
-use crate::state::ENDPOINT_LEN;
+use crate::math::SlashSplit;
+use crate::state::{Market, ENDPOINT_LEN};
 
 pub const MAX_GPUS_PER_PROVIDER: u16 = 256;
 /// Retired worker keys kept for evidence and late receipts. A rotation that would drop a key
@@ -147,11 +149,155 @@ impl Provider {
         Ok(())
     }
 
+    /// Books `split` against the provider's stake (then unbonding) and the market totals. The
+    /// caller moves the tokens (reward, burn) out of the stake vault.
+    pub fn book_slash(&mut self, market: &mut Market, split: &SlashSplit) -> Result<()> {
+        self.stake = sub(self.stake, split.from_stake)?;
+        self.unbonding.amount = sub(self.unbonding.amount, split.from_unbonding)?;
+        market.totals.staked = sub(market.totals.staked, split.amount)?;
+        market.totals.slashed = add(market.totals.slashed, split.amount)?;
+        Ok(())
+    }
+
     pub fn invariant(&self) -> Result<()> {
         require!(
             self.gpus_in_use <= self.spec.gpu_count,
             GpuMarketError::InvariantViolated
         );
         Ok(())
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::arithmetic_side_effects, clippy::integer_division)]
+mod tests {
+    use super::*;
+    use crate::state::testing::{code_of, error_code, zeroed};
+
+    const GRACE: i64 = 100;
+
+    fn provider() -> Provider {
+        let mut provider: Provider = zeroed();
+        (provider.owner, provider.worker_key) = (Pubkey::new_unique(), Pubkey::new_unique());
+        provider
+    }
+
+    /// A provider whose `old` key retired at `retired_at`, `new` being current.
+    fn rotated(retired_at: i64) -> (Provider, Pubkey, Pubkey) {
+        let mut p = provider();
+        let old = p.worker_key;
+        let new = Pubkey::new_unique();
+        p.rotate_key(new, 0, retired_at, 0).unwrap();
+        (p, old, new)
+    }
+
+    #[test]
+    fn a_current_key_without_expiry_signs_every_window_whenever_settled() {
+        let p = provider();
+        for window_end in [i64::MIN, 0, i64::MAX] {
+            for now in [i64::MIN, 0, i64::MAX] {
+                assert!(p.receipt_key_valid(&p.worker_key, window_end, now, GRACE));
+            }
+        }
+        assert!(p.receipt_key_valid(&p.worker_key, 0, 0, 0));
+    }
+
+    #[test]
+    fn a_current_key_signs_windows_that_end_by_its_expiry() {
+        let mut p = provider();
+        p.worker_key_expires_at = 1_000;
+        assert!(p.receipt_key_valid(&p.worker_key, 999, i64::MAX, GRACE));
+        assert!(p.receipt_key_valid(&p.worker_key, 1_000, i64::MAX, GRACE));
+        assert!(!p.receipt_key_valid(&p.worker_key, 1_001, 1_001, GRACE));
+        assert!(!p.receipt_key_valid(&p.worker_key, i64::MAX, 0, GRACE));
+    }
+
+    #[test]
+    fn a_retired_key_signs_only_windows_that_ended_by_its_retirement() {
+        let (p, old, new) = rotated(500);
+        assert!(p.receipt_key_valid(&old, 499, 500, GRACE));
+        assert!(p.receipt_key_valid(&old, 500, 500, GRACE));
+        assert!(!p.receipt_key_valid(&old, 501, 501, GRACE));
+        assert!(p.receipt_key_valid(&new, 501, 501, GRACE));
+        // The new key signs earlier windows too: it is current, without expiry.
+        assert!(p.receipt_key_valid(&new, 400, 501, GRACE));
+    }
+
+    #[test]
+    fn a_retired_key_settles_within_the_grace_after_its_retirement() {
+        let (p, old, _) = rotated(500);
+        assert!(p.receipt_key_valid(&old, 500, 500 + GRACE - 1, GRACE));
+        assert!(p.receipt_key_valid(&old, 500, 500 + GRACE, GRACE));
+        assert!(!p.receipt_key_valid(&old, 500, 500 + GRACE + 1, GRACE));
+        assert!(!p.receipt_key_valid(&old, 500, 501, 0));
+        assert!(p.receipt_key_valid(&old, 500, 500, 0));
+        // Evidence has no time limit: the key still signed that window.
+        assert!(p.key_signs_window(&old, 500));
+    }
+
+    #[test]
+    fn the_grace_saturates_at_i64_max() {
+        let (p, old, _) = rotated(i64::MAX - 1);
+        assert!(p.receipt_key_valid(&old, 0, i64::MAX, GRACE));
+        assert!(p.receipt_key_valid(&old, i64::MAX - 1, i64::MAX, i64::MAX));
+    }
+
+    #[test]
+    fn no_other_key_signs() {
+        let (p, _, _) = rotated(500);
+        assert!(!p.receipt_key_valid(&Pubkey::new_unique(), 0, 0, GRACE));
+        // Empty retired slots hold the default key; it signs nothing.
+        assert!(!p.receipt_key_valid(&Pubkey::default(), 0, 0, GRACE));
+        assert!(!p.receipt_key_valid(&Pubkey::default(), i64::MIN, i64::MIN, i64::MAX));
+    }
+
+    #[test]
+    fn a_key_retired_twice_counts_from_its_latest_retirement() {
+        let mut p = provider();
+        let a = p.worker_key;
+        let b = Pubkey::new_unique();
+        p.rotate_key(b, 0, 100, 0).unwrap();
+        p.rotate_key(a, 0, 200, 0).unwrap();
+        p.rotate_key(b, 0, 300, 0).unwrap();
+        // `a` retired at 100 and again at 300: a window ending at 300 settles until 300 + grace.
+        assert!(p.receipt_key_valid(&a, 300, 300 + GRACE, GRACE));
+        assert!(!p.receipt_key_valid(&a, 301, 301, GRACE));
+    }
+
+    fn market(staked: u64) -> Market {
+        let mut market: Market = zeroed();
+        market.totals.staked = staked;
+        market
+    }
+
+    fn split(from_stake: u64, from_unbonding: u64) -> SlashSplit {
+        let amount = from_stake + from_unbonding;
+        SlashSplit { amount, from_stake, from_unbonding, reward: 0, burned: amount }
+    }
+
+    #[test]
+    fn a_slash_is_booked_on_stake_unbonding_and_market_totals() {
+        let mut p = provider();
+        p.stake = 100;
+        p.unbonding.amount = 50;
+        let mut m = market(150);
+        p.book_slash(&mut m, &split(100, 50)).unwrap();
+        assert_eq!((p.stake, p.unbonding.amount), (0, 0));
+        assert_eq!((m.totals.staked, m.totals.slashed), (0, 150));
+    }
+
+    #[test]
+    fn a_slash_above_the_stake_is_an_overflow() {
+        let mut p = provider();
+        p.stake = 100;
+        let mut m = market(100);
+        assert_eq!(error_code(p.book_slash(&mut m, &split(101, 0)).unwrap_err()), code_of(GpuMarketError::MathOverflow));
+        let mut p = provider();
+        assert_eq!(error_code(p.book_slash(&mut m, &split(0, 1)).unwrap_err()), code_of(GpuMarketError::MathOverflow));
+        let mut p = provider();
+        p.stake = u64::MAX;
+        let mut m = market(u64::MAX);
+        m.totals.slashed = 1;
+        assert_eq!(error_code(p.book_slash(&mut m, &split(u64::MAX, 0)).unwrap_err()), code_of(GpuMarketError::MathOverflow));
     }
 }

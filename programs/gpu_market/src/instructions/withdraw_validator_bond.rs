@@ -1,45 +1,11 @@
 use anchor_lang::prelude::*;
 use anchor_spl::token::{Mint, Token, TokenAccount};
 
+use crate::checked;
 use crate::errors::GpuMarketError;
-use crate::events::{emit_event, ValidatorBondWithdrawn, ValidatorExitRequested};
-use crate::ops::{self, MarketSigner};
-use crate::state::{Market, Unbonding, Validator, ValidatorStatus};
-
-/// An Active validator leaves: its whole bond unbonds for `unbonding_seconds` (slashable for
-/// equivocation until `withdraw_validator_bond`); it joins no new committee and reports no
-/// downtime, and the users of its jobs may replace it. Until its account closes it still
-/// attests and settles for the committees it is in (`ValidatorStatus::settles`), so its exit
-/// never stalls the pay for seconds a worker proved. Allowed while paused. Can only be signed
-/// by the validator's authority.
-#[derive(Accounts)]
-pub struct RequestValidatorExit<'info> {
-    pub authority: Signer<'info>,
-    pub market: Box<Account<'info, Market>>,
-    #[account(
-        mut,
-        has_one = authority @ GpuMarketError::NotAValidator,
-        has_one = market @ GpuMarketError::NotAValidator,
-    )]
-    pub validator: Box<Account<'info, Validator>>,
-}
-
-pub fn request(ctx: Context<RequestValidatorExit>) -> Result<()> {
-    let now = Clock::get()?.unix_timestamp;
-    let unbonding_seconds = ctx.accounts.market.params_at(now).unbonding_seconds;
-    let validator = &mut ctx.accounts.validator;
-    require!(validator.status == ValidatorStatus::Active, GpuMarketError::ValidatorNotActive);
-    let release_at = now.checked_add(unbonding_seconds).ok_or(GpuMarketError::MathOverflow)?;
-    validator.unbonding = Unbonding { amount: validator.bond, release_at };
-    validator.bond = 0;
-    validator.status = ValidatorStatus::Exiting;
-    emit_event(ValidatorExitRequested {
-        validator: validator.key(),
-        amount: validator.unbonding.amount,
-        release_at,
-    });
-    Ok(())
-}
+use crate::events::{emit_event, ValidatorBondWithdrawn};
+use crate::ops;
+use crate::state::{Market, Validator, ValidatorStatus};
 
 /// Pays an exiting validator's bond back once released and closes its account (rent to the
 /// authority). Its settlement rewards must be claimed first (`claim_validator_rewards`, in the
@@ -72,25 +38,23 @@ pub struct WithdrawValidatorBond<'info> {
     pub token_program: Program<'info, Token>,
 }
 
-pub fn withdraw(ctx: Context<WithdrawValidatorBond>) -> Result<()> {
+pub fn handler(ctx: Context<WithdrawValidatorBond>) -> Result<()> {
     let now = Clock::get()?.unix_timestamp;
     let validator = &ctx.accounts.validator;
     require!(validator.status == ValidatorStatus::Exiting, GpuMarketError::ValidatorNotExiting);
     require!(now >= validator.unbonding.release_at, GpuMarketError::UnbondingNotReleased);
     require!(validator.rewards_unclaimed == 0, GpuMarketError::RewardsUnclaimed);
     let amount = validator.unbonding.amount;
-    let signer = MarketSigner::of(&ctx.accounts.market);
-    ops::transfer_signed(
+    ops::transfer_from_market(
         &ctx.accounts.token_program,
         &ctx.accounts.stake_vault,
         &ctx.accounts.stake_mint,
         ctx.accounts.authority_stake_account.to_account_info(),
-        ctx.accounts.market.to_account_info(),
-        &signer.seeds(),
+        &ctx.accounts.market,
         amount,
     )?;
     let market = &mut ctx.accounts.market;
-    market.totals.bonded = ops::sub(market.totals.bonded, amount)?;
+    market.totals.bonded = checked::sub(market.totals.bonded, amount)?;
     ctx.accounts.validator.unbonding.amount = 0;
     ctx.accounts.stake_vault.reload()?;
     ctx.accounts.market.invariant(ctx.accounts.stake_vault.amount)?;

@@ -1,72 +1,14 @@
 use anchor_lang::prelude::*;
 use anchor_spl::token::{Mint, Token, TokenAccount};
 
+use crate::checked;
 use crate::errors::GpuMarketError;
-use crate::events::{emit_event, CommitteeMemberReplaced, ValidatorEquivocationSlashed};
+use crate::events::{emit_event, ValidatorEquivocationSlashed};
 use crate::math;
 use crate::ops;
 use crate::receipt::{attestation_message, preceding_ed25519_entries, Receipt};
 use crate::seeds;
-use crate::state::{
-    EquivocationRecord, Job, JobStatus, Market, Provider, Unbonding, Validator, ValidatorStatus,
-};
-
-/// The job's user replaces committee member `index`, which is no longer Active (exiting, or its
-/// Validator account closed), by `new_validator`: an Active validator of this market, not yet in
-/// the committee, and not the provider's owner or worker key. A job never becomes unsettleable
-/// because a member left. Allowed while the job holds GPUs (Open, Running, Finishing) and while
-/// paused. Can only be signed by the job's user.
-#[derive(Accounts)]
-pub struct ReplaceCommitteeMember<'info> {
-    pub user: Signer<'info>,
-    pub market: Box<Account<'info, Market>>,
-    #[account(has_one = market @ GpuMarketError::ProviderMarketMismatch)]
-    pub provider: Box<Account<'info, Provider>>,
-    #[account(
-        mut,
-        has_one = user @ GpuMarketError::NotJobUser,
-        has_one = market @ GpuMarketError::JobMarketMismatch,
-        has_one = provider @ GpuMarketError::JobProviderMismatch,
-    )]
-    pub job: Box<Account<'info, Job>>,
-    /// CHECK: must be the Validator PDA of the member being replaced; it may be closed.
-    pub previous_validator: UncheckedAccount<'info>,
-    #[account(constraint = new_validator.market == market.key() @ GpuMarketError::NotAValidator)]
-    pub new_validator: Box<Account<'info, Validator>>,
-}
-
-pub fn replace(ctx: Context<ReplaceCommitteeMember>, index: u8) -> Result<()> {
-    let job = &ctx.accounts.job;
-    require!(job.status.holds_gpus(), GpuMarketError::InvalidJobStatus);
-    let slot = usize::from(index);
-    let previous = *job.members().get(slot).ok_or(GpuMarketError::NotCommitteeMember)?;
-    let market_key = ctx.accounts.market.key();
-    let (expected, _) = Pubkey::find_program_address(
-        &[seeds::VALIDATOR, market_key.as_ref(), previous.as_ref()],
-        ctx.program_id,
-    );
-    let info = ctx.accounts.previous_validator.to_account_info();
-    require_keys_eq!(info.key(), expected, GpuMarketError::NotCommitteeMember);
-    if info.owner == ctx.program_id && !info.data_is_empty() {
-        let data = info.try_borrow_data()?;
-        let v = Validator::try_deserialize(&mut &data[..])?;
-        require!(v.status != ValidatorStatus::Active, GpuMarketError::MemberStillActive);
-    }
-    let new = &ctx.accounts.new_validator;
-    let provider = &ctx.accounts.provider;
-    require!(
-        new.status == ValidatorStatus::Active
-            && job.member_index(&new.authority).is_none()
-            && new.authority != provider.owner
-            && new.authority != provider.worker_key,
-        GpuMarketError::InvalidCommittee
-    );
-    let member = new.authority;
-    let job = &mut ctx.accounts.job;
-    job.committee[slot] = member;
-    emit_event(CommitteeMemberReplaced { job: job.key(), index, previous, member });
-    Ok(())
-}
+use crate::state::{EquivocationRecord, Job, Market, Unbonding, Validator, ValidatorStatus};
 
 /// Permissionless: two different attestations (receipt and approved seconds) by one member of a
 /// job's committee for the same seq prove that validator equivocated. The Ed25519 instruction
@@ -122,7 +64,7 @@ pub struct SlashValidatorEquivocation<'info> {
     pub system_program: Program<'info, System>,
 }
 
-pub fn slash_validator_equivocation(
+pub fn handler(
     ctx: Context<SlashValidatorEquivocation>,
     first: Receipt,
     first_approved: u64,
@@ -137,12 +79,7 @@ pub fn slash_validator_equivocation(
     );
     let accounts = &ctx.accounts;
     let job = &accounts.job;
-    require!(job.status != JobStatus::Open, GpuMarketError::InvalidJobStatus);
-    require!(job.started_at != 0, GpuMarketError::JobNeverStarted);
-    require!(
-        first.window_end > job.started_at && second.window_end > job.started_at,
-        GpuMarketError::ReceiptBeforeJobStart
-    );
+    job.check_evidence_windows(first.window_end, second.window_end)?;
     let authority = accounts.validator.authority;
     require!(job.member_index(&authority).is_some(), GpuMarketError::NotCommitteeMember);
     let (market_key, job_key) = (accounts.market.key(), job.key());
@@ -179,19 +116,19 @@ pub fn slash_validator_equivocation(
     )?;
     let unbonding_seconds = ctx.accounts.market.params_at(now).unbonding_seconds;
     let validator = &mut ctx.accounts.validator;
-    let bond = ops::sub(validator.bond, split.from_stake)?;
-    let unbonding = ops::sub(validator.unbonding.amount, split.from_unbonding)?;
+    let bond = checked::sub(validator.bond, split.from_stake)?;
+    let unbonding = checked::sub(validator.unbonding.amount, split.from_unbonding)?;
     // It is forced out: the rest of its bond unbonds (still slashable) from now.
     validator.bond = 0;
     validator.unbonding = Unbonding {
-        amount: ops::add(bond, unbonding)?,
+        amount: checked::add(bond, unbonding)?,
         release_at: now.checked_add(unbonding_seconds).ok_or(GpuMarketError::MathOverflow)?,
     };
     validator.status = ValidatorStatus::Exiting;
     validator.slashes = validator.slashes.checked_add(1).ok_or(GpuMarketError::MathOverflow)?;
     let market = &mut ctx.accounts.market;
-    market.totals.bonded = ops::sub(market.totals.bonded, split.amount)?;
-    market.totals.slashed = ops::add(market.totals.slashed, split.amount)?;
+    market.totals.bonded = checked::sub(market.totals.bonded, split.amount)?;
+    market.totals.slashed = checked::add(market.totals.slashed, split.amount)?;
     ctx.accounts.stake_vault.reload()?;
     ctx.accounts.market.invariant(ctx.accounts.stake_vault.amount)?;
     ctx.accounts.record.set_inner(EquivocationRecord {
