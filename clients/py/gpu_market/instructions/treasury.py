@@ -1,6 +1,6 @@
 """Builders of the treasury instructions (the program's ``set_treasury.rs``, ``withdraw_fees.rs``
-and ``sweep_vault.rs``): ``set_treasury`` (market authority), and the permissionless ``withdraw_fees`` and ``sweep_vault``, which name
-no signer (whoever sends them pays the fee)."""
+and ``sweep_vault.rs``): ``set_treasury`` (market authority), and the permissionless
+``withdraw_fees`` and ``sweep_vault``, which name no signer (whoever sends them pays the fee)."""
 
 from __future__ import annotations
 
