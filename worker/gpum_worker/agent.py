@@ -88,7 +88,8 @@ from .keys import WorkerKey, b58encode
 from .outbox import JobChain, Outbox
 from .sender import DeliveryLanes, HttpPoster, RetryPolicy
 from .window import aggregate_gpu, billable_seconds
-from .workloads import WorkloadManager, WorkloadStore
+from .workload_store import WorkloadStore
+from .workloads import WorkloadManager
 
 log = logging.getLogger("gpum_worker.agent")
 
@@ -619,7 +620,7 @@ class Agent:
         return recorded
 
     def _observe_workloads(self, now: float) -> None:
-        """Attribute GPU processes of workload jobs while they run (see workloads.py)."""
+        """Attribute GPU processes of workload jobs while they run (see workload_windows.py)."""
         for a in list(self.active.values()):
             if a.done or not a.job.has_workload:
                 continue

@@ -1,4 +1,4 @@
-"""The worker's HTTP API for users of its jobs' workloads (DESIGN.md section 8).
+"""The worker's HTTP API for users of its jobs' workloads (docs/protocol.md, "Workloads").
 
 Endpoints (JSON unless noted; every error is ``{"error": "<what to do>"}``)::
 
@@ -58,12 +58,9 @@ from .config import parse_listen
 from .errors import ConfigError
 from .jobs import AssignedJob
 from .keys import decode_pubkey
-from .workloads import (
-    LOG_READ_DEADLINE_S,
-    LOG_READ_MAX_BYTES,
-    WorkloadManager,
-    WorkloadUnavailable,
-)
+from .runtime import LOG_READ_DEADLINE_S, LOG_READ_MAX_BYTES
+from .workload_store import WorkloadUnavailable
+from .workloads import WorkloadManager
 
 log = logging.getLogger("gpum_worker.api")
 

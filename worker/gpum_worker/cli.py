@@ -228,7 +228,8 @@ def _run(config_path: Path | None, job_specs: tuple[str, ...], job_started_at: i
     from .keys import decode_pubkey, load_worker_key
     from .limits import machine_from_host, protect_worker_from_oom
     from .outbox import Outbox
-    from .workloads import WorkloadManager, WorkloadStore
+    from .workload_store import WorkloadStore
+    from .workloads import WorkloadManager
 
     file = load_toml(config_path) if config_path else {}
     cfg = resolve(file, os.environ, flags)
@@ -380,7 +381,7 @@ def _detect_runtime(cfg: Any) -> Any:
     """The configured container runtime; None (logged) when "auto" finds none. An explicit
     choice that is missing or broken is fatal."""
     from .errors import ContainerRuntimeError
-    from .runtime import detect_runtime
+    from .runtime_cli import detect_runtime
 
     extra_env = None
     if cfg.containers_conf is not None:

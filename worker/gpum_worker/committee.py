@@ -1,4 +1,4 @@
-"""Where each job's proofs go: the endpoints of its committee, read from chain (issue 8).
+"""Where each job's proofs go: the endpoints of its committee, read from chain.
 
 A job's committee (``job.committee``: validator authorities, chosen by the user at
 ``create_job``, changed by ``replace_committee_member``) and each member's ``endpoint``
@@ -31,7 +31,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from .errors import JobSourceError
-from .jobs import AssignedJob
+from .jobs import AssignedJob, ValidatorInfo
 from .keys import b58encode
 
 log = logging.getLogger("gpum_worker.committee")
@@ -162,16 +162,6 @@ class CommitteeRouter:
 
 
 # ---------------------------------------------------------------------- acceptance policy
-
-
-@dataclass(frozen=True)
-class ValidatorInfo:
-    """What the chain says about one committee member (its Validator account)."""
-
-    endpoint: str
-    status: str
-    """Lower case: "active", "unbonding", ..."""
-    bond: int
 
 
 @dataclass(frozen=True)

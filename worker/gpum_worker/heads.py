@@ -124,7 +124,7 @@ def verify_head(validator: str, body: Any, job: bytes, provider: bytes,
         raise BadHead(f"the head is signed by {b58encode(p.worker_key)}, not a worker key "
                          "of this provider")
     # The receipt signature alone authenticates the proof bytes (the receipt commits to their
-    # sha256); validators do not check ``proof_signature`` (issue 9), so neither does this: a
+    # sha256); validators do not check ``proof_signature``, so neither does this: a
     # relay that swapped it could otherwise make a good head unusable.
     del psig
     if not verify_receipt(signer, rsig, receipt_for_proof(p, raw)):

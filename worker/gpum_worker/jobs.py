@@ -82,6 +82,16 @@ class AssignedJob:
         return self.workload_hash != NO_WORKLOAD_HASH
 
 
+@dataclass(frozen=True)
+class ValidatorInfo:
+    """What the chain says about one committee member (its Validator account)."""
+
+    endpoint: str
+    status: str
+    """Lower case: "active", "unbonding", ..."""
+    bond: int
+
+
 class JobSource(Protocol):
     def assigned_jobs(self) -> list[AssignedJob]:
         """Jobs of this provider that are open, running or finishing. Raises JobSourceError.
@@ -107,7 +117,7 @@ class JobSource(Protocol):
 
     def validator_info(self, market: bytes, authority: bytes) -> Any:
         """The Validator account of ``authority`` in ``market`` as a
-        ``committee.ValidatorInfo`` (endpoint, status, bond), or None when it does not
+        ``ValidatorInfo`` (endpoint, status, bond), or None when it does not
         exist. Raises JobSourceError when it cannot tell."""
         ...
 
@@ -346,8 +356,6 @@ class ChainJobSource:
         return v
 
     def validator_info(self, market: bytes, authority: bytes) -> Any:
-        from .committee import ValidatorInfo
-
         v = self._validator(market, authority)
         if v is None:
             return None
@@ -433,8 +441,8 @@ def _field(obj: Any, name: str, default: Any = _MISSING) -> Any:
 
 
 def _claimed_seconds(v: Any) -> int:
-    """The cumulative claim of the last settled receipt (``settled_seconds`` in SDKs from
-    before issue 8, where paid and claimed were one number)."""
+    """The cumulative claim of the last settled receipt (``settled_seconds`` in older SDKs,
+    where paid and claimed were one number)."""
     value = _field(v, "claimed_seconds", None)
     if value is None:
         value = _field(v, "settled_seconds", 0)

@@ -1,5 +1,5 @@
 """Per-job resource limits of workload containers: the provider's machine stays the
-provider's (DESIGN.md section 9).
+provider's (docs/protocol.md, "Workloads").
 
 Policy (``job_limits``, pure, no I/O):
 

@@ -1,15 +1,13 @@
-"""Workloads: the user's container of a job (DESIGN.md section 8).
+"""Workloads: the user's container of a job (docs/protocol.md, "Workloads").
 
 A job may carry a workload: ``job.workload_hash`` (fixed on chain at ``create_job``) is the
 sha256 of its spec's canonical bytes (``gpu_market.workload``). The user posts the spec to
 this worker's API (``api.py``); the worker keeps it here and runs it with a real container
 runtime (``runtime.ContainerRuntime``: podman or docker) on exactly the job's GPUs.
 
-``WorkloadStore`` (SQLite, WAL, ``synchronous=FULL``) keeps per job: the spec as delivered
-(its canonical JSON, secrets still sealed to the worker key: they are never decrypted on
-disk), its state, exit code and last error, whether ``finish_job`` was sent, and the tail
-of its logs once its container is removed; plus a tombstone per job the worker saw end
-(the API answers 410 for those).
+The user's spec, the workload's state and its saved log tail are kept durably by
+``WorkloadStore`` (``workload_store``); what the workload did in each window, for its
+proof, is accounted by ``WorkloadWindows`` (``workload_windows``), a part of the manager.
 
 ``WorkloadManager`` is driven by the agent's main loop:
 
@@ -19,9 +17,10 @@ of its logs once its container is removed; plus a tombstone per job the worker s
     (label ``gpum.job=<job b58>``) on exactly those GPUs, with the spec's env plus its
     secrets (opened only here, into the container's environment), ports and limits. The
     start runs in a thread of its own (an image pull must not stall the proofs); the
-    workload is "starting" (PENDING) meanwhile. ``run`` is idempotent by name and the store survives restarts, so a worker restart
-    neither loses nor duplicates a container; a container that exited is never started
-    again (the user's work ran), except one stopped by a host reboot while it ran;
+    workload is "starting" (PENDING) meanwhile. ``run`` is idempotent by name and the
+    store survives restarts, so a worker restart neither loses nor duplicates a container;
+    a container that exited is never started again (the user's work ran), except one
+    stopped by a host reboot while it ran;
   - a runtime that cannot start it: state FAILED (windows not billable), retried with
     backoff (30 s doubling to 10 min);
   - a job that left Running (Finishing, ended, or unknown to the agent's last poll and not
@@ -59,36 +58,22 @@ of its logs once its container is removed; plus a tombstone per job the worker s
   the worst state observed in it and the GPU compute processes on the job's GPUs that are
   (``job_processes``) or are not (``foreign_processes``) in the container.
 
-Worst-state order (best to worst): RUNNING, PENDING, EXITED, RESTARTING, FAILED.
-
-Process attribution: ``observe_processes`` (the agent calls it about once a second with the
-PIDs NVML reports on the job's GPUs) classifies a new PID at once: in the container's PID
-set (``runtime.pids``) it is the job's; otherwise, if it still exists, it is foreign. A
-process that is gone before it could be looked up is not counted either way (it lived
-less than about a second). The runtime is asked only when an unclassified PID shows up.
+Worst-state order and process attribution: see ``workload_windows``.
 """
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
 import logging
 import os
-import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 
 from gpu_market.proof import (
     WORKLOAD_EXITED,
     WORKLOAD_FAILED,
-    WORKLOAD_NONE,
     WORKLOAD_PENDING,
-    WORKLOAD_RESTARTING,
-    WORKLOAD_RUNNING,
-    WorkloadWindow,
 )
 from gpu_market.workload import (
     WorkloadSpec,
@@ -98,11 +83,12 @@ from gpu_market.workload import (
     spec_from_json,
 )
 
-from .errors import ContainerRuntimeError, JobSourceError, WorkerError
+from .errors import ContainerRuntimeError, JobSourceError
 from .jobs import AssignedJob
 from .keys import b58decode, b58encode
 from .limits import JobLimits, LimitsError, MachineResources, job_limits, machine_from_host
 from .runtime import (
+    CONTAINER_PREFIX,
     DEFAULT_SCRATCH_DIR,
     JOB_LABEL,
     LOG_LINE_MAX_BYTES,
@@ -112,13 +98,14 @@ from .runtime import (
     ContainerSpec,
     ContainerState,
     PortBinding,
-    dir_bytes,
+    container_name,
 )
+from .runtime_disk import dir_bytes
+from .workload_store import LOG_TAIL_BYTES, WorkloadRecord, WorkloadStore, WorkloadUnavailable
+from .workload_windows import _CODE_OF_STATE, WorkloadWindows, _Obs
 
 log = logging.getLogger("gpum_worker.workloads")
 
-API_STATES = ("pending", "starting", "running", "exited", "restarting", "failed", "stopped")
-"""Workload states the API reports (``state`` of ``GET /v1/jobs/<job>/workload``)."""
 
 WORKLOAD_HASH_LABEL = "gpum.workload"
 """Container label holding the hex workload hash (for operators; the job label decides)."""
@@ -127,8 +114,6 @@ PROVIDER_LABEL = "gpum.provider"
 only ever looks at containers of this worker's provider: two workers of different providers
 on one host (or a test beside a worker) never remove each other's containers."""
 LOG_TAIL_LINES = 10_000
-LOG_TAIL_BYTES = 1 << 20
-"""At most this much of a container's log is kept after the container is removed."""
 RETRY_BASE_S = 30.0
 RETRY_CAP_S = 600.0
 MAX_START_FAILURES = 3
@@ -140,33 +125,11 @@ EVICT_MIN_BYTES = 64 << 20
 _WRITABLE_DU_DEADLINE_S = 10.0
 MAX_IMAGE_CHECKS = 2
 """Image checks (pulls) of not yet accepted jobs under way at once; the others wait."""
-OBSERVATION_KEEP_S = 7200.0
-"""State observations older than this are pruned (the latest one before is kept)."""
-ENDED_KEEP_S = 30 * 86400
-"""Tombstones of ended jobs (410 in the API) are kept this long."""
 NO_RUNTIME = ("this worker has no container runtime, so it cannot run workloads (install "
               "podman or docker and set [workload] runtime / --runtime, then restart it)")
 
-_RANK = {WORKLOAD_RUNNING: 0, WORKLOAD_PENDING: 1, WORKLOAD_EXITED: 2,
-         WORKLOAD_RESTARTING: 3, WORKLOAD_FAILED: 4}
-_CODE_OF_STATE = {"pending": WORKLOAD_PENDING, "starting": WORKLOAD_PENDING,
-                  "running": WORKLOAD_RUNNING, "exited": WORKLOAD_EXITED,
-                  "restarting": WORKLOAD_RESTARTING, "failed": WORKLOAD_FAILED,
-                  "stopped": WORKLOAD_EXITED}
 _STATE_OF_RUNTIME = {"running": "running", "exited": "exited", "restarting": "restarting",
                      "created": "starting"}
-
-
-class WorkloadUnavailable(WorkerError):
-    """This worker cannot take workloads now (no container runtime, store failing)."""
-
-
-CONTAINER_PREFIX = "gpum-"
-
-
-def container_name(job: bytes) -> str:
-    """The container of ``job``: ``gpum-<job b58>``."""
-    return CONTAINER_PREFIX + b58encode(job)
 
 
 def boot_time() -> float:
@@ -185,173 +148,6 @@ def pid_alive(pid: int) -> bool:
     return os.path.exists(f"/proc/{pid}")
 
 
-# ------------------------------------------------------------------------------- store
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS workloads(
-    job BLOB PRIMARY KEY,
-    workload_hash BLOB NOT NULL,
-    spec BLOB NOT NULL,
-    state TEXT NOT NULL,
-    exit_code INTEGER,
-    error TEXT,
-    finish_requested INTEGER NOT NULL DEFAULT 0,
-    delivered_at REAL NOT NULL,
-    updated_at REAL NOT NULL,
-    running_at REAL,
-    logs BLOB
-);
-CREATE TABLE IF NOT EXISTS ended(job BLOB PRIMARY KEY, ended_at REAL NOT NULL);
-"""
-SCHEMA_VERSION = "1"
-
-
-@dataclass(frozen=True)
-class WorkloadRecord:
-    """One job's workload as stored. ``spec`` is the canonical JSON as delivered (secrets
-    sealed); ``running_at`` is when the worker last saw its container start running."""
-
-    job: bytes
-    workload_hash: bytes
-    spec: bytes
-    state: str
-    exit_code: int | None
-    error: str | None
-    finish_requested: bool
-    delivered_at: float
-    updated_at: float
-    running_at: float | None
-
-
-class WorkloadStore:
-    """Durable workload specs and states (see the module docstring). Thread-safe: one
-    connection behind a lock, shared by the agent's main loop and the API's threads. Every
-    write is committed (WAL, ``synchronous=FULL``) before the method returns."""
-
-    def __init__(self, path: Path | str, clock: Callable[[], float] = time.time) -> None:
-        self.path = str(path)
-        self._clock = clock
-        self._lock = threading.Lock()
-        fresh = self.path != ":memory:" and not os.path.exists(self.path)
-        try:
-            self._db = sqlite3.connect(self.path, isolation_level=None, timeout=30.0,
-                                       check_same_thread=False)
-            if fresh:  # specs may hold env values the user considers private
-                os.chmod(self.path, 0o600)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=FULL")
-            self._db.execute("PRAGMA busy_timeout=30000")
-            self._db.executescript(_SCHEMA)
-            self._db.execute("INSERT OR IGNORE INTO meta VALUES('schema', ?)", (SCHEMA_VERSION,))
-            self._db.execute("DELETE FROM ended WHERE ended_at < ?",
-                             (self._clock() - ENDED_KEEP_S,))
-        except (sqlite3.Error, OSError) as e:
-            raise WorkerError(f"cannot open the workload database {self.path}: {e}") from None
-
-    def close(self) -> None:
-        with self._lock:
-            self._db.close()
-
-    def _exec(self, sql: str, args: tuple = ()) -> int:
-        """Run one statement (committed at once); the number of rows it changed."""
-        with self._lock:
-            try:
-                return self._db.execute(sql, args).rowcount
-            except sqlite3.Error as e:
-                raise WorkloadUnavailable(f"workload database {self.path}: {e}") from None
-
-    def _query(self, sql: str, args: tuple = ()) -> list[tuple]:
-        with self._lock:
-            try:
-                return self._db.execute(sql, args).fetchall()
-            except sqlite3.Error as e:
-                raise WorkloadUnavailable(f"workload database {self.path}: {e}") from None
-
-    def put_spec(self, job: bytes, workload_hash: bytes, spec: bytes) -> bool:
-        """Store ``spec`` (canonical bytes whose sha256 is ``workload_hash``) for ``job``;
-        True when new, False when that very spec was stored already (idempotent)."""
-        if hashlib.sha256(spec).digest() != workload_hash:
-            raise ValueError("spec bytes do not hash to workload_hash")
-        now = self._clock()
-        if self._exec(
-                "INSERT INTO workloads(job, workload_hash, spec, state, delivered_at, "
-                "updated_at) VALUES(?, ?, ?, 'pending', ?, ?) ON CONFLICT(job) DO NOTHING",
-                (job, workload_hash, spec, now, now)):
-            return True
-        rec = self.get(job)
-        if rec is not None and rec.workload_hash != workload_hash:
-            raise ValueError("another spec is stored for this job")
-        return False
-
-    def get(self, job: bytes) -> WorkloadRecord | None:
-        rows = self._query(
-            "SELECT job, workload_hash, spec, state, exit_code, error, finish_requested, "
-            "delivered_at, updated_at, running_at FROM workloads WHERE job = ?", (job,))
-        if not rows:
-            return None
-        row = rows[0]
-        return WorkloadRecord(bytes(row[0]), bytes(row[1]), bytes(row[2]), row[3], row[4],
-                              row[5], bool(row[6]), row[7], row[8], row[9])
-
-    def records(self) -> list[WorkloadRecord]:
-        keys = [bytes(r[0]) for r in self._query("SELECT job FROM workloads ORDER BY job")]
-        return [r for r in (self.get(k) for k in keys) if r is not None]
-
-    def set_state(self, job: bytes, state: str, *, exit_code: int | None = None,
-                  error: str | None = None, running_at: float | None = None) -> bool:
-        """Record ``state`` (one of ``API_STATES``); writes only when state, exit code or
-        error changed. ``running_at`` is stored when the state becomes "running". True when
-        the row changed."""
-        if state not in API_STATES:
-            raise ValueError(f"unknown workload state {state!r}")
-        return bool(self._exec(
-            "UPDATE workloads SET running_at = CASE WHEN ? = 'running' AND state != 'running' "
-            "THEN COALESCE(?, running_at) ELSE running_at END, state = ?, exit_code = ?, "
-            "error = ?, updated_at = ? "
-            "WHERE job = ? AND NOT (state = ? AND exit_code IS ? AND error IS ?)",
-            (state, running_at, state, exit_code, error, self._clock(), job, state, exit_code,
-             error)))
-
-    def mark_finish_requested(self, job: bytes) -> None:
-        self._exec("UPDATE workloads SET finish_requested = 1 WHERE job = ?", (job,))
-
-    def save_logs(self, job: bytes, data: bytes) -> None:
-        """Keep the last ``LOG_TAIL_BYTES`` of a removed container's log."""
-        self._exec("UPDATE workloads SET logs = ? WHERE job = ?",
-                   (bytes(data[-LOG_TAIL_BYTES:]), job))
-
-    def logs(self, job: bytes) -> bytes | None:
-        rows = self._query("SELECT logs FROM workloads WHERE job = ?", (job,))
-        return None if not rows or rows[0][0] is None else bytes(rows[0][0])
-
-    def mark_ended(self, job: bytes) -> None:
-        """The job ended: forget its spec and logs, remember that it ended (410)."""
-        with self._lock:
-            try:
-                self._db.execute("BEGIN IMMEDIATE")
-                self._db.execute("DELETE FROM workloads WHERE job = ?", (job,))
-                self._db.execute("INSERT OR REPLACE INTO ended VALUES(?, ?)",
-                                 (job, self._clock()))
-                self._db.execute("COMMIT")
-            except sqlite3.Error as e:
-                with contextlib.suppress(sqlite3.Error):
-                    self._db.execute("ROLLBACK")
-                raise WorkloadUnavailable(f"workload database {self.path}: {e}") from None
-
-    def is_ended(self, job: bytes) -> bool:
-        return bool(self._query("SELECT 1 FROM ended WHERE job = ?", (job,)))
-
-
-# ------------------------------------------------------------------------------- manager
-
-
-@dataclass(frozen=True)
-class _Obs:
-    t: float
-    code: int
-    exit_code: int | None = None
-
 
 @dataclass
 class _Retry:
@@ -368,7 +164,7 @@ class _ImageCheck:
     retry: _Retry | None = None
 
 
-class WorkloadManager:
+class WorkloadManager(WorkloadWindows):
     """Runs each job's workload (see the module docstring).
 
     ``runtime`` is None when this worker has no container runtime: it then accepts no job
@@ -999,114 +795,6 @@ class WorkloadManager:
                 return
             self._noted[j.job] = why
         log.log(level, "job %s %s", j.job_b58, why)
-
-    # --------------------------------------------------------------- windows
-
-    def _observe(self, job: bytes, t: float, code: int, exit_code: int | None = None) -> None:
-        with self._lock:
-            obs = self._obs.setdefault(job, [])
-            if obs and obs[-1].t >= t:  # a later word on the same instant replaces it
-                if obs[-1].t > t:
-                    return
-                obs.pop()
-            obs.append(_Obs(t, code, exit_code))
-            old = [i for i, o in enumerate(obs) if o.t < t - OBSERVATION_KEEP_S]
-            if old:
-                del obs[: old[-1]]
-
-    def observe_processes(self, job: AssignedJob, pids: Iterable[int]) -> None:
-        """Attribute PIDs now seen on the job's GPUs while their processes still exist.
-        A PID is looked up once here (a foreign one again only at the window's end)."""
-        if not job.has_workload:
-            return
-        with self._lock:
-            seen = self._job_pids.get(job.job, set()) | self._foreign_seen.get(job.job, set())
-        new = set(pids) - seen
-        if new:
-            self._classify(job, new)
-
-    def _classify(self, job: AssignedJob, pids: set[int]) -> tuple[int, int]:
-        """(job processes, foreign processes) among ``pids``; asks the runtime only when
-        one is not known to be the container's."""
-        if not pids:
-            return 0, 0
-        with self._lock:
-            known = set(self._job_pids.get(job.job, ()))
-        unknown = pids - known
-        if unknown and self.runtime is not None:
-            try:
-                current = self.runtime.pids(container_name(job.job))
-            except ContainerRuntimeError as e:
-                log.warning("job %s: cannot list its container's processes (%s); counting "
-                            "unattributed GPU processes as foreign", job.job_b58, e)
-                current = frozenset()
-            known |= set(current)
-            with self._lock:
-                self._job_pids.setdefault(job.job, set()).update(current)
-        mine = pids & known
-        foreign = {p for p in pids - known if self._alive(p)}
-        if foreign:
-            with self._lock:
-                self._foreign_seen.setdefault(job.job, set()).update(foreign)
-        return len(mine), len(foreign)
-
-    def window_state(self, job: AssignedJob, start: int, end: int,
-                     gpu_process_pids: Iterable[int]) -> WorkloadWindow:
-        """The workload part of the proof of window ``[start, end)`` of ``job``:
-        the worst state observed in it (the state at its start included), and the GPU
-        compute processes ``gpu_process_pids`` seen on its GPUs in it, attributed."""
-        if not job.has_workload:
-            return WorkloadWindow(WORKLOAD_NONE)
-        with self._lock:
-            obs = self._obs.get(job.job, [])
-            before = [o for o in obs if o.t < start]
-            inside = [o for o in obs if start <= o.t < end]
-            # The state carried in from before counts unless observed anew at ``start``.
-            carried = [before[-1]] if before and not (inside and inside[0].t == start) else []
-            cands = carried + inside
-            if len(before) > 1:  # windows close in order: older ones are never needed again
-                del obs[: len(before) - 1]
-        if not cands:
-            cands = [self._current(job)]
-        worst = max(cands, key=lambda o: _RANK[o.code])
-        exit_code = None
-        if worst.code == WORKLOAD_EXITED:
-            exit_code = next((o.exit_code for o in reversed(cands)
-                              if o.code == WORKLOAD_EXITED), None)
-        mine, foreign = self._classify(job, set(gpu_process_pids))
-        return WorkloadWindow(worst.code, exit_code, min(mine, 0xFFFF), min(foreign, 0xFFFF))
-
-    def has_run(self, job: AssignedJob, by: float) -> bool:
-        """True when ``job``'s container was seen running (or exited, so it ran) before
-        ``by``; always True for a job without a workload. A window ending before the
-        workload ever ran is not billable."""
-        if not job.has_workload:
-            return True
-        ran = (WORKLOAD_RUNNING, WORKLOAD_EXITED, WORKLOAD_RESTARTING)
-        with self._lock:
-            if any(o.code in ran and o.t < by for o in self._obs.get(job.job, ())):
-                return True
-        try:
-            rec = self.store.get(job.job)
-        except WorkloadUnavailable:
-            return True  # cannot tell: bill as before rather than refuse the provider
-        if rec is None or rec.workload_hash != job.workload_hash:
-            return False
-        if rec.running_at is not None and rec.running_at < by:
-            return True
-        return rec.exit_code is not None and rec.state in ("exited", "stopped")
-
-    def _current(self, job: AssignedJob) -> _Obs:
-        """The state from the store when nothing was observed (e.g. just restarted)."""
-        if self.runtime is None:
-            return _Obs(0, WORKLOAD_FAILED)
-        try:
-            rec = self.store.get(job.job)
-        except WorkloadUnavailable:
-            rec = None
-        if rec is None or rec.workload_hash != job.workload_hash:
-            return _Obs(0, WORKLOAD_PENDING)
-        return _Obs(0, _CODE_OF_STATE[rec.state], rec.exit_code)
 
 
 def _job_of_label(label: str) -> bytes | None:

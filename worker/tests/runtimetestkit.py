@@ -28,7 +28,8 @@ from typing import TypeVar
 import pytest
 from gpum_worker.errors import ContainerRuntimeError
 from gpum_worker.localimage import build_busybox_image
-from gpum_worker.runtime import ContainerRuntime, ContainerSpec, PodmanRuntime, detect_runtime
+from gpum_worker.runtime import ContainerRuntime, ContainerSpec
+from gpum_worker.runtime_cli import PodmanRuntime, detect_runtime
 
 T = TypeVar("T")
 

@@ -7,6 +7,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from agentkit import run_seconds
 from fakes import FakeBackend, FakeGpu, NoHeads
 from gpu_market.proof import (
     HEALTH_GPU_LOST,
@@ -46,17 +47,6 @@ def make(tmp_path: Path, key: WorkerKey, jobs: list[AssignedJob], n_gpus: int = 
               heads=NoHeads())
     a.start()
     return a, backend, src
-
-
-def run_seconds(a: Agent, start: int, end: int, hook=None) -> list:
-    """Sample at every half second mark in [start, end) and close due windows."""
-    proofs = []
-    for t in range(start, end):
-        if hook:
-            hook(t)
-        a.sample_tick(t + 0.5)
-        proofs += a.close_windows(t + 1.45)
-    return proofs
 
 
 def test_windows_chain_signatures(tmp_path: Path, key: WorkerKey) -> None:
@@ -209,7 +199,7 @@ def test_job_source_failure_keeps_jobs(tmp_path: Path, key: WorkerKey) -> None:
     assert len(run_seconds(a, T0, T0 + W)) == 1
 
 
-# ---------------------------------------------------------------------------- issue 7
+# ------------------------------------------------------ the chain decides when a job ended
 
 
 class ChainLikeSource:

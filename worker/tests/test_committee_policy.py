@@ -19,13 +19,12 @@ from gpum_worker.committee import (
     CommitteeGate,
     CommitteePolicy,
     CommitteeRouter,
-    ValidatorInfo,
     judge_committee,
 )
 from gpum_worker.config import resolve
 from gpum_worker.errors import ConfigError
 from gpum_worker.heads import HttpHeadSource
-from gpum_worker.jobs import ChainJobSource
+from gpum_worker.jobs import ChainJobSource, ValidatorInfo
 from gpum_worker.keys import WorkerKey, b58encode
 from gpum_worker.outbox import Outbox
 from gpum_worker.stub_validator import StubValidator

@@ -32,21 +32,12 @@ from gpum_worker.limits import (
     job_limits,
     machine_from_host,
 )
-from gpum_worker.runtime import (
-    LogTail,
-    ScratchVolumes,
-    check_image,
-    mount_points,
-    read_capped,
-    scratch_image_mib,
-)
-from gpum_worker.workloads import (
-    MAX_START_FAILURES,
-    RETRY_BASE_S,
-    WorkloadManager,
-    WorkloadStore,
-    container_name,
-)
+from gpum_worker.runtime import container_name
+from gpum_worker.runtime_argv import check_image
+from gpum_worker.runtime_disk import ScratchVolumes, mount_points, scratch_image_mib
+from gpum_worker.runtime_logs import LogTail, read_capped
+from gpum_worker.workload_store import WorkloadStore
+from gpum_worker.workloads import MAX_START_FAILURES, RETRY_BASE_S, WorkloadManager
 from runtimetestkit import RealPodman, real_podman, wait_for
 from solders.keypair import Keypair
 

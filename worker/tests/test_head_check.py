@@ -1,5 +1,5 @@
 """``verify_head``: a head is trusted on its receipt signature, which commits to sha256 of the
-proof bytes (issue 9: validators verify one signature per proof and keep ``proof_signature``
+proof bytes (validators verify one signature per proof and keep ``proof_signature``
 as sent, so the worker must not depend on it either)."""
 
 from __future__ import annotations

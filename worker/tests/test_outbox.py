@@ -218,16 +218,23 @@ class FakeValidators:
         return httpx.Response(200, json={"status": "accepted"})
 
 
+def _queued(tmp_path: Path, key: WorkerKey, n: int, validators: tuple[str, ...] = (V1,)
+            ) -> tuple[Clock, Outbox, list[bytes], FakeValidators]:
+    """An outbox for ``validators`` holding ``n`` recorded proofs (returned), its clock, and
+    fake validators that answer nothing yet."""
+    clock = Clock()
+    ob = Outbox(tmp_path / "o.sqlite", key.pubkey, list(validators), clock)
+    proofs = _record_n(ob, key, n)
+    return clock, ob, proofs, FakeValidators()
+
+
 def _sender(ob: Outbox, key: WorkerKey, fv: FakeValidators, clock: Clock, **kw) -> Sender:
     client = BoundedClient(transport=httpx.MockTransport(fv))
     return Sender(ob, client, RetryPolicy(**kw), random.Random(1), clock)
 
 
 def test_delete_only_after_every_validator_acked(tmp_path: Path, key: WorkerKey) -> None:
-    clock = Clock()
-    ob = Outbox(tmp_path / "o.sqlite", key.pubkey, [V1, V2], clock)
-    proofs = _record_n(ob, key, 1)
-    fv = FakeValidators()
+    clock, ob, proofs, fv = _queued(tmp_path, key, 1, (V1, V2))
     fv.default[V1] = (200, {"status": "accepted", "job": "x", "seq": 1})
     fv.default[V2] = None  # down
     s = _sender(ob, key, fv, clock)
@@ -244,10 +251,7 @@ def test_delete_only_after_every_validator_acked(tmp_path: Path, key: WorkerKey)
 
 
 def test_backoff_exponential_capped_jittered(tmp_path: Path, key: WorkerKey) -> None:
-    clock = Clock()
-    ob = Outbox(tmp_path / "o.sqlite", key.pubkey, [V1], clock)
-    _record_n(ob, key, 1)
-    fv = FakeValidators()
+    clock, ob, _, fv = _queued(tmp_path, key, 1)
     fv.default[V1] = (503, {"error": "busy", "message": "later"})
     s = _sender(ob, key, fv, clock, base_s=1, cap_s=8)
     delays = []
@@ -267,10 +271,7 @@ def test_backoff_exponential_capped_jittered(tmp_path: Path, key: WorkerKey) -> 
 
 
 def test_transport_errors_retry(tmp_path: Path, key: WorkerKey) -> None:
-    clock = Clock()
-    ob = Outbox(tmp_path / "o.sqlite", key.pubkey, [V1], clock)
-    _record_n(ob, key, 1)
-    fv = FakeValidators()
+    clock, ob, _, fv = _queued(tmp_path, key, 1)
     req = httpx.Request("POST", V1)
     fv.script[V1] = [httpx.ReadTimeout("slow", request=req),
                      httpx.RemoteProtocolError("dropped", request=req),
@@ -285,10 +286,7 @@ def test_transport_errors_retry(tmp_path: Path, key: WorkerKey) -> None:
 
 def test_equivocation_kept_and_never_retried(tmp_path: Path, key: WorkerKey,
                                              caplog: pytest.LogCaptureFixture) -> None:
-    clock = Clock()
-    ob = Outbox(tmp_path / "o.sqlite", key.pubkey, [V1], clock)
-    _record_n(ob, key, 1)
-    fv = FakeValidators()
+    clock, ob, _, fv = _queued(tmp_path, key, 1)
     fv.default[V1] = (409, {"error": "equivocation"})
     s = _sender(ob, key, fv, clock)
     s.deliver_once()
@@ -302,10 +300,7 @@ def test_equivocation_kept_and_never_retried(tmp_path: Path, key: WorkerKey,
 
 def test_4xx_kept_and_retried_only_slowly(tmp_path: Path, key: WorkerKey,
                                           caplog: pytest.LogCaptureFixture) -> None:
-    clock = Clock()
-    ob = Outbox(tmp_path / "o.sqlite", key.pubkey, [V1], clock)
-    _record_n(ob, key, 1)
-    fv = FakeValidators()
+    clock, ob, _, fv = _queued(tmp_path, key, 1)
     fv.default[V1] = (400, {"error": "job_not_running", "message": "job is not Running"})
     s = _sender(ob, key, fv, clock, rejected_retry_s=600)
     s.deliver_once()
@@ -323,10 +318,7 @@ def test_4xx_kept_and_retried_only_slowly(tmp_path: Path, key: WorkerKey,
 
 
 def test_batch_per_item_results(tmp_path: Path, key: WorkerKey) -> None:
-    clock = Clock()
-    ob = Outbox(tmp_path / "o.sqlite", key.pubkey, [V1], clock)
-    _record_n(ob, key, 3)
-    fv = FakeValidators()
+    clock, ob, _, fv = _queued(tmp_path, key, 3)
     fv.script[V1] = [(200, {"results": [{"status": "accepted"}, {"status": "duplicate"},
                                         {"error": "equivocation", "message": "x"}]})]
     s = _sender(ob, key, fv, clock)
@@ -337,10 +329,7 @@ def test_batch_per_item_results(tmp_path: Path, key: WorkerKey) -> None:
 
 
 def test_batch_route_missing_falls_back_to_single(tmp_path: Path, key: WorkerKey) -> None:
-    clock = Clock()
-    ob = Outbox(tmp_path / "o.sqlite", key.pubkey, [V1], clock)
-    _record_n(ob, key, 3)
-    fv = FakeValidators()
+    clock, ob, _, fv = _queued(tmp_path, key, 3)
     fv.script[V1] = [(404, {"error": "not_found"})]
     fv.default[V1] = "auto"
     s = _sender(ob, key, fv, clock)
@@ -349,10 +338,7 @@ def test_batch_route_missing_falls_back_to_single(tmp_path: Path, key: WorkerKey
 
 
 def test_more_than_64_are_sent_in_batches(tmp_path: Path, key: WorkerKey) -> None:
-    clock = Clock()
-    ob = Outbox(tmp_path / "o.sqlite", key.pubkey, [V1], clock)
-    _record_n(ob, key, 70)
-    fv = FakeValidators()
+    clock, ob, _, fv = _queued(tmp_path, key, 70)
     fv.default[V1] = "auto"
     s = _sender(ob, key, fv, clock)
     assert s.deliver_once() == 70
@@ -388,10 +374,7 @@ def test_classify_table() -> None:
 def test_transient_rejections_retried_within_the_window(tmp_path: Path, key: WorkerKey,
                                                         answer: tuple) -> None:
     """Retryable answers back off (1 s doubling, 60 s cap = one window), never 1 h."""
-    clock = Clock()
-    ob = Outbox(tmp_path / "o.sqlite", key.pubkey, [V1], clock)
-    _record_n(ob, key, 1)
-    fv = FakeValidators()
+    clock, ob, _, fv = _queued(tmp_path, key, 1)
     fv.script[V1] = [answer] * 4 + [(200, {"status": "accepted"})]
     s = _sender(ob, key, fv, clock)
     t0 = clock.t
@@ -406,10 +389,7 @@ def test_transient_rejections_retried_within_the_window(tmp_path: Path, key: Wor
 
 
 def test_transient_batch_item_retried(tmp_path: Path, key: WorkerKey) -> None:
-    clock = Clock()
-    ob = Outbox(tmp_path / "o.sqlite", key.pubkey, [V1], clock)
-    _record_n(ob, key, 2)
-    fv = FakeValidators()
+    clock, ob, _, fv = _queued(tmp_path, key, 2)
     fv.script[V1] = [(200, {"results": [{"status": "accepted"},
                                         {"error": "chain_lag", "retry": True}]})]
     fv.default[V1] = "auto"

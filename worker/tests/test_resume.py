@@ -1,4 +1,4 @@
-"""Lost or replaced state never makes the worker sign a (job, seq) twice (issue 7).
+"""Lost or replaced state never makes the worker sign a (job, seq) twice.
 
 Validators are real HTTP servers on 127.0.0.1 (``StubValidator``) serving
 ``GET /v1/jobs/<job>/head``; the worker core is driven with explicit time. Each test checks
@@ -16,6 +16,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from agentkit import run_seconds
 from fakes import FakeBackend, FakeGpu
 from gpu_market.net import BoundedClient
 from gpu_market.proof import (
@@ -76,10 +77,7 @@ class Worker:
     def run(self, start: int, end: int) -> list[WindowProof]:
         """Sample every second of [start, end), close due windows, deliver everything."""
         self.agent.poll_jobs(start)
-        proofs = []
-        for t in range(start, end):
-            self.agent.sample_tick(t + 0.5)
-            proofs += self.agent.close_windows(t + 1.45)
+        proofs = run_seconds(self.agent, start, end)
         self.sender.deliver_once()
         return proofs
 
@@ -91,6 +89,18 @@ class Worker:
 def delete_db(db: Path) -> None:
     for suffix in ("", "-wal", "-shm"):
         Path(f"{db}{suffix}").unlink(missing_ok=True)
+
+
+def proved_then_lost(tmp_path: Path, key: WorkerKey, stubs: list[StubValidator],
+                     end: int) -> Path:
+    """A worker proved and delivered [T0, ``end``), then its outbox database was lost; the
+    database's path."""
+    db = tmp_path / "outbox.sqlite"
+    w = Worker(db, key, stubs)
+    w.run(T0, end)
+    w.close()
+    delete_db(db)
+    return db
 
 
 def assert_never_equivocated(stubs: list[StubValidator], last_seq: int) -> None:
@@ -151,11 +161,7 @@ def test_lost_database_resumes_after_the_validators_head(tmp_path: Path, key: Wo
                                    "seq-mismatch", "garbage"])
 def test_no_signing_while_any_validator_gives_no_usable_head(
         tmp_path: Path, key: WorkerKey, stubs: list[StubValidator], fault: str) -> None:
-    db = tmp_path / "outbox.sqlite"
-    w = Worker(db, key, stubs)
-    w.run(T0, T0 + 2 * W)
-    w.close()
-    delete_db(db)
+    db = proved_then_lost(tmp_path, key, stubs, T0 + 2 * W)
 
     bad = stubs[1]
     if fault == "503":
@@ -216,11 +222,7 @@ def test_a_job_this_database_accepted_starts_with_a_member_down(
 
 def test_higher_head_from_one_validator_only_skips_seqs(tmp_path: Path, key: WorkerKey,
                                                         stubs: list[StubValidator]) -> None:
-    db = tmp_path / "outbox.sqlite"
-    w = Worker(db, key, stubs)
-    w.run(T0, T0 + 2 * W)
-    w.close()
-    delete_db(db)
+    db = proved_then_lost(tmp_path, key, stubs, T0 + 2 * W)
     # One validator holds (or claims, with a proof we really signed) seq 9.
     head = signed_head(key, 9, b"\x11" * 32, T0 + 8 * W, 90)
     stubs[1].head_override[JOB.job] = (200, head)
@@ -238,11 +240,7 @@ def test_rejected_head_counts_as_signed(tmp_path: Path, key: WorkerKey,
                                         stubs: list[StubValidator]) -> None:
     for s in stubs:
         s.reject_if = lambda p: "window_in_future" if p.seq == 3 else None
-    db = tmp_path / "outbox.sqlite"
-    w = Worker(db, key, stubs)
-    w.run(T0, T0 + 3 * W)
-    w.close()
-    delete_db(db)
+    db = proved_then_lost(tmp_path, key, stubs, T0 + 3 * W)
     for s in stubs:
         s.reject_if = None
     w2 = Worker(db, key, stubs)
@@ -256,11 +254,7 @@ def test_rejected_head_counts_as_signed(tmp_path: Path, key: WorkerKey,
 def test_chain_ahead_of_every_validator(tmp_path: Path, key: WorkerKey,
                                         stubs: list[StubValidator]) -> None:
     """The chain settled seq 5 (validators since lost data): resume after the chain."""
-    db = tmp_path / "outbox.sqlite"
-    w = Worker(db, key, stubs)
-    w.run(T0, T0 + 3 * W)
-    w.close()
-    delete_db(db)
+    db = proved_then_lost(tmp_path, key, stubs, T0 + 3 * W)
     job = replace(JOB, last_seq=5, last_window_end=T0 + 5 * W, claimed_seconds=50)
     w2 = Worker(db, key, stubs, job=job)
     later = w2.run(T0 + 5 * W, T0 + 6 * W)

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 from gpum_worker import runtime as rtmod
+from gpum_worker import runtime_argv, runtime_cli
 from gpum_worker.errors import ContainerRuntimeError, WorkerError
 from gpum_worker.limits import JobLimits
 from gpum_worker.localimage import (
@@ -35,16 +36,11 @@ from gpum_worker.runtime import (
     RUNTIME_NAMES,
     ContainerSpec,
     ContainerState,
-    DockerRuntime,
-    PodmanRuntime,
     PortBinding,
     PublishedPort,
-    detect_runtime,
-    parse_inspect,
-    parse_top_pids,
-    run_argv,
-    split_env,
 )
+from gpum_worker.runtime_argv import parse_inspect, parse_top_pids, run_argv, split_env
+from gpum_worker.runtime_cli import DockerRuntime, PodmanRuntime, detect_runtime
 from runtimetestkit import RealPodman, container, real_podman, unique_name, wait_for
 
 GPU_A = "GPU-5f3c1a9e-0b7d-4c2e-9a61-2d8f0e4b7c13"
@@ -60,7 +56,7 @@ def spec(**kw: Any) -> ContainerSpec:
 def test_public_api() -> None:
     assert RUNTIME_NAMES == ("podman", "docker")
     assert JOB_LABEL == "gpum.job"
-    assert set(rtmod.__all__) >= {
+    assert set(rtmod.__all__) | set(runtime_cli.__all__) >= {
         "RUNTIME_NAMES", "JOB_LABEL", "PortBinding", "ContainerSpec", "PublishedPort",
         "ContainerState", "ContainerRuntime", "detect_runtime", "PodmanRuntime",
         "DockerRuntime"}
@@ -190,7 +186,7 @@ def test_split_env_keeps_values_out_of_argv() -> None:
     by_file, by_name = split_env(env, {"PATH": "/usr/bin"})
     assert by_file == (("TOKEN", "s3cr3t-final"), ("EMPTY", ""), ("SPACES", "  a b  "))
     assert by_name == (("PEM", "-----BEGIN\nabc\n-----END"),)
-    assert rtmod.env_file_text(by_file) == "TOKEN=s3cr3t-final\nEMPTY=\nSPACES=  a b  \n"
+    assert runtime_argv.env_file_text(by_file) == "TOKEN=s3cr3t-final\nEMPTY=\nSPACES=  a b  \n"
     for runtime in RUNTIME_NAMES:
         argv = run_argv(runtime, spec(env=env), env_file="/dev/shm/f",
                         env_names=[n for n, _ in by_name])
@@ -635,7 +631,7 @@ def test_env_reaches_the_container_but_no_command_line(real: RealPodman,
             env_files.append((path, stat.S_IMODE(os.stat(path).st_mode)))
         return original(argv, *a, **kw)
 
-    monkeypatch.setattr(rtmod.subprocess, "run", spy)
+    monkeypatch.setattr(runtime_cli.subprocess, "run", spy)
     secret, pem = "v4lue-0f-the-secret", "-----BEGIN KEY-----\nAAAA\n-----END KEY-----"
     s = busybox(real, "env; exec sleep 60", env=(("GPUM_SECRET", secret), ("PEM", pem)))
     with container(rt, s) as name:

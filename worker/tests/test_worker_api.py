@@ -28,7 +28,9 @@ from gpum_worker.errors import ConfigError
 from gpum_worker.jobs import AssignedJob, StaticJobSource
 from gpum_worker.keys import WorkerKey, b58encode
 from gpum_worker.outbox import Outbox
-from gpum_worker.workloads import WorkloadManager, WorkloadStore, container_name
+from gpum_worker.runtime import container_name
+from gpum_worker.workload_store import WorkloadStore
+from gpum_worker.workloads import WorkloadManager
 from solders.keypair import Keypair
 
 T0 = 1_700_000_000

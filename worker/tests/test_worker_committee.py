@@ -1,4 +1,4 @@
-"""Workers find their validators on chain (issue 8): each job's proofs go to its committee.
+"""Workers find their validators on chain: each job's proofs go to its committee.
 
 Validators are real HTTP servers on 127.0.0.1 (``StubValidator``). The chain is an
 SDK-shaped fake client (``list_jobs``, ``fetch_job``, ``fetch_provider``,
@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from agentkit import run_seconds
 from fakes import FakeBackend, FakeGpu
 from gpu_market.net import BoundedClient
 from gpu_market.proof import ZERO_HASH, GpuWindow, WindowProof, encode_proof, proof_hash
@@ -117,10 +118,7 @@ class Worker:
     def run(self, start: int, end: int) -> list[WindowProof]:
         """Poll the chain, sample every second of [start, end), close windows, deliver."""
         self.agent.poll_jobs(start)
-        proofs = []
-        for t in range(start, end):
-            self.agent.sample_tick(t + 0.5)
-            proofs += self.agent.close_windows(t + 1.45)
+        proofs = run_seconds(self.agent, start, end)
         self.deliver()
         return proofs
 

@@ -4,11 +4,13 @@ the agent's proofs for workload jobs, and the same lifecycle with real podman.""
 from __future__ import annotations
 
 import logging
+import os
 import sqlite3
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from agentkit import run_seconds
 from fakes import FakeBackend, FakeGpu, FakeRuntime, NoHeads
 from gpu_market.proof import (
     HEALTH_FOREIGN_PROCESS,
@@ -35,16 +37,14 @@ from gpum_worker.jobs import AssignedJob, StaticJobSource
 from gpum_worker.keys import WorkerKey, b58encode
 from gpum_worker.limits import MachineResources
 from gpum_worker.outbox import Outbox
-from gpum_worker.runtime import JOB_LABEL
+from gpum_worker.runtime import JOB_LABEL, container_name
+from gpum_worker.workload_store import WorkloadStore, WorkloadUnavailable
 from gpum_worker.workloads import (
     MAX_IMAGE_CHECKS,
     MAX_START_FAILURES,
     PROVIDER_LABEL,
     RETRY_BASE_S,
     WorkloadManager,
-    WorkloadStore,
-    WorkloadUnavailable,
-    container_name,
 )
 from runtimetestkit import RealPodman, real_podman, wait_for
 from solders.keypair import Keypair
@@ -98,16 +98,32 @@ def jobs(*pairs: tuple[AssignedJob, tuple[str, ...]]) -> dict:
     return {j.job: (j, uuids) for j, uuids in pairs}
 
 
+def delivered(tmp_path: Path, key: WorkerKey, **spec_kw
+              ) -> tuple[FakeRuntime, WorkloadManager, WorkloadSpec, AssignedJob]:
+    """A manager on a fake runtime, and Running job 1 whose spec (``make_spec(key,
+    **spec_kw)``) was delivered."""
+    rt = FakeRuntime()
+    m = manager(tmp_path, key, rt)
+    spec = make_spec(key, **spec_kw)
+    j = wjob(1, spec)
+    deliver(m, j, spec)
+    return rt, m, spec, j
+
+
+def started(tmp_path: Path, key: WorkerKey, **spec_kw
+            ) -> tuple[FakeRuntime, WorkloadManager, WorkloadSpec, AssignedJob]:
+    """``delivered``, then reconciled at T0 on GPU-0: its container runs."""
+    rt, m, spec, j = delivered(tmp_path, key, **spec_kw)
+    m.reconcile(jobs((j, ("GPU-0",))), now=T0)
+    return rt, m, spec, j
+
+
 # ------------------------------------------------------------------------- reconcile rules
 
 
 def test_running_job_with_spec_gets_exactly_its_container(tmp_path: Path, key: WorkerKey
                                                           ) -> None:
-    rt = FakeRuntime()
-    m = manager(tmp_path, key, rt)
-    spec = make_spec(key)
-    j = wjob(1, spec)
-    deliver(m, j, spec)
+    rt, m, spec, j = delivered(tmp_path, key)
     m.reconcile(jobs((j, ("GPU-1", "GPU-2"))), now=T0)
     name = container_name(j.job)
     assert name == "gpum-" + b58encode(j.job)
@@ -160,12 +176,7 @@ def test_no_container_without_spec_or_before_running(tmp_path: Path, key: Worker
 
 def test_job_leaving_running_loses_its_container_and_logs_stay_served(
         tmp_path: Path, key: WorkerKey) -> None:
-    rt = FakeRuntime()
-    m = manager(tmp_path, key, rt)
-    spec = make_spec(key)
-    j = wjob(1, spec)
-    deliver(m, j, spec)
-    m.reconcile(jobs((j, ("GPU-0",))), now=T0)
+    rt, m, _, j = started(tmp_path, key)
     name = container_name(j.job)
     rt.write(name, b"step 1\nstep 2\n")
     assert m.logs(j, tail=1) == b"step 2\n"
@@ -183,12 +194,7 @@ def test_job_leaving_running_loses_its_container_and_logs_stay_served(
 
 def test_held_job_keeps_its_container_and_ended_job_loses_it(tmp_path: Path,
                                                              key: WorkerKey) -> None:
-    rt = FakeRuntime()
-    m = manager(tmp_path, key, rt)
-    spec = make_spec(key)
-    j = wjob(1, spec)
-    deliver(m, j, spec)
-    m.reconcile(jobs((j, ("GPU-0",))), now=T0)
+    rt, m, _, j = started(tmp_path, key)
     name = container_name(j.job)
     # Missing from one listing but not known to have ended: the container stays as it is.
     m.reconcile({}, held={j.job}, now=T0 + 10)
@@ -253,12 +259,7 @@ def test_listing_failure_removes_nothing(tmp_path: Path, key: WorkerKey) -> None
 
 
 def test_restart_neither_loses_nor_duplicates(tmp_path: Path, key: WorkerKey) -> None:
-    rt = FakeRuntime()
-    m = manager(tmp_path, key, rt)
-    spec = make_spec(key)
-    j = wjob(1, spec)
-    deliver(m, j, spec)
-    m.reconcile(jobs((j, ("GPU-0",))), now=T0)
+    rt, m, _, j = started(tmp_path, key)
     m.store.close()
     m2 = manager(tmp_path, key, rt)  # a new process on the same store
     assert m2.ready_to_accept(replace(j, status="open"))
@@ -280,12 +281,7 @@ def test_restart_neither_loses_nor_duplicates(tmp_path: Path, key: WorkerKey) ->
 
 def test_container_stopped_by_a_host_reboot_is_started_again(tmp_path: Path,
                                                              key: WorkerKey) -> None:
-    rt = FakeRuntime()
-    m = manager(tmp_path, key, rt)
-    spec = make_spec(key, finish_on_exit=True)
-    j = wjob(1, spec)
-    deliver(m, j, spec)
-    m.reconcile(jobs((j, ("GPU-0",))), now=T0)
+    rt, m, _, j = started(tmp_path, key, finish_on_exit=True)
     m.store.close()
     rt.exit(container_name(j.job), 137)  # the host went down with it
     finished: list[bytes] = []
@@ -296,11 +292,7 @@ def test_container_stopped_by_a_host_reboot_is_started_again(tmp_path: Path,
 
 
 def test_finish_on_exit_once(tmp_path: Path, key: WorkerKey) -> None:
-    rt = FakeRuntime()
-    m = manager(tmp_path, key, rt)
-    spec = make_spec(key, finish_on_exit=True)
-    j = wjob(1, spec)
-    deliver(m, j, spec)
+    rt, m, _, j = delivered(tmp_path, key, finish_on_exit=True)
     calls: list[bytes] = []
     fail = [True]
 
@@ -326,11 +318,7 @@ def test_finish_on_exit_once(tmp_path: Path, key: WorkerKey) -> None:
 
 
 def test_no_finish_without_finish_on_exit(tmp_path: Path, key: WorkerKey) -> None:
-    rt = FakeRuntime()
-    m = manager(tmp_path, key, rt)
-    spec = make_spec(key)
-    j = wjob(1, spec)
-    deliver(m, j, spec)
+    rt, m, _, j = delivered(tmp_path, key)
     calls: list[bytes] = []
     m.reconcile(jobs((j, ("GPU-0",))), finish=lambda x: calls.append(x.job), now=T0)
     rt.exit(container_name(j.job), 0)
@@ -341,11 +329,7 @@ def test_no_finish_without_finish_on_exit(tmp_path: Path, key: WorkerKey) -> Non
 def test_start_failure_is_failed_and_retried_with_backoff(tmp_path: Path, key: WorkerKey,
                                                           caplog: pytest.LogCaptureFixture
                                                           ) -> None:
-    rt = FakeRuntime()
-    m = manager(tmp_path, key, rt)
-    spec = make_spec(key)
-    j = wjob(1, spec)
-    deliver(m, j, spec)
+    rt, m, _, j = delivered(tmp_path, key)
     rt.fail["run"] = "image not found"
     with caplog.at_level(logging.ERROR):
         m.reconcile(jobs((j, ("GPU-0",))), now=T0)
@@ -432,12 +416,7 @@ def test_start_runs_in_the_background(tmp_path: Path, key: WorkerKey) -> None:
 
 
 def test_window_state_processes_attributed(tmp_path: Path, key: WorkerKey) -> None:
-    rt = FakeRuntime()
-    m = manager(tmp_path, key, rt)
-    spec = make_spec(key)
-    j = wjob(1, spec)
-    deliver(m, j, spec)
-    m.reconcile(jobs((j, ("GPU-0",))), now=T0)
+    rt, m, _, j = started(tmp_path, key)
     inside = next(iter(rt.containers[container_name(j.job)].pids))
     pids_calls = rt.calls.get("pids", 0)
     assert m.window_state(j, T0, T0 + W, set()) == WorkloadWindow(WORKLOAD_RUNNING)
@@ -456,12 +435,7 @@ def test_window_state_processes_attributed(tmp_path: Path, key: WorkerKey) -> No
 
 
 def test_processes_are_looked_up_once(tmp_path: Path, key: WorkerKey) -> None:
-    rt = FakeRuntime()
-    m = manager(tmp_path, key, rt)
-    spec = make_spec(key)
-    j = wjob(1, spec)
-    deliver(m, j, spec)
-    m.reconcile(jobs((j, ("GPU-0",))), now=T0)
+    rt, m, _, j = started(tmp_path, key)
     inside = next(iter(rt.containers[container_name(j.job)].pids))
     before = rt.calls.get("pids", 0)
     for _ in range(5):  # once a second, as the agent does
@@ -498,12 +472,7 @@ def test_window_state_worst_and_exit_code(tmp_path: Path, key: WorkerKey) -> Non
 
 
 def test_window_state_after_restart_uses_the_store(tmp_path: Path, key: WorkerKey) -> None:
-    rt = FakeRuntime()
-    m = manager(tmp_path, key, rt)
-    spec = make_spec(key)
-    j = wjob(1, spec)
-    deliver(m, j, spec)
-    m.reconcile(jobs((j, ("GPU-0",))), now=T0)
+    rt, m, _, j = started(tmp_path, key)
     rt.exit(container_name(j.job), 9)
     m.reconcile(jobs((j, ("GPU-0",))), now=T0 + 5)
     m.store.close()
@@ -523,14 +492,6 @@ def agent(tmp_path: Path, key: WorkerKey, job_list: list[AssignedJob], m: Worklo
               heads=NoHeads(), workloads=m)
     a.start()
     return a, src
-
-
-def run_seconds(a: Agent, start: int, end: int) -> list:
-    proofs = []
-    for t in range(start, end):
-        a.sample_tick(t + 0.5)
-        proofs += a.close_windows(t + 1.45)
-    return proofs
 
 
 def test_agent_accepts_only_after_delivery_and_proves_the_workload(tmp_path: Path,
@@ -590,11 +551,7 @@ def test_a_slow_container_runtime_never_delays_windows(tmp_path: Path, key: Work
 
 
 def test_agent_foreign_process_window_is_not_billable(tmp_path: Path, key: WorkerKey) -> None:
-    rt = FakeRuntime()
-    m = manager(tmp_path, key, rt)
-    spec = make_spec(key)
-    j = wjob(1, spec)
-    deliver(m, j, spec)
+    rt, m, _, j = delivered(tmp_path, key)
     a, _ = agent(tmp_path, key, [j], m, processes=[(4242, 900 * 2**20)])
     a.poll_jobs(T0)
     (p1,) = run_seconds(a, T0, T0 + W)
@@ -610,12 +567,8 @@ def test_agent_foreign_process_window_is_not_billable(tmp_path: Path, key: Worke
 
 
 def test_agent_failed_workload_window_is_not_billable(tmp_path: Path, key: WorkerKey) -> None:
-    rt = FakeRuntime()
+    rt, m, _, j = delivered(tmp_path, key)
     rt.fail["run"] = "no such image"
-    m = manager(tmp_path, key, rt)
-    spec = make_spec(key)
-    j = wjob(1, spec)
-    deliver(m, j, spec)
     a, _ = agent(tmp_path, key, [j], m)
     a.poll_jobs(T0)
     (p,) = run_seconds(a, T0, T0 + W)
@@ -624,12 +577,8 @@ def test_agent_failed_workload_window_is_not_billable(tmp_path: Path, key: Worke
 
 def test_agent_windows_before_the_workload_ran_are_not_billable(tmp_path: Path,
                                                                 key: WorkerKey) -> None:
-    rt = FakeRuntime()
+    rt, m, _, j = delivered(tmp_path, key)
     rt.start_status = "created"  # the runtime has not started it yet (a slow start)
-    m = manager(tmp_path, key, rt)
-    spec = make_spec(key)
-    j = wjob(1, spec)
-    deliver(m, j, spec)
     a, _ = agent(tmp_path, key, [j], m)
     a.poll_jobs(T0)
     (p1,) = run_seconds(a, T0, T0 + W)
@@ -684,12 +633,8 @@ def test_image_check_runs_before_acceptance_in_the_background(tmp_path: Path,
 
 
 def test_start_failures_finish_the_job_once(tmp_path: Path, key: WorkerKey) -> None:
-    rt = FakeRuntime()
+    rt, m, _, j = delivered(tmp_path, key)
     rt.fail["run"] = "exec: no such file"
-    m = manager(tmp_path, key, rt)
-    spec = make_spec(key)
-    j = wjob(1, spec)
-    deliver(m, j, spec)
     finished: list = []
 
     def finish(job: AssignedJob) -> None:
@@ -712,11 +657,7 @@ def test_start_failures_finish_the_job_once(tmp_path: Path, key: WorkerKey) -> N
 
 
 def test_agent_exited_workload_window_stays_billable(tmp_path: Path, key: WorkerKey) -> None:
-    rt = FakeRuntime()
-    m = manager(tmp_path, key, rt)
-    spec = make_spec(key)
-    j = wjob(1, spec)
-    deliver(m, j, spec)
+    rt, m, _, j = delivered(tmp_path, key)
     a, _ = agent(tmp_path, key, [j], m)
     a.poll_jobs(T0)
     rt.exit(container_name(j.job), 0)
@@ -726,11 +667,7 @@ def test_agent_exited_workload_window_stays_billable(tmp_path: Path, key: Worker
 
 
 def test_agent_finish_on_exit_then_container_removed(tmp_path: Path, key: WorkerKey) -> None:
-    rt = FakeRuntime()
-    m = manager(tmp_path, key, rt)
-    spec = make_spec(key, finish_on_exit=True)
-    j = wjob(1, spec)
-    deliver(m, j, spec)
+    rt, m, _, j = delivered(tmp_path, key, finish_on_exit=True)
     a, src = agent(tmp_path, key, [j], m)
     a.poll_jobs(T0)
     name = container_name(j.job)
@@ -751,11 +688,7 @@ def test_agent_finish_on_exit_then_container_removed(tmp_path: Path, key: Worker
 
 
 def test_agent_source_failure_reconciles_nothing(tmp_path: Path, key: WorkerKey) -> None:
-    rt = FakeRuntime()
-    m = manager(tmp_path, key, rt)
-    spec = make_spec(key)
-    j = wjob(1, spec)
-    deliver(m, j, spec)
+    rt, m, _, j = delivered(tmp_path, key)
     a, src = agent(tmp_path, key, [j], m)
     a.poll_jobs(T0)
 
@@ -771,11 +704,7 @@ def test_agent_source_failure_reconciles_nothing(tmp_path: Path, key: WorkerKey)
 def test_agent_keeps_container_of_a_job_missing_from_the_listing(tmp_path: Path,
                                                                  key: WorkerKey) -> None:
     """After a restart, a Running job missing from one listing keeps its container."""
-    rt = FakeRuntime()
-    m = manager(tmp_path, key, rt)
-    spec = make_spec(key)
-    j = wjob(1, spec)
-    deliver(m, j, spec)
+    rt, m, _, j = delivered(tmp_path, key)
     a, _ = agent(tmp_path, key, [j], m)
     a.poll_jobs(T0)
     a.outbox.close()
@@ -795,18 +724,22 @@ def real(tmp_path_factory: pytest.TempPathFactory) -> RealPodman:
     return real_podman(tmp_path_factory.mktemp("podman"))
 
 
-def test_real_podman_lifecycle(tmp_path: Path, key: WorkerKey, real: RealPodman) -> None:
-    import os
+def real_job(spec: WorkloadSpec) -> AssignedJob:
+    """A Running job of a provider of its own: its manager never removes other tests'
+    containers."""
+    return AssignedJob(job=os.urandom(32), market=b"\x02" * 32, program_id=b"\x01" * 32,
+                       provider=os.urandom(32), gpu_count=1, status="running", started_at=T0,
+                       user=USER, workload_hash=spec_hash(spec))
 
+
+def test_real_podman_lifecycle(tmp_path: Path, key: WorkerKey, real: RealPodman) -> None:
     script = ("trap 'exit 0' TERM; echo \"hello $GREETING\";"
               ' [ "$TOKEN" = s3cret ] && echo token-ok;'
               " while true; do echo tick; sleep 1; done")
     spec = WorkloadSpec(image=real.image, command=("sh", "-c"), args=(script,),
                         env=(("GREETING", "world"),),
                         secret_env=seal_secrets(key.pubkey, {"TOKEN": "s3cret"}))
-    j = AssignedJob(job=os.urandom(32), market=b"\x02" * 32,
-                    program_id=b"\x01" * 32, provider=os.urandom(32), gpu_count=1,
-                    status="running", started_at=T0, user=USER, workload_hash=spec_hash(spec))
+    j = real_job(spec)
     name = container_name(j.job)
 
     def mk() -> WorkloadManager:  # its own provider: never removes other tests' containers
@@ -854,12 +787,8 @@ def test_real_podman_lifecycle(tmp_path: Path, key: WorkerKey, real: RealPodman)
 
 def test_real_podman_failed_start_is_failed(tmp_path: Path, key: WorkerKey,
                                             real: RealPodman) -> None:
-    import os
-
     spec = WorkloadSpec(image="localhost/gpum-does-not-exist:1")
-    j = AssignedJob(job=os.urandom(32), market=b"\x02" * 32, program_id=b"\x01" * 32,
-                    provider=os.urandom(32), gpu_count=1, status="running", started_at=T0,
-                    user=USER, workload_hash=spec_hash(spec))
+    j = real_job(spec)
     m = WorkloadManager(real.runtime, WorkloadStore(tmp_path / "w.sqlite"), key.seed,
                         attach_gpus=False, provider=j.provider)
     try:
