@@ -265,9 +265,10 @@ def test_a_container_over_its_memory_is_killed_in_its_cgroup(tmp_path: Path, key
                                                               ) -> None:
     # conmon leaves an empty file named "oom" in its caller's directory after an OOM kill.
     monkeypatch.chdir(tmp_path)
-    # tail holds its whole input when it has no newline: 300 MB, over the job's 128 MiB.
+    # tail holds its whole input when it has no newline: 300 MB, over the job's 128 MiB. The
+    # shell's own stderr (its "Killed" line) goes to stdout, so the log keeps the order.
     r = Run(tmp_path, key, real,
-            sh(real, "head -c 300000000 /dev/zero | tail -n 1 | wc -c; echo after"))
+            sh(real, "exec 2>&1; head -c 300000000 /dev/zero | tail -n 1 | wc -c; echo after"))
     try:
         r.start()
         assert r.exited() == 0

@@ -1,4 +1,5 @@
-//! The receipt message of DESIGN section 4 (Python `gpu_market.receipt.receipt_message`).
+//! The receipt message (docs/protocol.md, "Receipts and window proofs"; Python
+//! `gpu_market.receipt.receipt_message`).
 
 use sha2::{Digest, Sha256};
 
