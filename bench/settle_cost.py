@@ -7,7 +7,7 @@ wiring (HTTP intake, settlement loop) in a child process:
 * **batched** (measured): the default policy, several jobs per v0 transaction with the
   node's address lookup table;
 * **legacy** (baseline, same run): ``SettlePolicy(lookup_table=False)``, one settle per
-  legacy transaction, as before issue 9, on ``--baseline-jobs`` jobs of its own.
+  legacy transaction and no lookup table, on ``--baseline-jobs`` jobs of its own.
 
 Creates ``--jobs`` running 1-GPU jobs (quorum 1, committee = the batched node) and the
 baseline's jobs on a market with ``--window-seconds`` W windows, then acts as every job's
@@ -32,7 +32,7 @@ Time is scaled: a "job-hour" is 60 windows (an hour of 60 s windows), and the la
 
 Prints a table, then as its LAST line one JSON object:
 ``{"tx_per_job_hour":X,"lamports_per_job_hour":Y,"payout_lag_p99_s":Z,"jobs":N, ...}`` with the
-baseline's figures and the settings as extra keys. Targets (issue 9): ``tx_per_job_hour <= 4``
+baseline's figures and the settings as extra keys. Targets: ``tx_per_job_hour <= 4``
 with ``payout_lag_p99_windows <= 5``. ``--sizes`` prints how many settlements fit one
 transaction per layout and quorum (no chain needed) and exits.
 
@@ -77,8 +77,8 @@ POST_BATCH = 16
 def sizes() -> list[dict[str, Any]]:
     """Settlements per transaction (worst case: nothing shared but the market) per layout and
     quorum, for today's Ed25519 layout (one 40-byte message: the 32-byte receipt digest the
-    worker signs || approved_seconds) and, as the before-figure, the layout before issue 9's
-    digest (one 181-byte message: the 173-byte receipt message the worker signed ||
+    worker signs || approved_seconds) and, as the before-figure, the layout that signs the whole
+    receipt message instead of its digest (one 181-byte message: the 173-byte receipt message the worker signed ||
     approved_seconds), computed with the same sizing code."""
     from gpu_market.codec import default_codec
     from gpu_market.constants import PACKET_DATA_SIZE
@@ -226,26 +226,23 @@ class Bench:
         self.args = args
         self.workdir = workdir
         self.W = args.window_seconds
-        from gpu_market.demo import Processes
+        from gpu_market.processes import Processes
 
         self.procs = Processes(workdir)
 
     # -- setup ------------------------------------------------------------------------------
     def start_chain(self) -> None:
         from gpu_market.client import GpuMarketClient
-        from gpu_market.demo import free_port_pair, localnet_binary, wait_for_line
+        from gpu_market.processes import start_localnet
         from solders.keypair import Keypair
 
-        port = free_port_pair()
-        proc = self.procs.start("localnet", [localnet_binary(), "--port", str(port)])
-        wait_for_line(proc, self.workdir / "localnet.log", "ready on", timeout=60)
-        self.url = f"http://127.0.0.1:{port}"
+        self.url = start_localnet(self.procs).url
         self.admin, self.user = Keypair(), Keypair()
         self.client = GpuMarketClient(self.url, payer=self.admin, timeout=60)
 
     def setup_market(self) -> None:
         from gpu_market import pda, tokens
-        from gpu_market.demo import free_port
+        from gpu_market.processes import free_port
         from solders.keypair import Keypair
 
         a, c = self.args, self.client
@@ -286,7 +283,7 @@ class Bench:
             c.register_validator(n.keypair, self.market, BOND, f"http://127.0.0.1:{n.port}")
 
     def start_nodes(self) -> None:
-        from gpu_market.demo import wait_http, write_keypair
+        from gpu_market.processes import wait_http, write_keypair
 
         interval = self.args.settle_interval or self.W / 12
         for n in self.nodes:

@@ -80,7 +80,7 @@ def open_store(db: str) -> Any:
         from gpum_validator.store_pg import PostgresStore
 
         return PostgresStore(db)
-    from gpum_validator.store import SQLiteStore
+    from gpum_validator.store_sqlite import SQLiteStore
 
     return SQLiteStore(db)
 

@@ -67,9 +67,8 @@ import random
 import signal
 import sqlite3
 import subprocess
-import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -78,15 +77,8 @@ import pytest
 from adversary import MODES, Committees, Evidence, HostileProxy, Pinner
 from gpu_market import pda, tokens
 from gpu_market.accounts import JobView
-from gpu_market.client import GpuMarketClient
-from gpu_market.demo import (
-    Processes,
-    free_port,
-    localnet_binary,
-    wait_for_line,
-    wait_http,
-    write_keypair,
-)
+from gpu_market.processes import Processes, free_port, tool, wait_http
+from harness import Market, Network
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 
@@ -108,12 +100,6 @@ HONEST = ("V0", "V1")
 WITH_HONEST_QUORUM = ("J1", "J2")
 
 
-def _tool(name: str) -> str:
-    path = Path(sys.executable).with_name(name)
-    assert path.exists(), f"{name} is not installed in this venv (make venv)"
-    return str(path)
-
-
 def _rows(db: Path, sql: str, *args: Any) -> list[tuple]:
     con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)
     try:
@@ -130,11 +116,7 @@ class JobRecord:
 
 
 @dataclass
-class World:
-    workdir: Path
-    procs: Processes
-    url: str
-    client: GpuMarketClient
+class World(Network):
     owner: Keypair
     users: dict[str, Keypair]
     user_start: dict[str, int]
@@ -161,7 +143,7 @@ class World:
 
     def start_validator(self, v: str) -> None:
         self.vproc[v] = self.procs.start(self.log_name(v), [
-            _tool("gpum-validator"), "run", "--url", self.url,
+            tool("gpum-validator"), "run", "--url", self.url,
             "--keypair", str(self.workdir / f"{v}.json"), "--market", str(self.market),
             "--listen", f"127.0.0.1:{self.ports[v]}", "--db", str(self.workdir / f"{v}.sqlite"),
             "--settle-every", str(SETTLE_EVERY), "--settle-interval", "1"])
@@ -225,45 +207,25 @@ class World:
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
-    assert os.environ.get("GPUM_LOCALNET_BIN"), "run through `make test` (builds gpum-localnet)"
+def world(tmp_path_factory: pytest.TempPathFactory,
+          market_factory: Callable[..., Market]) -> Iterator[World]:
     seed = int(os.environ.get("GPUM_ADVERSARY_SEED") or random.SystemRandom().randrange(2**32))
     print(f"\nadversary seed: GPUM_ADVERSARY_SEED={seed}")
     workdir: Path = tmp_path_factory.mktemp("adversarial")
+    m = market_factory(workdir, ["owner", "worker", "user", "stranger", "V0", "V1", "VB"], {
+        "window_seconds": WINDOW, "max_missed_windows": MAX_MISSED, "fee_bps": 1000,
+        "burn_bps": 5000, "min_stake_per_gpu": 100, "validator_min_bond": 100,
+        "unbonding_seconds": 0, "downtime_slash_bps": 100},
+        stake=dict.fromkeys(("owner", "V0", "V1", "VB"), STAKE + BOND),
+        payment=dict.fromkeys(("user", "stranger"), 10 * DEPOSIT))
+    url, client, market, owner, worker = m.url, m.client, m.address, m.kps["owner"], m.kps["worker"]
+    users = {u: m.kps[u] for u in ("user", "stranger")}
+    keys = {v: m.kps[v] for v in ("V0", "V1", "VB")}
+    payment_mint = m.payment_mint
+    user_start = {u: client.token_balance(m.payment_account(u)) for u in users}
     procs = Processes(workdir)
-    client = None
     proxy = None
     try:
-        port = free_port()
-        chain = procs.start("localnet", [localnet_binary(), "--port", str(port)])
-        wait_for_line(chain, workdir / "localnet.log", "ready on", timeout=60)
-        url = f"http://127.0.0.1:{port}"
-        admin, owner, worker = Keypair(), Keypair(), Keypair()
-        users = {"user": Keypair(), "stranger": Keypair()}
-        keys = {v: Keypair() for v in ("V0", "V1", "VB")}
-        client = GpuMarketClient(url, payer=admin)
-        for kp in (admin, owner, worker, *users.values(), *keys.values()):
-            client.airdrop(kp.pubkey(), 10 * 10**9)
-        write_keypair(workdir / "worker.json", worker)
-        for v, kp in keys.items():
-            write_keypair(workdir / f"{v}.json", kp)
-
-        stake_mint = tokens.create_mint(client, admin, 6)
-        payment_mint = tokens.create_mint(client, admin, 6)
-        for kp in (owner, *keys.values()):
-            tokens.mint_to(client, stake_mint, tokens.create_ata(client, admin, kp.pubkey(),
-                                                                 stake_mint), admin, STAKE + BOND)
-        user_start = {}
-        for u, kp in users.items():
-            acct = tokens.create_ata(client, admin, kp.pubkey(), payment_mint)
-            tokens.mint_to(client, payment_mint, acct, admin, 10 * DEPOSIT)
-            user_start[u] = client.token_balance(acct)
-        treasury = tokens.create_ata(client, admin, admin.pubkey(), payment_mint)
-        client.initialize_market(admin, 0, stake_mint, payment_mint, treasury, {
-            "window_seconds": WINDOW, "max_missed_windows": MAX_MISSED, "fee_bps": 1000,
-            "burn_bps": 5000, "min_stake_per_gpu": 100, "validator_min_bond": 100,
-            "unbonding_seconds": 0, "downtime_slash_bps": 100})
-        market = pda.market_pda(admin.pubkey(), 0)
         client.register_provider(owner, worker.pubkey(), {
             "gpu_model": "Simulated H100", "gpu_count": 3, "vram_mib": 81920,
             "region": "localnet"}, PRICE, market)
@@ -305,7 +267,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
             w.jobs[name] = JobRecord(job, user, before - w.balance(users[user].pubkey()))
             known.jobs[str(job)] = committee
         w.worker = procs.start("worker", [
-            _tool("gpum-worker"), "run", "--simulate", "--gpus", "3", "--seed", "1",
+            tool("gpum-worker"), "run", "--simulate", "--gpus", "3", "--seed", "1",
             "--key", str(workdir / "worker.json"), "--db", str(workdir / "worker-outbox.sqlite"),
             "--window-seconds", str(WINDOW), "--poll-seconds", "1", "--rpc-url", url,
             "--program-id", str(client.program_id), "--market", str(market),
@@ -314,8 +276,6 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     finally:
         if proxy is not None:
             proxy.close()
-        if client is not None:
-            client.close()
         procs.stop_all()
 
 

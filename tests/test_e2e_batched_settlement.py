@@ -1,4 +1,4 @@
-"""Batched settlement end to end (issue 9): address lookup tables and v0 settle transactions
+"""Batched settlement end to end: address lookup tables and v0 settle transactions
 on the local chain (``gpum-localnet``) against the real program.
 
 One module-wide chain: a market with 2 s windows, two providers (one GPU-owner each, their own
@@ -14,28 +14,23 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import sqlite3
-import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
 import pytest
 from gpu_market import pda, tokens
-from gpu_market.client import GpuMarketClient
-from gpu_market.demo import (
+from gpu_market.lookup_tables import LookupTable
+from gpu_market.processes import (
     Processes,
     free_port,
-    free_port_pair,
-    localnet_binary,
-    wait_for_line,
+    tool,
     wait_http,
     write_keypair,
 )
-from gpu_market.lookup_tables import LookupTable
 from gpu_market.proof import (
     ZERO_HASH,
     GpuWindow,
@@ -47,11 +42,13 @@ from gpu_market.proof import (
 )
 from gpu_market.receipt import receipt_message, sign_receipt
 from gpu_market.settle import SettleItem
+from harness import Market, Network, wait_until
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 from solders.signature import Signature
 
 pytestmark = pytest.mark.e2e
+OWN_LOCALNET = "the last test warps the clock, which never goes back (see conftest)"
 
 WINDOW = 2  # seconds
 PRICE = 10  # payment base units per GPU-second
@@ -61,11 +58,7 @@ BOND = 10_000
 
 
 @dataclass
-class Chain:
-    workdir: Path
-    procs: Processes
-    url: str
-    client: GpuMarketClient
+class Chain(Network):
     admin: Keypair
     user: Keypair
     owners: list[Keypair]
@@ -98,34 +91,20 @@ class Chain:
 
 
 @pytest.fixture(scope="module")
-def chain(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Chain]:
-    assert os.environ.get("GPUM_LOCALNET_BIN"), "run through `make test` (builds gpum-localnet)"
+def chain(tmp_path_factory: pytest.TempPathFactory,
+          market_factory: Callable[..., Market]) -> Iterator[Chain]:
     workdir: Path = tmp_path_factory.mktemp("batched")
+    staked = ["owner0", "owner1", "validator0", "validator1"]
+    m = market_factory(workdir, ["user", "worker0", "worker1", *staked], {
+        "window_seconds": WINDOW, "fee_bps": 1000, "burn_bps": 5000,
+        "min_stake_per_gpu": 100, "validator_min_bond": 100, "unbonding_seconds": 0},
+        stake=dict.fromkeys(staked, STAKE + BOND), payment={"user": 100 * DEPOSIT})
+    client, market = m.client, m.address
+    owners = [m.kps["owner0"], m.kps["owner1"]]
+    workers = [m.kps["worker0"], m.kps["worker1"]]
+    validators = [m.kps["validator0"], m.kps["validator1"]]
     procs = Processes(workdir)
-    client = None
     try:
-        port = free_port_pair()
-        proc = procs.start("localnet", [localnet_binary(), "--port", str(port)])
-        wait_for_line(proc, workdir / "localnet.log", "ready on", timeout=60)
-        url = f"http://127.0.0.1:{port}"
-        admin, user = Keypair(), Keypair()
-        owners, workers = [Keypair(), Keypair()], [Keypair(), Keypair()]
-        validators = [Keypair(), Keypair()]
-        client = GpuMarketClient(url, payer=admin)
-        for kp in (admin, user, *owners, *workers, *validators):
-            client.airdrop(kp.pubkey(), 10 * 10**9)
-        stake_mint = tokens.create_mint(client, admin, 6)
-        payment_mint = tokens.create_mint(client, admin, 6)
-        for kp in (*owners, *validators):
-            acct = tokens.create_ata(client, admin, kp.pubkey(), stake_mint)
-            tokens.mint_to(client, stake_mint, acct, admin, STAKE + BOND)
-        user_pay = tokens.create_ata(client, admin, user.pubkey(), payment_mint)
-        tokens.mint_to(client, payment_mint, user_pay, admin, 100 * DEPOSIT)
-        treasury = tokens.create_ata(client, admin, admin.pubkey(), payment_mint)
-        client.initialize_market(admin, 0, stake_mint, payment_mint, treasury, {
-            "window_seconds": WINDOW, "fee_bps": 1000, "burn_bps": 5000,
-            "min_stake_per_gpu": 100, "validator_min_bond": 100, "unbonding_seconds": 0})
-        market = pda.market_pda(admin.pubkey(), 0)
         providers = []
         for owner, worker in zip(owners, workers):
             spec = {"gpu_model": "Simulated H100", "gpu_count": 8, "vram_mib": 81920,
@@ -135,12 +114,11 @@ def chain(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Chain]:
             providers.append(pda.provider_pda(market, owner.pubkey()))
         for kp in validators:
             client.register_validator(kp, market, BOND, "http://127.0.0.1:9")
-        yield Chain(workdir, procs, url, client, admin, user, owners, workers, providers,
-                    validators, market, payment_mint, client.token_balance(user_pay),
-                    client.mint_supply(payment_mint))
+        yield Chain(workdir, procs, m.url, client, m.admin, m.kps["user"], owners, workers,
+                    providers, validators, market, m.payment_mint,
+                    client.token_balance(m.payment_account("user")),
+                    client.mint_supply(m.payment_mint))
     finally:
-        if client is not None:
-            client.close()
         procs.stop_all()
 
 
@@ -173,14 +151,6 @@ def _assert_conserved(chain: Chain) -> None:
     assert chain.user_start - user_now == deposited
     assert sum(c.fetch_validator(pda.validator_pda(chain.market, v.pubkey())).rewards_earned
                for v in chain.validators) == earned
-
-
-def _wait(what: str, cond, timeout: float, diag=lambda: "") -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {timeout:.0f}s\n{diag()}")
-        time.sleep(0.2)
 
 
 def _tx_version_and_settles(chain: Chain, sig: str) -> tuple[object, int]:
@@ -228,7 +198,8 @@ def test_sdk_table_and_two_jobs_in_one_v0_transaction(chain: Chain) -> None:
     assert lt.pack(v.pubkey(), prepared, [table], lt.slot()) == [[0, 1]]
     # without a table two quorum-1 items still fit (the 32-byte receipt digest), not three
     assert lt.pack(v.pubkey(), prepared, [], lt.slot()) == [[0, 1]]
-    _wait("the windows end on chain", lambda: c.chain_time() >= items[-1].window_end, 30)
+    wait_until("the windows end on chain", lambda: c.chain_time() >= items[-1].window_end, 30,
+               interval=0.2)
     sig = lt.send_settle(v, prepared, [table])
     assert _tx_version_and_settles(chain, str(sig)) == (0, 2)
     views = c.fetch_jobs([*jobs, Keypair().pubkey()])  # one RPC call; None where no account
@@ -237,7 +208,8 @@ def test_sdk_table_and_two_jobs_in_one_v0_transaction(chain: Chain) -> None:
         assert (j.last_seq, j.paid_seconds, j.claimed_seconds) == (1, WINDOW, WINDOW)
     # the client's one-call form, the table read back from chain
     items = receipts(2)
-    _wait("window 2 ends on chain", lambda: c.chain_time() >= items[-1].window_end, 30)
+    wait_until("window 2 ends on chain", lambda: c.chain_time() >= items[-1].window_end, 30,
+               interval=0.2)
     sig = c.settle_v0(v, items, [lt.fetch(address)])
     assert _tx_version_and_settles(chain, str(sig)) == (0, 2)
     assert [j.last_seq for j in c.fetch_jobs(jobs)] == [2, 2]
@@ -286,7 +258,7 @@ def test_one_validator_settles_several_jobs_per_transaction(chain: Chain) -> Non
     db = chain.workdir / "validator1.sqlite"
     c.update_validator(v, chain.market, f"http://127.0.0.1:{vport}")
     node = chain.procs.start("validator1", [
-        str(Path(sys.executable).with_name("gpum-validator")), "run", "--url", chain.url,
+        tool("gpum-validator"), "run", "--url", chain.url,
         "--keypair", str(keyfile), "--market", str(chain.market),
         "--listen", f"127.0.0.1:{vport}", "--db", str(db), "--settle-every", "1",
         "--settle-interval", "0.5"])
@@ -301,7 +273,8 @@ def test_one_validator_settles_several_jobs_per_transaction(chain: Chain) -> Non
     with httpx.Client(timeout=10) as h:
         for seq in (1, 2):
             end = max(started.values()) + seq * WINDOW
-            _wait(f"window {seq} ends", lambda end=end: time.time() >= end + 0.2, 30)
+            wait_until(f"window {seq} ends", lambda end=end: time.time() >= end + 0.2, 30,
+                       interval=0.2)
             batch = []
             for job in jobs:
                 p = _proof(chain, job, seq, started[job], prev[job])
@@ -310,8 +283,8 @@ def test_one_validator_settles_several_jobs_per_transaction(chain: Chain) -> Non
             resp = h.post(f"http://127.0.0.1:{vport}/v1/proofs/batch", json={"proofs": batch})
             assert resp.status_code == 200, resp.text
             assert [r.get("status") for r in resp.json()["results"]] == ["accepted"] * 4, resp.text
-            _wait(f"seq {seq} settled", lambda seq=seq: all(
-                c.fetch_job(j).last_seq >= seq for j in jobs), 60, diag)
+            wait_until(f"seq {seq} settled", lambda seq=seq: all(
+                c.fetch_job(j).last_seq >= seq for j in jobs), 60, diag=diag, interval=0.2)
     assert node.poll() is None, diag()
 
     rows = _db(db, "SELECT job, seq_to, status, signature FROM intents ORDER BY id")
@@ -351,14 +324,15 @@ def test_lookup_table_lifecycle_follows_the_cluster_rules(chain: Chain) -> None:
     lt = c.lookup_tables
     first_slot, first = lt.free_recent_slot(owner.pubkey())
     lt.create(owner, first_slot)
-    _wait("a later slot", lambda: lt.slot() > first_slot, 10)
+    wait_until("a later slot", lambda: lt.slot() > first_slot, 10, interval=0.2)
     second_slot, second = lt.free_recent_slot(owner.pubkey())
     assert second_slot > first_slot and second != first  # a second table, same authority
     lt.create(owner, second_slot)
     assert lt.fetch(first) is not None and lt.fetch(second) is not None
 
     lt.deactivate(owner, first)
-    _wait("the deactivation slot passed", lambda: lt.slot() > lt.fetch(first).deactivation_slot, 10)
+    wait_until("the deactivation slot passed",
+               lambda: lt.slot() > lt.fetch(first).deactivation_slot, 10, interval=0.2)
     assert not lt.fetch(first).is_active and lt.fetch(first).usable(lt.slot()) == ()
     with pytest.raises(Exception, match="(?i)deactivat|invalid|custom"):
         lt.close(owner, first)  # still deactivating: its slot is in SlotHashes

@@ -11,36 +11,20 @@ test is about the worker's decision, not about validation.
 
 from __future__ import annotations
 
-import os
 import socket
-import sys
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from gpu_market import pda, tokens
-from gpu_market.client import GpuMarketClient
-from gpu_market.demo import (
-    Processes,
-    free_port,
-    localnet_binary,
-    wait_for_line,
-    write_keypair,
-)
+from gpu_market import pda
+from gpu_market.processes import Processes, tool
 from gpum_worker.stub_validator import StubValidator
-from solders.keypair import Keypair
+from harness import Market, wait_until
 from solders.pubkey import Pubkey
 
 pytestmark = pytest.mark.e2e
-
-
-def _tool(name: str) -> str:
-    path = Path(sys.executable).with_name(name)
-    assert path.exists(), f"{name} is not installed in this venv (make venv)"
-    return str(path)
 
 
 class Silent:
@@ -70,51 +54,18 @@ class Silent:
             c.close()
 
 
-def _wait(what: str, fn: Callable[[], Any], procs: Processes, timeout: float = 60) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        procs.check_alive()
-        got = fn()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {timeout:.0f}s\n{procs.tail('worker', 40)}")
-        time.sleep(0.5)
-
-
-@pytest.fixture
-def workdir(tmp_path: Path) -> Path:
-    assert os.environ.get("GPUM_LOCALNET_BIN"), "run through `make test` (builds gpum-localnet)"
-    return tmp_path
-
-
-def test_the_worker_accepts_only_committees_its_policy_trusts(workdir: Path) -> None:
+def test_the_worker_accepts_only_committees_its_policy_trusts(
+        tmp_path: Path, market_factory: Callable[..., Market]) -> None:
+    workdir = tmp_path
     procs = Processes(workdir)
     honest, honest3, silent = StubValidator().start(), StubValidator().start(), Silent()
-    client = None
     try:
-        port = free_port()
-        chain = procs.start("localnet", [localnet_binary(), "--port", str(port)])
-        wait_for_line(chain, workdir / "localnet.log", "ready on", timeout=60)
-        url = f"http://127.0.0.1:{port}"
-        kps = {n: Keypair() for n in ("admin", "owner", "user", "worker", "v1", "v2", "v3")}
-        keys = {n: write_keypair(workdir / f"{n}.json", k) for n, k in kps.items()}
-        client = GpuMarketClient(url, payer=kps["admin"])
-        for kp in kps.values():
-            client.airdrop(kp.pubkey(), 10 * 10**9)
-        admin = kps["admin"]
-        stake_mint = tokens.create_mint(client, admin, 6)
-        payment_mint = tokens.create_mint(client, admin, 6)
-        for n in ("owner", "v1", "v2", "v3"):
-            acct = tokens.create_ata(client, admin, kps[n].pubkey(), stake_mint)
-            tokens.mint_to(client, stake_mint, acct, admin, 10_000 * 10**6)
-        acct = tokens.create_ata(client, admin, kps["user"].pubkey(), payment_mint)
-        tokens.mint_to(client, payment_mint, acct, admin, 1_000 * 10**6)
-        treasury = tokens.create_ata(client, admin, admin.pubkey(), payment_mint)
-        client.initialize_market(admin, 0, stake_mint, payment_mint, treasury, {
+        made = market_factory(workdir, ["owner", "user", "worker", "v1", "v2", "v3"], {
             "window_seconds": 2, "max_missed_windows": 2, "min_stake_per_gpu": 100,
-            "validator_min_bond": 100, "unbonding_seconds": 0})
-        market = pda.market_pda(admin.pubkey(), 0)
+            "validator_min_bond": 100, "unbonding_seconds": 0},
+            stake={n: 10_000 * 10**6 for n in ("owner", "v1", "v2", "v3")},
+            payment={"user": 1_000 * 10**6})
+        client, url, kps, keys, market = made.client, made.url, made.kps, made.keys, made.address
         for n, endpoint in (("v1", honest.url), ("v2", silent.url), ("v3", honest3.url)):
             client.register_validator(kps[n], market, 500, endpoint)
         client.register_provider(kps["owner"], kps["worker"].pubkey(),
@@ -125,7 +76,7 @@ def test_the_worker_accepts_only_committees_its_policy_trusts(workdir: Path) -> 
         (workdir / "worker.toml").write_text(
             "[committee]\nhealth_timeout_seconds = 1\nhealth_grace_seconds = 4\n")
         procs.start("worker", [
-            _tool("gpum-worker"), "run", "--simulate", "--gpus", "4", "--config",
+            tool("gpum-worker"), "run", "--simulate", "--gpus", "4", "--config",
             str(workdir / "worker.toml"), "--key", str(keys["worker"]),
             "--db", str(workdir / "outbox.sqlite"), "--poll-seconds", "1", "--rpc-url", url,
             "--program-id", str(client.program_id), "--market", str(market),
@@ -143,19 +94,21 @@ def test_the_worker_accepts_only_committees_its_policy_trusts(workdir: Path) -> 
             view = client.fetch_job(job)
             return "" if view is None else str(view.status).lower()
 
-        _wait("the honest committee's job accepted", lambda: status(good) == "running", procs)
-        _wait("the job naming a denied validator declined",
-              lambda: status(denied) == "declined", procs, timeout=20)
+        def wait(what: str, fn: Callable[[], Any], timeout: float = 60) -> None:
+            wait_until(what, fn, timeout, check=procs.check_alive,
+                       diag=lambda: procs.tail("worker", 40))
+
+        wait("the honest committee's job accepted", lambda: status(good) == "running")
+        wait("the job naming a denied validator declined",
+             lambda: status(denied) == "declined", timeout=20)
         assert status(silent_job) == "open"  # waits: the member may be restarting
-        _wait("the job whose member stays silent declined after the grace",
-              lambda: status(silent_job) == "declined", procs, timeout=30)
-        _wait("the accepted job proven to its committee",
-              lambda: any(j == bytes(good) for j, _ in honest.stored), procs)
+        wait("the job whose member stays silent declined after the grace",
+             lambda: status(silent_job) == "declined", timeout=30)
+        wait("the accepted job proven to its committee",
+             lambda: any(j == bytes(good) for j, _ in honest.stored))
         log = (workdir / "worker.log").read_text()
         assert "is on the deny list" in log and "/health" in log
     finally:
-        if client is not None:
-            client.close()
         procs.stop_all()
         for s in (honest, honest3, silent):
             s.stop()

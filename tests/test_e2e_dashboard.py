@@ -1,4 +1,4 @@
-"""The validator node's dashboard end to end (issue 11): real processes on 127.0.0.1, every
+"""The validator node's dashboard end to end: real processes on 127.0.0.1, every
 page rendered by a real headless Chromium, every figure it shows compared with the chain.
 
 One module-wide network: the local chain (``gpum-localnet``), a market with 2 s windows, one
@@ -21,7 +21,6 @@ import os
 import shutil
 import sqlite3
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -30,17 +29,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from gpu_market import pda, tokens
+from gpu_market import pda
 from gpu_market.accounts import JobView
-from gpu_market.client import GpuMarketClient
-from gpu_market.demo import (
-    Processes,
-    free_port,
-    localnet_binary,
-    wait_for_line,
-    wait_http,
-    write_keypair,
-)
+from gpu_market.processes import Processes, free_port, tool
+from harness import Market, Network, start_validator_node, wait_until
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 
@@ -56,12 +48,6 @@ DEPOSIT = 50_000_000
 STAKE = 1_000_000
 BOND = 10_000
 GPUS = 4
-
-
-def _tool(name: str) -> str:
-    path = Path(sys.executable).with_name(name)
-    assert path.exists(), f"{name} is not installed in this venv (make venv)"
-    return str(path)
 
 
 def _chromium() -> str:
@@ -132,11 +118,7 @@ class Page(HTMLParser):
 
 
 @dataclass
-class Net:
-    workdir: Path
-    procs: Processes
-    url: str
-    client: GpuMarketClient
+class Net(Network):
     user: Keypair
     validator: Keypair
     market: Pubkey
@@ -155,15 +137,7 @@ class Net:
                          for n in ("worker", "validator"))
 
     def wait(self, what: str, fn: Callable[[], Any], timeout: float) -> Any:
-        deadline = time.monotonic() + timeout
-        while True:
-            self.procs.check_alive()
-            got = fn()
-            if got:
-                return got
-            if time.monotonic() > deadline:
-                raise AssertionError(f"{what}: not within {timeout:.0f}s\n{self.diag()}")
-            time.sleep(0.5)
+        return wait_until(what, fn, timeout, check=self.procs.check_alive, diag=self.diag)
 
     def job_view(self) -> JobView:
         view = self.client.fetch_job(self.job)
@@ -218,36 +192,18 @@ class Net:
 
 
 @pytest.fixture(scope="module")
-def net(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Net]:
+def net(tmp_path_factory: pytest.TempPathFactory,
+        market_factory: Callable[..., Market]) -> Iterator[Net]:
     chromium = _chromium()
-    assert os.environ.get("GPUM_LOCALNET_BIN"), "run through `make test` (builds gpum-localnet)"
     workdir: Path = tmp_path_factory.mktemp("dashboard")
+    m = market_factory(workdir, ["user", "owner", "worker", "validator"], {
+        "window_seconds": WINDOW, "max_missed_windows": 2, "min_stake_per_gpu": 100,
+        "validator_min_bond": 100, "unbonding_seconds": 0, "fee_bps": 1000},
+        stake={"owner": STAKE + BOND, "validator": STAKE + BOND}, payment={"user": 2 * DEPOSIT})
+    url, client, market = m.url, m.client, m.address
+    user, owner, worker, validator = (m.kps[n] for n in ("user", "owner", "worker", "validator"))
     procs = Processes(workdir)
-    client = None
     try:
-        port = free_port()
-        chain = procs.start("localnet", [localnet_binary(), "--port", str(port)])
-        wait_for_line(chain, workdir / "localnet.log", "ready on", timeout=60)
-        url = f"http://127.0.0.1:{port}"
-        admin, user, owner, worker, validator = (Keypair() for _ in range(5))
-        client = GpuMarketClient(url, payer=admin)
-        for kp in (admin, user, owner, worker, validator):
-            client.airdrop(kp.pubkey(), 10 * 10**9)
-        write_keypair(workdir / "worker.json", worker)
-        write_keypair(workdir / "validator.json", validator)
-        stake_mint = tokens.create_mint(client, admin, 6)
-        payment_mint = tokens.create_mint(client, admin, 6)
-        for kp in (owner, validator):
-            acct = tokens.create_ata(client, admin, kp.pubkey(), stake_mint)
-            tokens.mint_to(client, stake_mint, acct, admin, STAKE + BOND)
-        tokens.mint_to(client, payment_mint,
-                       tokens.create_ata(client, admin, user.pubkey(), payment_mint), admin,
-                       2 * DEPOSIT)
-        treasury = tokens.create_ata(client, admin, admin.pubkey(), payment_mint)
-        client.initialize_market(admin, 0, stake_mint, payment_mint, treasury, {
-            "window_seconds": WINDOW, "max_missed_windows": 2, "min_stake_per_gpu": 100,
-            "validator_min_bond": 100, "unbonding_seconds": 0, "fee_bps": 1000})
-        market = pda.market_pda(admin.pubkey(), 0)
         client.register_provider(owner, worker.pubkey(), {
             "gpu_model": "Simulated H100", "gpu_count": GPUS, "vram_mib": 81920,
             "region": "localnet"}, PRICE, market)
@@ -256,16 +212,12 @@ def net(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Net]:
         vport = free_port()
         client.register_validator(validator, market, BOND, f"http://127.0.0.1:{vport}")
         db = workdir / "validator.sqlite"
-        procs.start("validator", [
-            _tool("gpum-validator"), "run", "--url", url, "--keypair",
-            str(workdir / "validator.json"), "--market", str(market), "--listen",
-            f"127.0.0.1:{vport}", "--db", str(db), "--settle-every", str(SETTLE_EVERY),
-            "--settle-interval", "1"])
-        wait_http(f"http://127.0.0.1:{vport}/health", timeout=60)
+        start_validator_node(procs, url, workdir / "validator.json", market, vport, db,
+                             "--settle-every", str(SETTLE_EVERY), "--settle-interval", "1")
         _, job = client.create_job(user, market, provider, 1, 1, DEPOSIT,
                                    committee=[validator.pubkey()], quorum=1)
         procs.start("worker", [
-            _tool("gpum-worker"), "run", "--simulate", "--gpus", str(GPUS), "--seed", "1",
+            tool("gpum-worker"), "run", "--simulate", "--gpus", str(GPUS), "--seed", "1",
             "--key", str(workdir / "worker.json"), "--db", str(workdir / "outbox.sqlite"),
             "--window-seconds", str(WINDOW), "--poll-seconds", "1", "--rpc-url", url,
             "--program-id", str(client.program_id), "--market", str(market),
@@ -276,8 +228,6 @@ def net(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Net]:
                and n.job_view().paid_seconds > 0, timeout=120)
         yield n
     finally:
-        if client is not None:
-            client.close()
         procs.stop_all()
 
 

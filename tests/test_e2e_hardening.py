@@ -10,27 +10,26 @@ treasury. Deadlines are reached with the localnet's dev-only clock warp
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 from gpu_market import pda, tokens
 from gpu_market.accounts import effective_params
-from gpu_market.admin import withdraw_fees_ix
 from gpu_market.client import GpuMarketClient
 from gpu_market.constants import TOKEN_PROGRAM_ID
-from gpu_market.demo import Processes, free_port, localnet_binary, wait_for_line
 from gpu_market.errors import AccountNotFound, GpuMarketError
+from gpu_market.instructions import withdraw_fees_ix
 from gpu_market.localchain import warp_time
 from gpu_market.receipt import receipt_message, sign_receipt
 from gpu_market.settle import SettleItem
+from harness import Market
 from solders.instruction import AccountMeta, Instruction
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 
 pytestmark = pytest.mark.e2e
+OWN_LOCALNET = "deadlines are reached by warping the clock, which never goes back (see conftest)"
 
 PRICE = 2  # base units per GPU-second
 WINDOW = 60
@@ -74,38 +73,20 @@ class Chain:
 
 
 @pytest.fixture(scope="module")
-def chain(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Chain]:
-    assert os.environ.get("GPUM_LOCALNET_BIN"), "run through `make test` (builds gpum-localnet)"
-    workdir: Path = tmp_path_factory.mktemp("localnet")
-    procs = Processes(workdir)
-    client = None
-    try:
-        port = free_port()
-        proc = procs.start("localnet", [localnet_binary(), "--port", str(port)])
-        wait_for_line(proc, workdir / "localnet.log", "ready on", timeout=60)
-        url = f"http://127.0.0.1:{port}"
-        admin, owner, worker, user, validator = Keypair(), Keypair(), Keypair(), Keypair(), Keypair()
-        client = GpuMarketClient(url, payer=admin)
-        for kp in (admin, owner, worker, user, validator):
-            client.airdrop(kp.pubkey(), 10 * 10**9)
-        stake_mint = tokens.create_mint(client, admin, 6)
-        payment_mint = tokens.create_mint(client, admin, 6)
-        treasury = tokens.create_ata(client, admin, admin.pubkey(), payment_mint)
-        user_pay = tokens.create_ata(client, admin, user.pubkey(), payment_mint)
-        tokens.mint_to(client, payment_mint, user_pay, admin, 100 * DEPOSIT)
-        client.initialize_market(admin, 0, stake_mint, payment_mint, treasury,
-                                 {"unbonding_seconds": 0, "window_seconds": WINDOW})  # fmt: skip
-        market = pda.market_pda(admin.pubkey(), 0)
-        spec = {"gpu_model": "Simulated H100", "gpu_count": 4, "vram_mib": 81920, "region": "local"}
-        client.register_provider(owner, worker.pubkey(), spec, PRICE, market)
-        chain = Chain(url, client, admin, owner, worker, user, stake_mint, payment_mint, market,
-                      pda.provider_pda(market, owner.pubkey()), validator)  # fmt: skip
-        chain.register_validator(market)
-        yield chain
-    finally:
-        if client is not None:
-            client.close()
-        procs.stop_all()
+def chain(tmp_path_factory: pytest.TempPathFactory,
+          market_factory: Callable[..., Market]) -> Chain:
+    m = market_factory(tmp_path_factory.mktemp("hardening"),
+                       ["owner", "worker", "user", "validator"],
+                       {"unbonding_seconds": 0, "window_seconds": WINDOW},
+                       payment={"user": 100 * DEPOSIT})
+    client, admin, market = m.client, m.admin, m.address
+    owner, worker, user, validator = (m.kps[n] for n in ("owner", "worker", "user", "validator"))
+    spec = {"gpu_model": "Simulated H100", "gpu_count": 4, "vram_mib": 81920, "region": "local"}
+    client.register_provider(owner, worker.pubkey(), spec, PRICE, market)
+    chain = Chain(m.url, client, admin, owner, worker, user, m.stake_mint, m.payment_mint, market,
+                  pda.provider_pda(market, owner.pubkey()), validator)  # fmt: skip
+    chain.register_validator(market)
+    return chain
 
 
 def _error(fn, *args) -> str:

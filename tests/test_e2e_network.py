@@ -1,4 +1,4 @@
-"""The validator network end to end (issue 8): real processes on 127.0.0.1, figures read back
+"""The validator network end to end: real processes on 127.0.0.1, figures read back
 from the chain.
 
 One module-wide network: the local chain (``gpum-localnet``), a market with 2 s windows and
@@ -33,17 +33,13 @@ from __future__ import annotations
 
 import base64
 import itertools
-import json
 import os
 import signal
 import sqlite3
 import subprocess
-import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -51,19 +47,12 @@ import httpx
 import pytest
 from gpu_market import pda, tokens
 from gpu_market.accounts import JobView
-from gpu_market.client import GpuMarketClient
-from gpu_market.demo import (
-    Processes,
-    free_port,
-    localnet_binary,
-    wait_for_line,
-    wait_http,
-    write_keypair,
-)
 from gpu_market.errors import GpuMarketError
+from gpu_market.processes import JsonServer, Processes, free_port, tool, wait_http
 from gpu_market.receipt import attestation_signature, receipt_message, sign_receipt
 from gpu_market.settle import Attestation, SettleAccounts, SettleItem, settle_instructions
 from gpum_validator.attest import sign_request_message
+from harness import Market, Network, wait_until
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 
@@ -81,12 +70,6 @@ STRICT = 3  # V3's index
 STRICT_TEMP_C = 30  # the simulator's GPUs never cool below ~38 C (simulate.py)
 
 
-def _tool(name: str) -> str:
-    path = Path(sys.executable).with_name(name)
-    assert path.exists(), f"{name} is not installed in this venv (make venv)"
-    return str(path)
-
-
 @dataclass
 class JobRecord:
     address: Pubkey
@@ -97,11 +80,7 @@ class JobRecord:
 
 
 @dataclass
-class Net:
-    workdir: Path
-    procs: Processes
-    url: str
-    client: GpuMarketClient
+class Net(Network):
     admin: Keypair
     user: Keypair
     owners: dict[str, Keypair]
@@ -125,7 +104,7 @@ class Net:
     # -- processes ------------------------------------------------------------------------
     def start_validator(self, i: int, tag: str = "", db: Path | None = None) -> None:
         self.vdb[i] = db or self.vdb.get(i) or self.workdir / f"validator{i}.sqlite"
-        argv = [_tool("gpum-validator"), "run", "--url", self.url,
+        argv = [tool("gpum-validator"), "run", "--url", self.url,
                 "--keypair", str(self.workdir / f"validator{i}.json"),
                 "--market", str(self.market), "--listen", f"127.0.0.1:{self.vports[i]}",
                 "--db", str(self.vdb[i]), "--settle-every", str(SETTLE_EVERY),
@@ -137,7 +116,7 @@ class Net:
 
     def start_worker(self, p: str, gpus: int) -> None:
         self.wproc[p] = self.procs.start(f"worker{p}", [
-            _tool("gpum-worker"), "run", "--simulate", "--gpus", str(gpus), "--seed", "1",
+            tool("gpum-worker"), "run", "--simulate", "--gpus", str(gpus), "--seed", "1",
             "--key", str(self.workdir / f"worker{p}.json"),
             "--db", str(self.workdir / f"worker{p}-outbox.sqlite"),
             "--window-seconds", str(WINDOW), "--poll-seconds", "1", "--rpc-url", self.url,
@@ -180,15 +159,7 @@ class Net:
         return views
 
     def wait(self, what: str, cond: Callable[[dict[str, JobView]], Any], timeout: float) -> Any:
-        deadline = time.monotonic() + timeout
-        while True:
-            self.check_alive()
-            got = cond(self.jobs_now())
-            if got:
-                return got
-            if time.monotonic() > deadline:
-                raise AssertionError(f"{what}: not within {timeout:.0f}s\n{self.diag()}")
-            time.sleep(0.5)
+        return self.wait_for(lambda: cond(self.jobs_now()), what, timeout)
 
     def wait_settlements(self, names: list[str], n: int, timeout: float) -> dict[str, list[int]]:
         """Until each job in ``names`` got ``n`` more settlements (``last_seq`` moved on and
@@ -210,15 +181,7 @@ class Net:
         return paid
 
     def wait_for(self, fn: Callable[[], Any], what: str, timeout: float) -> Any:
-        deadline = time.monotonic() + timeout
-        while True:
-            self.check_alive()
-            got = fn()
-            if got:
-                return got
-            if time.monotonic() > deadline:
-                raise AssertionError(f"{what}: not within {timeout:.0f}s\n{self.diag()}")
-            time.sleep(0.5)
+        return wait_until(what, fn, timeout, check=self.check_alive, diag=self.diag)
 
     def balance(self, owner: Pubkey) -> int:
         return self.client.token_balance(tokens.ata(owner, self.payment_mint))
@@ -306,41 +269,22 @@ def _check_conserved(net: Net) -> None:
 
 
 @pytest.fixture(scope="module")
-def net(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Net]:
-    assert os.environ.get("GPUM_LOCALNET_BIN"), "run through `make test` (builds gpum-localnet)"
+def net(tmp_path_factory: pytest.TempPathFactory,
+        market_factory: Callable[..., Market]) -> Iterator[Net]:
     workdir: Path = tmp_path_factory.mktemp("network")
+    staked = ["ownerA", "ownerB", *(f"validator{i}" for i in range(4))]
+    m = market_factory(workdir, ["user", "workerA", "workerB", *staked], {
+        "window_seconds": WINDOW, "max_missed_windows": MAX_MISSED, "fee_bps": 1000,
+        "burn_bps": 5000, "min_stake_per_gpu": 100, "validator_min_bond": 100,
+        "unbonding_seconds": 0, "downtime_slash_bps": DOWNTIME_SLASH_BPS},
+        stake=dict.fromkeys(staked, STAKE + BOND), payment={"user": 10 * DEPOSIT})
+    url, client, admin, user, market = m.url, m.client, m.admin, m.kps["user"], m.address
+    owners = {p: m.kps[f"owner{p}"] for p in "AB"}
+    workers = {p: m.kps[f"worker{p}"] for p in "AB"}
+    validators = [m.kps[f"validator{i}"] for i in range(4)]
+    payment_mint, user_pay = m.payment_mint, m.payment_account("user")
     procs = Processes(workdir)
-    client = None
     try:
-        port = free_port()
-        chain = procs.start("localnet", [localnet_binary(), "--port", str(port)])
-        wait_for_line(chain, workdir / "localnet.log", "ready on", timeout=60)
-        url = f"http://127.0.0.1:{port}"
-        admin, user = Keypair(), Keypair()
-        owners = {"A": Keypair(), "B": Keypair()}
-        workers = {"A": Keypair(), "B": Keypair()}
-        validators = [Keypair() for _ in range(4)]
-        client = GpuMarketClient(url, payer=admin)
-        for kp in (admin, user, *owners.values(), *workers.values(), *validators):
-            client.airdrop(kp.pubkey(), 10 * 10**9)
-        for p, kp in workers.items():
-            write_keypair(workdir / f"worker{p}.json", kp)
-        for i, kp in enumerate(validators):
-            write_keypair(workdir / f"validator{i}.json", kp)
-
-        stake_mint = tokens.create_mint(client, admin, 6)
-        payment_mint = tokens.create_mint(client, admin, 6)
-        for kp in (*owners.values(), *validators):
-            acct = tokens.create_ata(client, admin, kp.pubkey(), stake_mint)
-            tokens.mint_to(client, stake_mint, acct, admin, STAKE + BOND)
-        user_pay = tokens.create_ata(client, admin, user.pubkey(), payment_mint)
-        tokens.mint_to(client, payment_mint, user_pay, admin, 10 * DEPOSIT)
-        treasury = tokens.create_ata(client, admin, admin.pubkey(), payment_mint)
-        client.initialize_market(admin, 0, stake_mint, payment_mint, treasury, {
-            "window_seconds": WINDOW, "max_missed_windows": MAX_MISSED, "fee_bps": 1000,
-            "burn_bps": 5000, "min_stake_per_gpu": 100, "validator_min_bond": 100,
-            "unbonding_seconds": 0, "downtime_slash_bps": DOWNTIME_SLASH_BPS})
-        market = pda.market_pda(admin.pubkey(), 0)
         providers = {}
         for p, gpus in (("A", 5), ("B", 1)):
             spec = {"gpu_model": "Simulated H100", "gpu_count": gpus, "vram_mib": 81920,
@@ -369,8 +313,6 @@ def net(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Net]:
         net.start_worker("A", gpus=5)
         yield net
     finally:
-        if client is not None:
-            client.close()
         procs.stop_all()
 
 
@@ -510,45 +452,19 @@ class ByzantineMember:
         self.net, self.key, self.honest = net, key, f"http://127.0.0.1:{honest_port}"
         self.signed: list[tuple[int, int, str]] = []  # (seq, value, leader)
         self.receipts: dict[int, dict[str, Any]] = {}
-        outer = self
+        self.server = JsonServer(self.handle, self.get)
+        self.url = self.server.url
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *a: Any) -> None:
-                pass
-
-            def do_GET(self) -> None:
-                # A worker checks the members' health and heads: answered as the honest
-                # member does (its head relayed).
-                if self.path == "/health":
-                    status, answer = 200, {"ok": True}
-                elif self.path.startswith("/v1/jobs/") and self.path.endswith("/head"):
-                    with httpx.Client(timeout=5) as h:
-                        r = h.get(outer.honest + self.path)
-                    status, answer = r.status_code, r.json()
-                else:
-                    status, answer = 404, {"error": "not_found", "message": "",
-                                           "retry": False}
-                raw = json.dumps(answer).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(raw)))
-                self.end_headers()
-                self.wfile.write(raw)
-
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                status, answer = outer.handle(self.path, body)
-                raw = json.dumps(answer).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(raw)))
-                self.end_headers()
-                self.wfile.write(raw)
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.server.server_port}"
+    def get(self, path: str) -> tuple[int, Any]:
+        """A worker checks the members' health and heads: answered as the honest member does
+        (its head relayed)."""
+        if path == "/health":
+            return 200, {"ok": True}
+        if path.startswith("/v1/jobs/") and path.endswith("/head"):
+            with httpx.Client(timeout=5) as h:
+                r = h.get(self.honest + path)
+            return r.status_code, r.json()
+        return 404, {"error": "not_found", "message": "", "retry": False}
 
     def receipt_msg(self, job: str, seq: int) -> bytes | None:
         r = self.receipts.get(seq)
@@ -582,8 +498,7 @@ class ByzantineMember:
         return 404, {"error": "not_found", "message": "", "retry": False}
 
     def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self.server.close()
 
 
 def test_a_byzantine_member_is_not_counted_and_its_conflicting_attestations_are_slashed(

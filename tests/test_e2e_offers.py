@@ -1,4 +1,4 @@
-"""``gpum offers`` end to end (issue 11): providers registered through the ``gpum`` CLI on the
+"""``gpum offers`` end to end: providers registered through the ``gpum`` CLI on the
 local chain, listed, filtered and sorted by ``gpum offers --output json``, every figure checked
 against the Provider accounts the chain holds.
 
@@ -21,26 +21,26 @@ called).
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
-from collections.abc import Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
 import pytest
-from gpu_market import pda, tokens
+from gpu_market import pda
 from gpu_market.client import GpuMarketClient
-from gpu_market.demo import Processes, free_port, localnet_binary, wait_for_line, write_keypair
 from gpu_market.localchain import warp_time
 from gpu_market.offers import best_offer, list_offers, reputation_score
+from gpu_market.processes import tool
 from gpu_market.units import format_ui_amount
+from harness import Market
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 
 pytestmark = pytest.mark.e2e
+OWN_LOCALNET = "F's job expires by a warp of the clock, which never goes back (see conftest)"
 
 WINDOW = 2
 DECIMALS = 6
@@ -62,12 +62,6 @@ PROVIDERS: dict[str, dict[str, Any]] = {
 }  # fmt: skip
 
 
-def _gpum_bin() -> str:
-    path = Path(sys.executable).with_name("gpum")
-    assert path.exists(), "gpum is not installed in this venv (make venv)"
-    return str(path)
-
-
 @dataclass
 class World:
     url: str
@@ -78,7 +72,7 @@ class World:
     validator: Pubkey
 
     def gpum(self, who: str, *args: str, ok: bool = True) -> subprocess.CompletedProcess:
-        argv = [_gpum_bin(), "--url", self.url, "--keypair", str(self.keys[who]), *args]
+        argv = [tool("gpum"), "--url", self.url, "--keypair", str(self.keys[who]), *args]
         r = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
         if ok and r.returncode != 0:
             raise AssertionError(f"gpum {' '.join(args)} failed:\n{r.stderr}")
@@ -95,63 +89,39 @@ class World:
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
-    assert os.environ.get("GPUM_LOCALNET_BIN"), "run through `make test` (builds gpum-localnet)"
-    workdir: Path = tmp_path_factory.mktemp("offers")
-    procs = Processes(workdir)
-    client = None
-    try:
-        port = free_port()
-        chain = procs.start("localnet", [localnet_binary(), "--port", str(port)])
-        wait_for_line(chain, workdir / "localnet.log", "ready on", timeout=60)
-        url = f"http://127.0.0.1:{port}"
-        names = ["admin", "user", "validator", *(f"owner{n}" for n in PROVIDERS)]
-        kps = {n: Keypair() for n in names}
-        keys = {n: write_keypair(workdir / f"{n}.json", k) for n, k in kps.items()}
-        client = GpuMarketClient(url, payer=kps["admin"])
-        for kp in kps.values():
-            client.airdrop(kp.pubkey(), 10 * 10**9)
-        admin = kps["admin"]
-        stake_mint = tokens.create_mint(client, admin, DECIMALS)
-        payment_mint = tokens.create_mint(client, admin, DECIMALS)
-        for n in ["validator", *(f"owner{p}" for p in PROVIDERS)]:
-            acct = tokens.create_ata(client, admin, kps[n].pubkey(), stake_mint)
-            tokens.mint_to(client, stake_mint, acct, admin, 10_000 * 10**DECIMALS)
-        acct = tokens.create_ata(client, admin, kps["user"].pubkey(), payment_mint)
-        tokens.mint_to(client, payment_mint, acct, admin, 1_000 * 10**DECIMALS)
-        treasury = tokens.create_ata(client, admin, admin.pubkey(), payment_mint)
-        client.initialize_market(admin, 0, stake_mint, payment_mint, treasury, {
-            "window_seconds": WINDOW, "max_missed_windows": 2, "unbonding_seconds": 0,
-            "min_stake_per_gpu": MIN_STAKE_PER_GPU, "validator_min_bond": 100})
-        market = pda.market_pda(admin.pubkey(), 0)
-        world = World(url, client, keys, market, {}, kps["validator"].pubkey())
-        world.gpum("validator", "validator", "register", "--market", str(market), "--endpoint",
-                   "http://127.0.0.1:9", "--bond", "500")
-        for name, p in PROVIDERS.items():
-            owner = f"owner{name}"
-            extra = ["--endpoint", p["endpoint"]] if "endpoint" in p else []
-            world.gpum(owner, "provider", "register", "--market", str(market), "--worker-key",
-                       str(Keypair().pubkey()), "--gpu-model", p["model"], "--gpu-count",
-                       str(p["gpus"]), "--vram-mib", str(p["vram"]), "--region", p["region"],
-                       "--price", p["price"], *extra)  # fmt: skip
-            if p["stake"] is not None:
-                world.gpum(owner, "provider", "stake", "--market", str(market), p["stake"])
-            world.providers[name] = pda.provider_pda(market, kps[owner].pubkey())
-        world.gpum("ownerC", "provider", "update", "--market", str(market), "--not-accepting-jobs")
-        # D: a job holds both GPUs (Open jobs hold theirs).
-        _create_job(world, "D", 1, gpus=2)
-        # F: a job it accepts and then stops proving: expired, it books a failure and missed windows.
-        job = _create_job(world, "F", 2, gpus=1)
-        world.gpum("ownerF", "job", "accept", str(job))
-        j = client.fetch_job(job)
-        warp_time(url, j.expirable_after - client.chain_time() + 1)
-        world.gpum("user", "job", "expire", str(job))
-        assert client.fetch_job(job).status == "failed"
-        yield world
-    finally:
-        if client is not None:
-            client.close()
-        procs.stop_all()
+def world(tmp_path_factory: pytest.TempPathFactory,
+          market_factory: Callable[..., Market]) -> World:
+    owners = [f"owner{n}" for n in PROVIDERS]
+    m = market_factory(tmp_path_factory.mktemp("offers"), ["user", "validator", *owners], {
+        "window_seconds": WINDOW, "max_missed_windows": 2, "unbonding_seconds": 0,
+        "min_stake_per_gpu": MIN_STAKE_PER_GPU, "validator_min_bond": 100},
+        stake={n: 10_000 * 10**DECIMALS for n in ["validator", *owners]},
+        payment={"user": 1_000 * 10**DECIMALS})
+    url, client, kps, keys, market = m.url, m.client, m.kps, m.keys, m.address
+    world = World(url, client, keys, market, {}, kps["validator"].pubkey())
+    world.gpum("validator", "validator", "register", "--market", str(market), "--endpoint",
+               "http://127.0.0.1:9", "--bond", "500")
+    for name, p in PROVIDERS.items():
+        owner = f"owner{name}"
+        extra = ["--endpoint", p["endpoint"]] if "endpoint" in p else []
+        world.gpum(owner, "provider", "register", "--market", str(market), "--worker-key",
+                   str(Keypair().pubkey()), "--gpu-model", p["model"], "--gpu-count",
+                   str(p["gpus"]), "--vram-mib", str(p["vram"]), "--region", p["region"],
+                   "--price", p["price"], *extra)  # fmt: skip
+        if p["stake"] is not None:
+            world.gpum(owner, "provider", "stake", "--market", str(market), p["stake"])
+        world.providers[name] = pda.provider_pda(market, kps[owner].pubkey())
+    world.gpum("ownerC", "provider", "update", "--market", str(market), "--not-accepting-jobs")
+    # D: a job holds both GPUs (Open jobs hold theirs).
+    _create_job(world, "D", 1, gpus=2)
+    # F: a job it accepts and then stops proving: expired, it books a failure and missed windows.
+    job = _create_job(world, "F", 2, gpus=1)
+    world.gpum("ownerF", "job", "accept", str(job))
+    j = client.fetch_job(job)
+    warp_time(url, j.expirable_after - client.chain_time() + 1)
+    world.gpum("user", "job", "expire", str(job))
+    assert client.fetch_job(job).status == "failed"
+    return world
 
 
 def _create_job(world: World, name: str, job_id: int, gpus: int) -> Pubkey:

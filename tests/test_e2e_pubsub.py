@@ -5,15 +5,13 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from gpu_market import tokens
 from gpu_market.client import GpuMarketClient
-from gpu_market.demo import Processes, free_port_pair, localnet_binary, wait_for_line
+from gpu_market.processes import LocalChain
 from solders.keypair import Keypair
 from websockets.sync.client import ClientConnection, connect
 
@@ -24,22 +22,13 @@ TOKEN_PROGRAM = "TokenkegQfeZyiNwAJbNbGKPFXCWuBvf9Ss623VQ5DA"
 
 
 @pytest.fixture(scope="module")
-def chain(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[GpuMarketClient, str]]:
-    assert os.environ.get("GPUM_LOCALNET_BIN"), "run through `make test` (builds gpum-localnet)"
-    workdir: Path = tmp_path_factory.mktemp("pubsub")
-    procs = Processes(workdir)
-    client = None
+def chain(localnet: LocalChain) -> Iterator[tuple[GpuMarketClient, str]]:
+    client = GpuMarketClient(localnet.url, payer=Keypair())
     try:
-        port = free_port_pair()
-        proc = procs.start("localnet", [localnet_binary(), "--port", str(port)])
-        wait_for_line(proc, workdir / "localnet.log", "ready on", timeout=60)
-        client = GpuMarketClient(f"http://127.0.0.1:{port}", payer=Keypair())
         client.airdrop(client.payer.pubkey(), 10**10)
-        yield client, f"ws://127.0.0.1:{port + 1}"
+        yield client, localnet.pubsub
     finally:
-        if client is not None:
-            client.close()
-        procs.stop_all()
+        client.close()
 
 
 def _call(ws: ClientConnection, method: str, params: list | None = None, id_: int = 1) -> Any:

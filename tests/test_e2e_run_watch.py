@@ -1,4 +1,4 @@
-"""``gpum run`` and ``gpum job watch`` end to end (issue 11): the local chain, a real worker with
+"""``gpum run`` and ``gpum job watch`` end to end: the local chain, a real worker with
 podman + runc, a real validator node, and the user driving the ``gpum`` CLI.
 
 One module-wide network: ``gpum-localnet``, a market with 2 s windows, provider P (4 simulated
@@ -12,8 +12,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from decimal import Decimal
@@ -23,17 +21,16 @@ from typing import Any
 import httpx
 import pytest
 from gpu_market import pda, tokens
-from gpu_market.client import GpuMarketClient
-from gpu_market.demo import (
-    CONTAINERS_CONF,
-    Processes,
-    free_port,
-    localnet_binary,
-    wait_for_line,
-    wait_http,
-    write_keypair,
+from gpu_market.processes import Processes, free_port, tool, wait_http
+from gpum_worker.localimage import INDEX_HTML
+from harness import (
+    Market,
+    Network,
+    podman_setup,
+    remove_containers,
+    start_validator_node,
+    wait_until,
 )
-from gpum_worker.localimage import INDEX_HTML, build_busybox_image
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 
@@ -44,23 +41,13 @@ RATE = 1_000  # 0.001 per GPU-second, 6 decimals, one GPU
 IMAGE = "localhost/gpum-busybox:1"
 
 
-def _tool(name: str) -> str:
-    path = Path(sys.executable).with_name(name)
-    assert path.exists(), f"{name} is not installed in this venv (make venv)"
-    return str(path)
-
-
 def _base(ui: str) -> int:
     """Payment-mint UI units (6 decimals) -> base units."""
     return int(Decimal(ui).scaleb(6))
 
 
 @dataclass
-class Net:
-    workdir: Path
-    procs: Processes
-    url: str
-    client: GpuMarketClient
+class Net(Network):
     keys: dict[str, Path]
     kps: dict[str, Keypair]
     market: Pubkey
@@ -74,7 +61,7 @@ class Net:
                 "GPUM_TOPUPS_DIR": str(self.workdir / "topups")}
 
     def gpum(self, who: str, *args: str, ok: bool = True, timeout: float = 120) -> tuple[int, str, str]:
-        argv = [_tool("gpum"), "--url", self.url, "--output", "json", *args,
+        argv = [tool("gpum"), "--url", self.url, "--output", "json", *args,
                 "--keypair", str(self.keys[who])]
         r = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=self.env(),
                            check=False)
@@ -91,51 +78,24 @@ class Net:
         return self.client.token_balance(tokens.ata(self.kps[who].pubkey(), mint))
 
     def wait(self, what: str, fn: Callable[[], Any], timeout: float = 60) -> Any:
-        deadline = time.monotonic() + timeout
-        while True:
-            self.procs.check_alive()
-            got = fn()
-            if got:
-                return got
-            if time.monotonic() > deadline:
-                raise AssertionError(f"{what}: not within {timeout:.0f}s\n"
-                                     f"{self.procs.tail('worker', 40)}")
-            time.sleep(0.5)
+        return wait_until(what, fn, timeout, check=self.procs.check_alive,
+                          diag=lambda: self.procs.tail("worker", 40))
 
 
 @pytest.fixture(scope="module")
-def net(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Net]:
-    assert os.environ.get("GPUM_LOCALNET_BIN"), "run through `make test` (builds gpum-localnet)"
+def net(tmp_path_factory: pytest.TempPathFactory,
+        market_factory: Callable[..., Market]) -> Iterator[Net]:
     workdir: Path = tmp_path_factory.mktemp("run-watch")
-    (workdir / "containers.conf").write_text(CONTAINERS_CONF)
-    podman_env = {"CONTAINERS_CONF": str(workdir / "containers.conf")}
-    build_busybox_image(IMAGE, extra_env=podman_env)
+    podman_env = podman_setup(workdir, IMAGE)
+    m = market_factory(workdir, ["owner", "user", "validator", "worker"], {
+        "window_seconds": WINDOW, "max_missed_windows": 2, "min_stake_per_gpu": 100,
+        "validator_min_bond": 100, "unbonding_seconds": 0},
+        stake={"owner": 10_000 * 10**6, "validator": 10_000 * 10**6},
+        payment={"user": 1_000 * 10**6})
+    url, client, kps, keys, market = m.url, m.client, m.kps, m.keys, m.address
     procs = Processes(workdir)
-    client = None
     created: list[Pubkey] = []
     try:
-        port = free_port()
-        chain = procs.start("localnet", [localnet_binary(), "--port", str(port)])
-        wait_for_line(chain, workdir / "localnet.log", "ready on", timeout=60)
-        url = f"http://127.0.0.1:{port}"
-        kps = {n: Keypair() for n in ("admin", "owner", "user", "validator", "worker")}
-        keys = {n: write_keypair(workdir / f"{n}.json", k) for n, k in kps.items()}
-        client = GpuMarketClient(url, payer=kps["admin"])
-        for kp in kps.values():
-            client.airdrop(kp.pubkey(), 10 * 10**9)
-        admin = kps["admin"]
-        stake_mint = tokens.create_mint(client, admin, 6)
-        payment_mint = tokens.create_mint(client, admin, 6)
-        for n in ("owner", "validator"):
-            acct = tokens.create_ata(client, admin, kps[n].pubkey(), stake_mint)
-            tokens.mint_to(client, stake_mint, acct, admin, 10_000 * 10**6)
-        acct = tokens.create_ata(client, admin, kps["user"].pubkey(), payment_mint)
-        tokens.mint_to(client, payment_mint, acct, admin, 1_000 * 10**6)
-        treasury = tokens.create_ata(client, admin, admin.pubkey(), payment_mint)
-        client.initialize_market(admin, 0, stake_mint, payment_mint, treasury, {
-            "window_seconds": WINDOW, "max_missed_windows": 2, "min_stake_per_gpu": 100,
-            "validator_min_bond": 100, "unbonding_seconds": 0})
-        market = pda.market_pda(admin.pubkey(), 0)
         worker_port, vport = free_port(), free_port()
         net = Net(workdir, procs, url, client, keys, kps, market,
                   pda.provider_pda(market, kps["owner"].pubkey()), kps["validator"].pubkey(),
@@ -147,13 +107,10 @@ def net(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Net]:
         net.gpum("owner", "provider", "stake", "--market", str(market), "1000")
         net.gpum("validator", "validator", "register", "--market", str(market), "--endpoint",
                  f"http://127.0.0.1:{vport}", "--bond", "500")
-        procs.start("validator", [
-            _tool("gpum-validator"), "run", "--url", url, "--keypair", str(keys["validator"]),
-            "--market", str(market), "--listen", f"127.0.0.1:{vport}",
-            "--db", str(workdir / "validator.sqlite"), "--settle-every", "2"])
-        wait_http(f"http://127.0.0.1:{vport}/health", timeout=60)
+        start_validator_node(procs, url, keys["validator"], market, vport,
+                             workdir / "validator.sqlite", "--settle-every", "2")
         procs.start("worker", [
-            _tool("gpum-worker"), "run", "--simulate", "--gpus", "4", "--seed", "1",
+            tool("gpum-worker"), "run", "--simulate", "--gpus", "4", "--seed", "1",
             "--key", str(keys["worker"]), "--db", str(workdir / "outbox.sqlite"),
             "--window-seconds", str(WINDOW), "--poll-seconds", "1", "--rpc-url", url,
             "--program-id", str(client.program_id), "--market", str(market),
@@ -163,13 +120,8 @@ def net(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Net]:
         wait_http(f"http://127.0.0.1:{worker_port}/v1/health", timeout=60)
         yield net
     finally:
-        if client is not None:
-            client.close()
         procs.stop_all()
-        for job in created:  # the worker removes its containers; a failed test may not
-            cmd = f"podman ps -aq --filter label=gpum.job={job} | xargs -r podman rm -f"
-            subprocess.run(["sh", "-c", cmd], capture_output=True, timeout=120, check=False,
-                           env={**os.environ, **podman_env})
+        remove_containers(created, podman_env)
 
 
 # ----------------------------------------------------------------------------- scenarios

@@ -1,4 +1,4 @@
-"""Workloads end to end (issue 10): the user's container on the provider's GPUs, with a real
+"""Workloads end to end: the user's container on the provider's GPUs, with a real
 container runtime (podman + runc), real processes on 127.0.0.1 and the local chain.
 
 One module-wide network: ``gpum-localnet``, a market with 2 s windows, provider P (4 simulated
@@ -17,7 +17,6 @@ import os
 import signal
 import sqlite3
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -27,20 +26,19 @@ from typing import Any
 import httpx
 import pytest
 from gpu_market import pda, tokens
-from gpu_market.client import GpuMarketClient
-from gpu_market.demo import (
-    CONTAINERS_CONF,
-    Processes,
-    free_port,
-    localnet_binary,
-    wait_for_line,
-    wait_http,
-    write_keypair,
-)
+from gpu_market.processes import Processes, free_port, tool, wait_http
 from gpu_market.proof import WORKLOAD_RUNNING, decode_proof
 from gpu_market.workload import WorkloadSpec, spec_hash
 from gpu_market.workload_api import WorkerApiError, deliver_workload
-from gpum_worker.localimage import INDEX_HTML, build_busybox_image
+from gpum_worker.localimage import INDEX_HTML
+from harness import (
+    Market,
+    Network,
+    podman_setup,
+    remove_containers,
+    start_validator_node,
+    wait_until,
+)
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 
@@ -51,18 +49,8 @@ IMAGE = "localhost/gpum-busybox:1"
 SECRET = "s3cr3t-token-never-in-clear"
 
 
-def _tool(name: str) -> str:
-    path = Path(sys.executable).with_name(name)
-    assert path.exists(), f"{name} is not installed in this venv (make venv)"
-    return str(path)
-
-
 @dataclass
-class World:
-    workdir: Path
-    procs: Processes
-    url: str
-    client: GpuMarketClient
+class World(Network):
     keys: dict[str, Path]
     kps: dict[str, Keypair]
     market: Pubkey
@@ -75,7 +63,7 @@ class World:
 
     def start_worker(self, name: str = "worker") -> None:
         self.worker = self.procs.start(name, [
-            _tool("gpum-worker"), "run", "--simulate", "--gpus", "4", "--seed", "1",
+            tool("gpum-worker"), "run", "--simulate", "--gpus", "4", "--seed", "1",
             "--key", str(self.workdir / "worker.json"), "--db", str(self.workdir / "outbox.sqlite"),
             "--window-seconds", str(WINDOW), "--poll-seconds", "1", "--rpc-url", self.url,
             "--program-id", str(self.client.program_id), "--market", str(self.market),
@@ -86,7 +74,7 @@ class World:
         wait_http(f"http://127.0.0.1:{self.worker_port}/v1/health", timeout=60)
 
     def gpum(self, who: str, *args: str, ok: bool = True) -> tuple[int, str, str]:
-        argv = [_tool("gpum"), "--url", self.url, "--output", "json", *args[:2],
+        argv = [tool("gpum"), "--url", self.url, "--output", "json", *args[:2],
                 "--keypair", str(self.keys[who]), *args[2:]]
         env = {**os.environ, "GPUM_WORKLOADS_DIR": str(self.workdir / "saved-specs")}
         r = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env, check=False)
@@ -109,16 +97,8 @@ class World:
         return json.loads(out or "[]")
 
     def wait(self, what: str, fn: Callable[[], Any], timeout: float = 60) -> Any:
-        deadline = time.monotonic() + timeout
-        while True:
-            self.procs.check_alive()
-            got = fn()
-            if got:
-                return got
-            if time.monotonic() > deadline:
-                raise AssertionError(f"{what}: not within {timeout:.0f}s\n"
-                                     f"{self.procs.tail('worker', 40)}")
-            time.sleep(0.5)
+        return wait_until(what, fn, timeout, check=self.procs.check_alive,
+                          diag=lambda: self.procs.tail("worker", 40))
 
     def until(self, what: str, fn: Callable[[], Any], ok: Callable[[Any], Any],
               timeout: float = 60) -> Any:
@@ -144,40 +124,19 @@ class World:
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
-    assert os.environ.get("GPUM_LOCALNET_BIN"), "run through `make test` (builds gpum-localnet)"
+def world(tmp_path_factory: pytest.TempPathFactory,
+          market_factory: Callable[..., Market]) -> Iterator[World]:
     workdir: Path = tmp_path_factory.mktemp("workload")
-    (workdir / "containers.conf").write_text(CONTAINERS_CONF)
-    podman_env = {"CONTAINERS_CONF": str(workdir / "containers.conf")}
-    build_busybox_image(IMAGE, extra_env=podman_env)
+    podman_env = podman_setup(workdir, IMAGE)
+    m = market_factory(workdir, ["ownerP", "ownerQ", "user", "other", "validator", "worker"], {
+        "window_seconds": WINDOW, "max_missed_windows": 2, "min_stake_per_gpu": 100,
+        "validator_min_bond": 100, "unbonding_seconds": 0},
+        stake=dict.fromkeys(("ownerP", "ownerQ", "validator"), 10_000 * 10**6),
+        payment=dict.fromkeys(("user", "other"), 1_000 * 10**6))
+    url, client, kps, keys, market = m.url, m.client, m.kps, m.keys, m.address
     procs = Processes(workdir)
-    client = None
     created: list[Pubkey] = []
     try:
-        port = free_port()
-        chain = procs.start("localnet", [localnet_binary(), "--port", str(port)])
-        wait_for_line(chain, workdir / "localnet.log", "ready on", timeout=60)
-        url = f"http://127.0.0.1:{port}"
-        kps = {n: Keypair() for n in ("admin", "ownerP", "ownerQ", "user", "other", "validator",
-                                      "worker")}
-        keys = {n: write_keypair(workdir / f"{n}.json", k) for n, k in kps.items()}
-        client = GpuMarketClient(url, payer=kps["admin"])
-        for kp in kps.values():
-            client.airdrop(kp.pubkey(), 10 * 10**9)
-        admin = kps["admin"]
-        stake_mint = tokens.create_mint(client, admin, 6)
-        payment_mint = tokens.create_mint(client, admin, 6)
-        for n in ("ownerP", "ownerQ", "validator"):
-            acct = tokens.create_ata(client, admin, kps[n].pubkey(), stake_mint)
-            tokens.mint_to(client, stake_mint, acct, admin, 10_000 * 10**6)
-        for n in ("user", "other"):
-            acct = tokens.create_ata(client, admin, kps[n].pubkey(), payment_mint)
-            tokens.mint_to(client, payment_mint, acct, admin, 1_000 * 10**6)
-        treasury = tokens.create_ata(client, admin, admin.pubkey(), payment_mint)
-        client.initialize_market(admin, 0, stake_mint, payment_mint, treasury, {
-            "window_seconds": WINDOW, "max_missed_windows": 2, "min_stake_per_gpu": 100,
-            "validator_min_bond": 100, "unbonding_seconds": 0})
-        market = pda.market_pda(admin.pubkey(), 0)
         worker_port, vport = free_port(), free_port()
         world = World(workdir, procs, url, client, keys, kps, market, {}, kps["validator"].pubkey(),
                       worker_port, podman_env, created)
@@ -194,22 +153,13 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         assert client.fetch_provider(world.providers["Q"]).endpoint == ""
         world.gpum("validator", "validator", "register", "--market", str(market), "--endpoint",
                    f"http://127.0.0.1:{vport}", "--bond", "500")
-        procs.start("validator", [
-            _tool("gpum-validator"), "run", "--url", url, "--keypair", str(keys["validator"]),
-            "--market", str(market), "--listen", f"127.0.0.1:{vport}",
-            "--db", str(workdir / "validator.sqlite"), "--settle-every", "2"])
-        wait_http(f"http://127.0.0.1:{vport}/health", timeout=60)
+        start_validator_node(procs, url, keys["validator"], market, vport,
+                             workdir / "validator.sqlite", "--settle-every", "2")
         world.start_worker()
         yield world
     finally:
-        if client is not None:
-            client.close()
         procs.stop_all()
-        # Containers of this module's jobs (the worker removes them; a failed test may not).
-        for job in created:
-            cmd = f"podman ps -aq --filter label=gpum.job={job} | xargs -r podman rm -f"
-            subprocess.run(["sh", "-c", cmd], capture_output=True, timeout=120, check=False,
-                           env={**os.environ, "CONTAINERS_CONF": str(workdir / "containers.conf")})
+        remove_containers(created, podman_env)
 
 
 def _job(world: World, out: str) -> Pubkey:

@@ -21,18 +21,24 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import shutil
 import signal
-import socket
 import sqlite3
 import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from .processes import (
+    ProcessError,
+    Processes,
+    free_port,
+    start_localnet,
+    tool,
+    wait_http,
+    write_keypair,
+)
 
 DECIMALS = 6
 UNIT = 10**DECIMALS
@@ -44,125 +50,6 @@ privileges the demo may not have)."""
 
 class DemoError(RuntimeError):
     """The demo could not complete; the message says which step and why."""
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def free_port_pair() -> int:
-    """A port P of 127.0.0.1 with P + 1 free too: ``gpum-localnet --port P`` serves PubSub on
-    P + 1, where Solana clients look for it."""
-    for _ in range(50):
-        p = free_port()
-        try:
-            with socket.socket() as b:
-                b.bind(("127.0.0.1", p + 1))
-        except OSError:
-            continue
-        return p
-    raise DemoError("no two consecutive free ports on 127.0.0.1")
-
-
-def localnet_binary() -> str:
-    """The ``gpum-localnet`` binary: ``$GPUM_LOCALNET_BIN``, else the one on PATH."""
-    path = os.environ.get("GPUM_LOCALNET_BIN") or shutil.which("gpum-localnet")
-    if not path or not Path(path).exists():
-        raise DemoError(
-            "gpum-localnet not found: run `make localnet` and set GPUM_LOCALNET_BIN, "
-            "or use `make demo`"
-        )
-    return path
-
-
-def _tool(name: str) -> str:
-    """A console script of the venv this interpreter runs in (gpum, gpum-worker, ...)."""
-    candidate = Path(sys.executable).with_name(name)
-    found = str(candidate) if candidate.exists() else shutil.which(name)
-    if not found:
-        raise DemoError(f"{name} is not installed in this environment: run `make venv`")
-    return found
-
-
-@dataclass
-class Processes:
-    """Child processes, each in its own process group, stopped in reverse order."""
-
-    workdir: Path
-    children: list[tuple[str, subprocess.Popen]] = field(default_factory=list)
-    logs: list[Any] = field(default_factory=list)
-
-    def start(self, name: str, argv: list[str]) -> subprocess.Popen:
-        log = open(self.workdir / f"{name}.log", "wb")  # noqa: SIM115 - closed in stop_all
-        self.logs.append(log)
-        proc = subprocess.Popen(
-            argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-        self.children.append((name, proc))
-        return proc
-
-    def check_alive(self) -> None:
-        for name, proc in self.children:
-            if proc.poll() is not None:
-                raise DemoError(f"{name} exited with code {proc.returncode}: {self.tail(name)}")
-
-    def tail(self, name: str, lines: int = 15) -> str:
-        path = self.workdir / f"{name}.log"
-        text = path.read_text(errors="replace") if path.exists() else ""
-        return "\n".join(text.splitlines()[-lines:])
-
-    def stop_all(self) -> None:
-        for _name, proc in reversed(self.children):
-            if proc.poll() is None:
-                try:
-                    os.killpg(proc.pid, signal.SIGTERM)
-                except ProcessLookupError:
-                    pass
-        deadline = time.monotonic() + 10
-        for _name, proc in reversed(self.children):
-            try:
-                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-        for log in self.logs:
-            log.close()
-
-
-def wait_for_line(proc: subprocess.Popen, log: Path, needle: str, timeout: float) -> str:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        text = log.read_text(errors="replace") if log.exists() else ""
-        for line in text.splitlines():
-            if needle in line:
-                return line
-        if proc.poll() is not None:
-            raise DemoError(f"{log.stem} exited with code {proc.returncode}:\n{text[-2000:]}")
-        time.sleep(0.1)
-    raise DemoError(f"{log.stem} did not print {needle!r} within {timeout:.0f}s")
-
-
-def wait_http(url: str, timeout: float) -> None:
-    import httpx
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(url, timeout=1.0).status_code < 500:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    raise DemoError(f"{url} did not answer within {timeout:.0f}s")
-
-
-def write_keypair(path: Path, kp: Any) -> Path:
-    path.write_text(json.dumps(list(bytes(kp))))
-    path.chmod(0o600)
-    return path
 
 
 def run_demo(
@@ -189,10 +76,7 @@ def run_demo(
     client = None
     try:
         # -- local chain --------------------------------------------------------------
-        port = free_port_pair()
-        url = f"http://127.0.0.1:{port}"
-        chain = procs.start("localnet", [localnet_binary(), "--port", str(port)])
-        wait_for_line(chain, workdir / "localnet.log", "ready on", timeout=60)
+        url = start_localnet(procs).url
         say(f"local chain       {url}")
 
         admin, owner, user = Keypair(), Keypair(), Keypair()
@@ -202,7 +86,7 @@ def run_demo(
         keys = {n: write_keypair(workdir / f"{n}.json", k) for n, k in named}
         client = GpuMarketClient(url, payer=admin)
         worker_key_file = workdir / "worker-key.json"
-        worker_pub = _run([_tool("gpum-worker"), "keygen", "--out", str(worker_key_file)])
+        worker_pub = _run([tool("gpum-worker"), "keygen", "--out", str(worker_key_file)])
         worker_pub = worker_pub.strip().split()[-1]
         from solders.pubkey import Pubkey
 
@@ -223,7 +107,7 @@ def run_demo(
                 tokens.mint_to(client, payment_mint, acct, admin, pay * UNIT)
         say(f"mints             stake={stake_mint} payment={payment_mint}")
 
-        gpum = [_tool("gpum"), "--url", url, "--output", "json"]
+        gpum = [tool("gpum"), "--url", url, "--output", "json"]
 
         def cli(keypair: str, *args: str, raw: bool = False) -> Any:
             out = _run([*gpum, *args[:2], "--keypair", str(keys[keypair]), *args[2:]])
@@ -232,7 +116,7 @@ def run_demo(
         # -- the workload's image: built locally, no registry (podman with runc) --------
         conf = workdir / "containers.conf"
         conf.write_text(CONTAINERS_CONF)
-        image = _run([_tool("gpum-worker"), "local-image", "--tag", DEMO_IMAGE,
+        image = _run([tool("gpum-worker"), "local-image", "--tag", DEMO_IMAGE,
                       "--containers-conf", str(conf)]).strip().splitlines()[-1]
         say(f"image             {image} (busybox-static, podman + runc)")
 
@@ -269,14 +153,14 @@ def run_demo(
         #    serves the workload API the provider registered) ------------------------------
         for i, vport in enumerate(vports):
             procs.start(f"validator{i}", [
-                _tool("gpum-validator"), "run", "--url", url,
+                tool("gpum-validator"), "run", "--url", url,
                 "--keypair", str(keys[f"validator{i}"]), "--market", str(market),
                 "--listen", f"127.0.0.1:{vport}", "--db", str(workdir / f"validator{i}.sqlite"),
                 "--settle-every", str(settle_every)])
         for vurl in vurls:
             wait_http(f"{vurl}/health", timeout=30)
         procs.start("worker", [
-            _tool("gpum-worker"), "run", "--simulate", "--gpus", str(gpus), "--seed", "1",
+            tool("gpum-worker"), "run", "--simulate", "--gpus", str(gpus), "--seed", "1",
             "--key", str(worker_key_file), "--db", str(workdir / "worker-outbox.sqlite"),
             "--window-seconds", str(window_seconds),
             "--poll-seconds", "1", "--rpc-url", url, "--program-id", str(client.program_id),
@@ -454,7 +338,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("demo interrupted; every process it started was stopped", file=sys.stderr)
         return 130
-    except DemoError as e:
+    except (DemoError, ProcessError) as e:
         print(f"demo failed: {e}", file=sys.stderr)
         print(json.dumps({"demo": "failed", "error": str(e).splitlines()[0]}))
         return 1
