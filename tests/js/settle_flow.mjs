@@ -1,4 +1,4 @@
-// The official Solana JavaScript stack against gpum-localnet (issue 11, part 5):
+// The official Solana JavaScript stack against gpum-localnet:
 // @coral-xyz/anchor 0.32 reads idl/gpu_market.json unmodified; @solana/web3.js 1.x builds the
 // Ed25519 instruction (Ed25519Program) and confirms every transaction through
 // sendAndConfirmTransaction, which waits on the local chain's PubSub (signatureSubscribe).
@@ -91,7 +91,7 @@ const receiptMessage = Buffer.concat([
   Buffer.from("gpu-market/receipt/v1"), program.programId.toBuffer(), market.toBuffer(), job.toBuffer(),
   u64(1), u64(seconds), i64(windowEnd), proofHash,
 ]);
-// The worker signs the receipt digest, sha256 of the receipt message (issue 9).
+// The worker signs the receipt digest, sha256 of the receipt message.
 const receiptDigest = createHash("sha256").update(receiptMessage).digest();
 const ed25519Ix = Ed25519Program.createInstructionWithPrivateKey({ privateKey: worker.secretKey, message: receiptDigest });
 const settleIx = await program.methods
