@@ -90,49 +90,45 @@ class Metrics:
             attestations = dict(self.attestations)
             downtime = dict(self.downtime_reports)
             vreports = dict(self.validator_equivocation_reports)
-        out = ["# HELP gpum_validator_proofs_total Proofs received, by result and reason.",
-               "# TYPE gpum_validator_proofs_total counter"]
+        out: list[str] = []
+
+        def counter(name: str, help_: str) -> None:
+            out.extend([f"# HELP {name} {help_}", f"# TYPE {name} counter"])
+
+        def fixed(name: str, help_: str, key: str, values: dict[str, int],
+                  labels: tuple[str, ...]) -> None:
+            """A counter with one label of known values, each shown (0 when never counted)."""
+            counter(name, help_)
+            out.extend(f'{name}{{{key}="{label}"}} {values.get(label, 0)}' for label in labels)
+
+        counter("gpum_validator_proofs_total", "Proofs received, by result and reason.")
         for (result, reason), n in proofs:
             out.append(f'gpum_validator_proofs_total{{result="{_esc(result)}",'
                        f'reason="{_esc(reason)}"}} {n}')
-        out += ["# HELP gpum_validator_settlements_total Receipts by settlement outcome.",
-                "# TYPE gpum_validator_settlements_total counter"]
-        for status in ("sent", "confirmed", "failed"):
-            out.append(f'gpum_validator_settlements_total{{status="{status}"}} '
-                       f'{dict(settlements).get(status, 0)}')
-        out += [("# HELP gpum_validator_equivocation_reports_total slash_equivocation "
-                 "submissions, by outcome."),
-                "# TYPE gpum_validator_equivocation_reports_total counter"]
-        for outcome in ("slashed", "already_slashed", "job_gone", "retry", "failed"):
-            out.append(f'gpum_validator_equivocation_reports_total{{outcome="{outcome}"}} '
-                       f'{reports.get(outcome, 0)}')
-        out += [("# HELP gpum_validator_rejections_unstored_total Rejected proofs answered "
-                 "but not stored, by why."),
-                "# TYPE gpum_validator_rejections_unstored_total counter"]
-        for why in ("ahead", "job_cap", "total_cap"):
-            out.append(f'gpum_validator_rejections_unstored_total{{why="{why}"}} '
-                       f'{unstored.get(why, 0)}')
-        out += [("# HELP gpum_validator_member_requests_total Requests of other committee "
-                 "members, by endpoint and result."),
-                "# TYPE gpum_validator_member_requests_total counter"]
+        fixed("gpum_validator_settlements_total", "Receipts by settlement outcome.", "status",
+              dict(settlements), ("sent", "confirmed", "failed"))
+        fixed("gpum_validator_equivocation_reports_total",
+              "slash_equivocation submissions, by outcome.", "outcome", reports,
+              ("slashed", "already_slashed", "job_gone", "retry", "failed"))
+        fixed("gpum_validator_rejections_unstored_total",
+              "Rejected proofs answered but not stored, by why.", "why", unstored,
+              ("ahead", "job_cap", "total_cap"))
+        counter("gpum_validator_member_requests_total",
+                "Requests of other committee members, by endpoint and result.")
         for (endpoint, result), n in member_requests:
             out.append(f'gpum_validator_member_requests_total{{endpoint="{_esc(endpoint)}",'
                        f'result="{_esc(result)}"}} {n}')
-        for name, help_, values, labels in (
-                ("gpum_validator_settle_rounds_total", "Due settle rounds, by outcome.", rounds,
-                 ("led", "not_leader", "waiting", "deferred", "not_member")),
-                ("gpum_validator_attestations_requested_total",
-                 "Attestations asked of other members as a leader, by result.", attestations,
-                 ("received", "refused", "invalid", "unreachable")),
-                ("gpum_validator_downtime_reports_total", "slash_downtime attempts, by outcome.",
-                 downtime, ("slashed", "job_gone", "retry", "failed", "waiting",
-                            "not_observed", "proof_elsewhere", "not_active")),
-                ("gpum_validator_validator_equivocation_reports_total",
-                 "slash_validator_equivocation submissions, by outcome.", vreports,
-                 ("slashed", "already_slashed", "job_gone", "retry", "failed"))):
-            out += [f"# HELP {name} {help_}", f"# TYPE {name} counter"]
-            for label in labels:
-                out.append(f'{name}{{outcome="{label}"}} {values.get(label, 0)}')
+        fixed("gpum_validator_settle_rounds_total", "Due settle rounds, by outcome.", "outcome",
+              rounds, ("led", "not_leader", "waiting", "deferred", "not_member"))
+        fixed("gpum_validator_attestations_requested_total",
+              "Attestations asked of other members as a leader, by result.", "outcome",
+              attestations, ("received", "refused", "invalid", "unreachable"))
+        fixed("gpum_validator_downtime_reports_total", "slash_downtime attempts, by outcome.",
+              "outcome", downtime, ("slashed", "job_gone", "retry", "failed", "waiting",
+                                    "not_observed", "proof_elsewhere", "not_active"))
+        fixed("gpum_validator_validator_equivocation_reports_total",
+              "slash_validator_equivocation submissions, by outcome.", "outcome", vreports,
+              ("slashed", "already_slashed", "job_gone", "retry", "failed"))
         for name, (help_, fn) in gauges.items():
             out += [f"# HELP {name} {help_}", f"# TYPE {name} gauge", f"{name} {fn():g}"]
         return "\n".join(out) + "\n"

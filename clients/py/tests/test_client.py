@@ -93,12 +93,18 @@ class FakeRpc:
         return httpx.Response(200, json={"jsonrpc": "2.0", "id": body["id"], "result": result})
 
 
-@pytest.fixture
-def fake(idl_path):
+def fake_client(idl_path) -> tuple[FakeRpc, GpuMarketClient]:
+    """A client whose RPC endpoint is a fresh ``FakeRpc`` (through httpx's MockTransport):
+    ``(rpc, client)``, what the ``fake`` fixtures of the SDK tests return."""
     rpc = FakeRpc()
     client = GpuMarketClient("http://fake.invalid", idl_path=str(idl_path))
     client.rpc._provider.session = httpx.Client(transport=httpx.MockTransport(rpc))
     return rpc, client
+
+
+@pytest.fixture
+def fake(idl_path):
+    return fake_client(idl_path)
 
 
 def test_fetch_job_and_absent(fake, job_bytes):

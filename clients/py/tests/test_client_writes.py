@@ -9,11 +9,9 @@ from __future__ import annotations
 import hashlib
 import struct
 
-import httpx
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from gpu_market import pda, tokens
-from gpu_market.client import GpuMarketClient
 from gpu_market.constants import (
     ASSOCIATED_TOKEN_PROGRAM_ID,
     ED25519_PROGRAM_ID,
@@ -28,7 +26,7 @@ from gpu_market.settle import SettleItem, parse_ed25519_signatures
 from sdktestkit import JOB_STARTED_AT, validator_bytes
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
-from test_client import MARKET_PARAMS, FakeRpc, market_bytes
+from test_client import MARKET_PARAMS, fake_client, market_bytes
 
 PARAMS = MARKET_PARAMS  # test_client's market_bytes: the params in force
 STARTED_AT = JOB_STARTED_AT  # conftest's job_bytes
@@ -123,10 +121,7 @@ def signers_of(tx) -> set[Pubkey]:
 
 @pytest.fixture
 def fake(idl_path):
-    rpc = FakeRpc()
-    client = GpuMarketClient("http://fake.invalid", idl_path=str(idl_path))
-    client.rpc._provider.session = httpx.Client(transport=httpx.MockTransport(rpc))
-    return rpc, client
+    return fake_client(idl_path)
 
 
 @pytest.fixture

@@ -8,15 +8,12 @@ transaction was sent; plus the client-side checks that read market parameters at
 
 from __future__ import annotations
 
-import ast
 import struct
-from pathlib import Path
 
 import httpx
 import pytest
 from gpu_market import localchain, pda, tokens
 from gpu_market.accounts import DEFAULT_MARKET_PARAMS
-from gpu_market.client import GpuMarketClient
 from gpu_market.constants import (
     ASSOCIATED_TOKEN_PROGRAM_ID,
     INSTRUCTIONS_SYSVAR_ID,
@@ -30,7 +27,7 @@ from gpu_market.instructions.job import _end_job_ix
 from gpu_market.settle import SettleItem
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
-from test_client import CHAIN_TIME, FakeRpc, market_bytes
+from test_client import CHAIN_TIME, fake_client, market_bytes
 from test_client_writes import (
     PARAMS,
     World,
@@ -62,10 +59,7 @@ def world(fake, codec, job_bytes):
 
 @pytest.fixture
 def fake(idl_path):
-    rpc = FakeRpc()
-    client = GpuMarketClient("http://fake.invalid", idl_path=str(idl_path))
-    client.rpc._provider.session = httpx.Client(transport=httpx.MockTransport(rpc))
-    return rpc, client
+    return fake_client(idl_path)
 
 
 # ----------------------------------------------------------------------------- job endings
@@ -442,48 +436,3 @@ def test_warp_time(monkeypatch):
 def test_warp_time_unreachable():
     with pytest.raises(RpcUnavailable, match="cannot reach"):
         localchain.warp_time("http://127.0.0.1:9", 1, timeout=2)
-
-
-# ----------------------------------------------------------------------------- module graph
-
-
-def test_sdk_modules_have_no_import_cycles():
-    """Every relative import edge between the SDK's modules, subpackages included,
-    TYPE_CHECKING ones included. Importing ``a.b`` runs ``a/__init__`` first, so it counts as
-    an edge to both (except from inside ``a``, whose ``__init__`` is already running)."""
-    pkg = Path(__file__).resolve().parents[1] / "gpu_market"
-
-    def dotted(path: Path) -> str:
-        parts = path.relative_to(pkg).with_suffix("").parts
-        return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)  # "" for gpu_market
-
-    modules = {dotted(path): path for path in pkg.rglob("*.py")}
-    graph: dict[str, set[str]] = {}
-    for name, path in modules.items():
-        here = name.split(".") if name else []
-        package = here if path.name == "__init__.py" else here[:-1]
-        edges = set()
-        for node in ast.walk(ast.parse(path.read_text())):
-            if not (isinstance(node, ast.ImportFrom) and node.level >= 1):
-                continue
-            base = package[: len(package) - (node.level - 1)]
-            if node.module:
-                target = [*base, *node.module.split(".")]
-                targets = [target, *([*target, a.name] for a in node.names)]
-            else:
-                targets = [[*base, a.name] for a in node.names]
-            for t in targets:
-                for i in range(1, len(t) + 1):
-                    prefix = ".".join(t[:i])
-                    if prefix in modules and prefix != name and not name.startswith(prefix + "."):
-                        edges.add(prefix)
-        graph[name] = edges
-
-    def visit(node: str, stack: list[str]) -> None:
-        assert node not in stack, f"import cycle: {' -> '.join([*stack, node])}"
-        for nxt in sorted(graph[node]):
-            visit(nxt, [*stack, node])
-
-    for module in sorted(graph):
-        visit(module, [])
-

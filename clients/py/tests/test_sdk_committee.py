@@ -55,13 +55,9 @@ def world(fake, codec, job_bytes):
 
 @pytest.fixture
 def fake(idl_path):
-    from gpu_market.client import GpuMarketClient
-    from test_client import FakeRpc
+    from test_client import fake_client
 
-    rpc = FakeRpc()
-    client = GpuMarketClient("http://fake.invalid", idl_path=str(idl_path))
-    client.rpc._provider.session = httpx.Client(transport=httpx.MockTransport(rpc))
-    return rpc, client
+    return fake_client(idl_path)
 
 
 def borsh_string(text: str) -> bytes:

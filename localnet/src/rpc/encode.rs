@@ -7,6 +7,7 @@ use solana_hash::Hash;
 use solana_message::{compiled_instruction::CompiledInstruction, VersionedMessage};
 use solana_pubkey::Pubkey;
 use solana_transaction::versioned::VersionedTransaction;
+use solana_transaction_context::TransactionReturnData;
 use solana_transaction_error::TransactionError;
 
 use super::params::{AccountEncoding, DataSlice};
@@ -312,12 +313,18 @@ pub(crate) fn meta_json(rec: &TxRecord, parsed: bool) -> Value {
         });
     }
     if !rec.return_data.data.is_empty() {
-        meta["returnData"] = json!({
-            "programId": rec.return_data.program_id.to_string(),
-            "data": [BASE64_STANDARD.encode(&rec.return_data.data), "base64"],
-        });
+        meta["returnData"] = return_data_json(&rec.return_data);
     }
     meta
+}
+
+/// A program's return data as the RPC reports it (`returnData` of a transaction's meta, of a
+/// simulation and of a preflight error).
+fn return_data_json(r: &TransactionReturnData) -> Value {
+    json!({
+        "programId": r.program_id.to_string(),
+        "data": [BASE64_STANDARD.encode(&r.data), "base64"],
+    })
 }
 
 pub(crate) fn simulation_json(ex: &Execution, accounts: Option<Value>, replacement: Option<(Hash, u64)>, inner: bool) -> Value {
@@ -327,10 +334,7 @@ pub(crate) fn simulation_json(ex: &Execution, accounts: Option<Value>, replaceme
         "accounts": accounts,
         "unitsConsumed": ex.units,
         "loadedAccountsDataSize": ex.loaded_accounts_data_size,
-        "returnData": ex.return_data.as_ref().map(|r| json!({
-            "programId": r.program_id.to_string(),
-            "data": [BASE64_STANDARD.encode(&r.data), "base64"],
-        })),
+        "returnData": ex.return_data.as_ref().map(return_data_json),
         "innerInstructions": inner.then(|| inner_instructions_json(&ex.inner_instructions, None)),
         "replacementBlockhash": replacement.map(|(h, v)| json!({"blockhash": h.to_string(), "lastValidBlockHeight": v})),
         "fee": ex.fee,
@@ -353,10 +357,7 @@ pub(crate) fn preflight_error(ex: &Execution) -> RpcError {
             "accounts": null,
             "unitsConsumed": ex.units,
             "loadedAccountsDataSize": ex.loaded_accounts_data_size,
-            "returnData": ex.return_data.as_ref().map(|r| json!({
-                "programId": r.program_id.to_string(),
-                "data": [BASE64_STANDARD.encode(&r.data), "base64"],
-            })),
+            "returnData": ex.return_data.as_ref().map(return_data_json),
             "innerInstructions": null,
             "replacementBlockhash": null,
             "fee": ex.fee,
