@@ -37,6 +37,20 @@ def _chain(workdir: Path) -> Iterator[LocalChain]:
         procs.stop_all()
 
 
+@pytest.fixture(scope="session", autouse=True)
+def local_job_history(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """``gpum``'s local job history (names, receipts) of every command the tests run, their
+    subprocesses included, lives in the session's tmp dir, never in the user's home."""
+    folder = tmp_path_factory.mktemp("gpum-data")
+    before = os.environ.get("GPUM_DATA_DIR")
+    os.environ["GPUM_DATA_DIR"] = str(folder)
+    yield folder
+    if before is None:
+        os.environ.pop("GPUM_DATA_DIR", None)
+    else:
+        os.environ["GPUM_DATA_DIR"] = before
+
+
 @pytest.fixture(scope="session")
 def shared_localnet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalChain]:
     """The session's local chain."""

@@ -12,7 +12,8 @@ providers, registered and staked through the CLI:
     E  NVIDIA H100 PCIe       4 GPUs  ap-south  0.0001/s  no stake                  no offer
     F  NVIDIA H100 NVL        2 GPUs  us-west   0.0004/s  stake 1000  expired job   offer, score < 0.5
 
-F's job is accepted and then expired (the clock is warped past ``expirable_after``), so the
+A's endpoint is a stand-in worker that answers ``/v1/health`` (so A is online); the others
+publish none (liveness unknown, listed as usual). F's job is accepted and then expired (the clock is warped past ``expirable_after``), so the
 chain books a failed job and missed windows on F's reputation, and F's score drops below the
 neutral 0.5 of the others. The validator V is only every job's committee (its endpoint is never
 called).
@@ -22,7 +23,7 @@ from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -33,7 +34,7 @@ from gpu_market import pda
 from gpu_market.client import GpuMarketClient
 from gpu_market.localchain import warp_time
 from gpu_market.offers import best_offer, list_offers, reputation_score
-from gpu_market.processes import tool
+from gpu_market.processes import JsonServer, tool
 from gpu_market.units import format_ui_amount
 from harness import Market
 from solders.keypair import Keypair
@@ -48,7 +49,7 @@ MIN_STAKE_PER_GPU = 100 * 10**DECIMALS
 
 PROVIDERS: dict[str, dict[str, Any]] = {
     "A": {"model": "NVIDIA H100 80GB HBM3", "gpus": 8, "vram": 81920, "region": "us-west",
-          "price": "0.001", "stake": "1000", "endpoint": "http://127.0.0.1:9"},
+          "price": "0.001", "stake": "1000", "endpoint": "(the stand-in worker)"},
     "B": {"model": "NVIDIA A100-SXM4-40GB", "gpus": 4, "vram": 40960, "region": "eu-west",
           "price": "0.0005", "stake": "250"},
     "C": {"model": "GeForce RTX 4090", "gpus": 2, "vram": 24564, "region": "us-east",
@@ -90,7 +91,18 @@ class World:
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory,
-          market_factory: Callable[..., Market]) -> World:
+          market_factory: Callable[..., Market]) -> Iterator[World]:
+    health = JsonServer(lambda path, body: (404, {"error": "no such endpoint"}),
+                        lambda path: (200, {"ok": True}) if path == "/v1/health"
+                        else (404, {"error": "no such endpoint"}))  # fmt: skip
+    try:
+        yield _world(tmp_path_factory, market_factory, health.url)
+    finally:
+        health.close()
+
+
+def _world(tmp_path_factory: pytest.TempPathFactory, market_factory: Callable[..., Market],
+           worker_url: str) -> World:  # fmt: skip
     owners = [f"owner{n}" for n in PROVIDERS]
     m = market_factory(tmp_path_factory.mktemp("offers"), ["user", "validator", *owners], {
         "window_seconds": WINDOW, "max_missed_windows": 2, "unbonding_seconds": 0,
@@ -103,7 +115,7 @@ def world(tmp_path_factory: pytest.TempPathFactory,
                "http://127.0.0.1:9", "--bond", "500")
     for name, p in PROVIDERS.items():
         owner = f"owner{name}"
-        extra = ["--endpoint", p["endpoint"]] if "endpoint" in p else []
+        extra = ["--endpoint", worker_url] if "endpoint" in p else []
         world.gpum(owner, "provider", "register", "--market", str(market), "--worker-key",
                    str(Keypair().pubkey()), "--gpu-model", p["model"], "--gpu-count",
                    str(p["gpus"]), "--vram-mib", str(p["vram"]), "--region", p["region"],
@@ -171,7 +183,10 @@ def test_offers_are_the_active_providers_with_gpus_a_job_can_take(world: World) 
             "jobs_completed": v.reputation.jobs_completed,
             "jobs_failed": v.reputation.jobs_failed, "slashes": v.reputation.slashes,
             "jailed": False, "workloads": v.endpoint != "", "endpoint": v.endpoint,
+            "online": True if v.endpoint else None, "checked_at": row["checked_at"],
+            "last_seen": row["checked_at"] if v.endpoint else None, "liveness_error": "",
         }  # fmt: skip
+        assert isinstance(row["checked_at"], int)
     by_name = dict(zip(world.names(rows), rows))
     assert by_name["A"]["gpus_free"] == 8 and by_name["A"]["price_per_gpu_hour"] == "3.6"
     assert by_name["B"]["gpus_free"] == 2 and by_name["B"]["gpus_total"] == 4
@@ -238,10 +253,14 @@ def test_limit_and_text_table(world: World) -> None:
     r = world.gpum("user", "offers", "--market", str(world.market), "--limit", "2")
     lines = r.stdout.splitlines()
     assert lines[0].startswith("PROVIDER") and "PRICE/GPU-H" in lines[0]
+    assert lines[0].split()[-3:] == ["ONLINE", "LAST", "SEEN"]
     assert lines[1].split()[0] == str(world.providers["B"])
-    assert lines[1].split()[-5:] == ["eu-west", "1.8", "250", "0.50", "no"]
+    assert lines[1].split()[-7:] == ["eu-west", "1.8", "250", "0.50", "no", "-", "-"]
     assert lines[2].split()[0] == str(world.providers["F"])
     assert lines[3] == "... 1 more offer(s): raise --limit (0 = all)"
+    r = world.gpum("user", "offers", "--market", str(world.market), "online")
+    (row,) = r.stdout.splitlines()[1:]
+    assert row.split()[0] == str(world.providers["A"]) and row.split()[-2:] == ["yes", "now"]
 
 
 def test_no_offer_says_which_clause_removed_them(world: World) -> None:

@@ -13,10 +13,12 @@ import os
 import signal
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
 import click
+from gpu_market.units import DurationError, format_ui_amount, parse_seconds, when
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 
@@ -64,11 +66,26 @@ def describe_db(db: str) -> str:
     return describe(db)
 
 
-def setup_logging(level: str) -> None:
+LIBRARY_LOGGERS = ("httpx", "httpcore", "urllib3", "solana", "solders", "anchorpy",
+                   "websockets", "asyncio", "hpack", "h2")
+"""Loggers of the libraries the node uses: their INFO is a line per HTTP request of its own
+client (``HTTP Request: POST ... 200 OK``), shown from ``-vv`` on."""
+
+
+def setup_logging(level: str, verbose: int = 0) -> None:
+    """One line per event: ``time level component message``. The node's own components log at
+    ``level`` (DEBUG from ``-v``); the libraries' loggers stay at WARNING, INFO with ``-vv`` (a
+    line per HTTP request), DEBUG with ``-vvv``."""
+    own = logging.DEBUG if verbose >= 1 else getattr(logging, level.upper(), logging.INFO)
     logging.basicConfig(
-        level=getattr(logging, level.upper(), logging.INFO), stream=sys.stderr,
+        level=own, stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s %(message)s",
         datefmt="%Y-%m-%dT%H:%M:%S%z")
+    logging.getLogger().setLevel(own)
+    libraries = {0: logging.WARNING, 1: logging.WARNING, 2: logging.INFO}.get(verbose,
+                                                                             logging.DEBUG)
+    for name in LIBRARY_LOGGERS:
+        logging.getLogger(name).setLevel(libraries)
 
 
 def load_keypair(path: Path) -> Keypair:
@@ -103,6 +120,15 @@ def parse_address(text: str, flag: str) -> Pubkey:
     return pk
 
 
+def _duration(ctx: Any, param: Any, value: Any, unit: str, low: float) -> float:
+    """Seconds of a duration flag: a bare number in ``unit`` or ``90s``, ``15m``, ``1h30m``,
+    ``2d`` (the syntax of every ``gpum`` duration flag)."""
+    try:
+        return float(parse_seconds(str(value), unit, whole=False, low=low))
+    except DurationError as e:
+        raise click.BadParameter(str(e), ctx, param) from None
+
+
 def _fail(e: Exception) -> None:
     click.echo(f"error: {e}", err=True)
     sys.exit(2)
@@ -124,13 +150,15 @@ def main() -> None:
 @click.option("--db", "db_path", default=None,
               help="SQLite file or postgresql://user@host/db URL "
                    "[default: $XDG_STATE_HOME/gpum-validator/validator.sqlite]")
-@click.option("--retention-days", default=DEFAULT_RETENTION_DAYS, show_default=True, type=float,
-              help="days after a job ended on chain before its proofs are pruned "
-                   "(equivocation evidence is kept); 0 keeps everything")
+@click.option("--retention-days", default=DEFAULT_RETENTION_DAYS, show_default=True,
+              type=str, metavar="DURATION", callback=lambda c, p, v: _duration(c, p, v, "d", 0) / 86_400,
+              help="days (or a duration: 12h, 30d) after a job ended on chain before its "
+                   "proofs are pruned (equivocation evidence is kept); 0 keeps everything")
 @click.option("--settle-every", default=DEFAULT_SETTLE_EVERY, show_default=True, type=int,
               help="settle a job every N accepted windows")
-@click.option("--settle-interval", default=5.0, show_default=True, type=float,
-              help="seconds between settlement passes")
+@click.option("--settle-interval", default=5, show_default=True,
+              type=str, metavar="DURATION", callback=lambda c, p, v: _duration(c, p, v, "s", 0.01),
+              help="seconds (or a duration: 5s, 1m) between settlement passes")
 @click.option("--leader-timeout", default=2.0, show_default=True, type=float,
               help="windows a round's leader has before the next committee member leads")
 @click.option("--temp-critical-c", default=None, type=int,
@@ -139,7 +167,11 @@ def main() -> None:
 @click.option("--ecc-uncorrected-max", default=None, type=int,
               help="own stricter allowance of uncorrected ECC errors per window")
 @click.option("--log-level", default="info", show_default=True,
-              type=click.Choice(["debug", "info", "warning", "error"]))
+              type=click.Choice(["debug", "info", "warning", "error"]),
+              help="level of the node's own log lines")
+@click.option("-v", "--verbose", count=True,
+              help="more log lines: -v the node's debug lines, -vv also a line per HTTP "
+                   "request of its chain client, -vvv the libraries' debug lines")
 @click.option("--max-connections", default=4096, show_default=True, type=int,
               help="open HTTP connections at most (lowered to fit the file-descriptor limit); "
                    "at the cap the longest idle one is closed")
@@ -163,10 +195,10 @@ def run(url: str, keypair_path: Path, market: str, program_id: str | None, liste
         retention_days: float = DEFAULT_RETENTION_DAYS, max_connections: int = 4096,
         max_connections_per_source: int = 256, max_in_flight_per_source: int = 32,
         job_reads_per_source: float = JOB_READS_PER_SOURCE,
-        trusted_proxies: tuple[str, ...] = ("127.0.0.1", "::1")) -> None:
+        trusted_proxies: tuple[str, ...] = ("127.0.0.1", "::1"), verbose: int = 0) -> None:
     """Serve the proof intake and the committee endpoints, lead settle rounds and report
     equivocation and downtime, until SIGINT/SIGTERM."""
-    setup_logging(log_level)
+    setup_logging(log_level, verbose)
     own: HealthThresholds | None = None
     if temp_critical_c is not None or ecc_uncorrected_max is not None:
         base = HealthThresholds(temp_critical_c=200, ecc_uncorrected_max=2**31)
@@ -254,6 +286,7 @@ def _run(url: str, keypair_path: Path, market_s: str, program_id_s: str | None, 
         market=bytes(market), authority=bytes(authority.pubkey()), own_health=own_health)
     cfg.validate()
     store = open_db(db_path, serving=True)
+    _remember_decimals(client, market_view, store)
     metrics = Metrics()
     peers = Peers(client, cfg.market, policy.peer_timeout_seconds, policy.endpoint_ttl_seconds)
     reporter = EquivocationReporter(client, authority, store, cfg.program_id, policy, metrics)
@@ -305,6 +338,18 @@ def _run(url: str, keypair_path: Path, market_s: str, program_id_s: str | None, 
     own_endpoint.close()
     peers.close()
     store.close()
+
+
+def _remember_decimals(client: Any, market_view: Any, store: Any) -> None:
+    """Store the market's mints' decimals (meta ``decimals``) for ``status``, which reads the
+    database only and shows rewards and bond in tokens."""
+    try:
+        decimals = {"payment": client.mint_decimals(market_view.payment_mint),
+                    "stake": client.mint_decimals(market_view.stake_mint)}
+    except Exception as e:  # noqa: BLE001 - advisory: status then shows base units
+        log.debug("cannot read the mints' decimals: %s", e)
+        return
+    store.set_meta("decimals", json.dumps(decimals))
 
 
 def _watch_accounts(url: str, program_id: bytes, intake: Any) -> list[Any]:
@@ -391,9 +436,31 @@ def status(db_path: str | None, as_json: bool) -> None:
     if summary.get("rewards") is None:
         summary["rewards"] = ("not read yet: `gpum-validator run` reads the Validator account "
                               "every minute")
+    decimals = json.loads(store.get_meta("decimals") or "null")
     store.close()
     if as_json:
         click.echo(json.dumps(summary, indent=2))
         return
-    for k, v in summary.items():
-        click.echo(f"{k}: {json.dumps(v)}")
+    for k, v in _readable(summary, decimals, int(time.time())).items():
+        click.echo(f"{k}: {v if isinstance(v, str) else json.dumps(v)}")
+
+
+def _readable(summary: dict[str, Any], decimals: dict[str, int] | None,
+              now: int) -> dict[str, Any]:
+    """``status``'s text: rewards in payment-mint tokens and the bond in stake-mint tokens
+    (base units, so labelled, while ``run`` has not stored the mints' decimals), times as
+    dates with their distance from ``now``."""
+    out = dict(summary)
+    rewards = out.get("rewards")
+    if isinstance(rewards, dict):
+        shown = dict(rewards)
+        for key, mint in (("earned", "payment"), ("unclaimed", "payment"), ("bond", "stake")):
+            if isinstance(shown.get(key), int):
+                shown[key] = (format_ui_amount(shown[key], decimals[mint]) if decimals
+                              else f"{shown[key]} base units")
+        if isinstance(shown.get("read_at"), (int, float)):
+            shown["read_at"] = when(int(shown["read_at"]), now)
+        out["rewards"] = shown
+    if isinstance(out.get("last_settlement_at"), (int, float)):
+        out["last_settlement_at"] = when(int(out["last_settlement_at"]), now)
+    return out

@@ -180,7 +180,7 @@ class EndpointProbe:
         try:
             return self.http.get(base + "/health").status == 200
         except NetError as e:
-            log.info("own endpoint %s unreachable: %s", base, e)
+            log.debug("own endpoint %s unreachable: %s", base, e)  # beat() warns on the change
             self.peers.forget(self.me)  # type: ignore[attr-defined]
             return False
 

@@ -64,6 +64,7 @@ from .errors import (
     TransactionTooLarge,
     chain_error_from_rpc_error,
     chain_error_from_transaction_err,
+    fee_payer_error,
 )
 from .instructions import (
     accept_job_ix,
@@ -447,6 +448,8 @@ class GpuMarketClient(MarketAdmin, JobEndings, ValidatorNetwork):
             )
         except RPCNoResultException as e:
             raise ChainError(f"the node did not accept the transaction: {e}") from e
+        except ChainError as e:  # the fee payer is account 0
+            raise fee_payer_error(e, tx.message.account_keys[0]) from e.__cause__
         sig = resp.value
         self._confirm(sig)
         return sig

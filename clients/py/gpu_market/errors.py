@@ -6,6 +6,7 @@ Exception hierarchy::
     ├── RpcUnavailable            the RPC endpoint cannot be reached or answers garbage
     ├── ChainError                the cluster rejected or failed a transaction (.message, .logs, .err)
     │   ├── GpuMarketError        a program returned a custom error code (.code, .name, .program)
+    │   ├── InsufficientSol       its fee payer (.address) has no SOL or too little for the fee
     │   └── ConfirmationTimeout   sent, but not confirmed in time (it may still land)
     ├── AccountNotFound           an account the operation needs does not exist
     └── TransactionTooLarge       the transaction would exceed the 1232-byte packet limit
@@ -30,11 +31,13 @@ __all__ = [
     "ChainError",
     "ConfirmationTimeout",
     "GpuMarketError",
+    "InsufficientSol",
     "RpcUnavailable",
     "SdkError",
     "TransactionTooLarge",
     "chain_error_from_rpc_error",
     "chain_error_from_transaction_err",
+    "fee_payer_error",
     "program_error_table",
 ]
 
@@ -107,6 +110,33 @@ class GpuMarketError(ChainError):
 
     def __str__(self) -> str:
         return f"{self.name} ({self.code}): {self.message}"
+
+
+class InsufficientSol(ChainError):
+    """The cluster refused a transaction because its fee payer ``address`` has no SOL (no
+    account at all: ``AccountNotFound``) or too little for the fee or for the rent it would
+    leave (``InsufficientFundsForFee``, ``InsufficientFundsForRent`` of account 0). The message
+    says to fund ``address``."""
+
+    def __init__(self, address: str, err: Any, logs: Sequence[str] = ()) -> None:
+        has = "has no SOL" if err == "AccountNotFound" else "has too little SOL"
+        super().__init__(
+            f"fund {address} with SOL for fees: this transaction's fee payer {has} (e.g. "
+            f"`solana transfer {address} 0.05` from a funded wallet, or `solana airdrop 1 "
+            f"{address}` on devnet or a local chain); nothing was sent", logs, err)
+        self.address = address
+
+
+def fee_payer_error(error: ChainError, payer: Any) -> ChainError:
+    """``error`` as :class:`InsufficientSol` naming ``payer`` (the fee payer, account 0 of the
+    transaction) when the cluster refused the transaction for its fee payer's SOL; else
+    ``error`` unchanged."""
+    err = error.err
+    rent = isinstance(err, Mapping) and err.get("InsufficientFundsForRent") in (
+        {"account_index": 0}, [0], 0)
+    if err in ("AccountNotFound", "InsufficientFundsForFee") or rent:
+        return InsufficientSol(str(payer), err, error.logs)
+    return error
 
 
 def program_error_table(idl_json: Mapping[str, Any]) -> dict[int, tuple[str, str]]:

@@ -32,7 +32,21 @@ Ranking
 :func:`rank_key`: cheapest *effective* price first, where the effective price per GPU-second
 is ``price / (0.5 + 0.5 * score)`` (a jailed or worthless provider pays double, a perfect one
 its list price, a new one 4/3 of it); ties go to the higher score, then more free GPUs, then
-the provider address (bytes), so the order is total and deterministic.
+the provider address (bytes), so the order is total and deterministic. Liveness comes first:
+a provider whose worker did not answer its probe (``online`` False) ranks after every other,
+whatever its price; offers never probed or without an endpoint rank as if online.
+
+Liveness
+--------
+:func:`probe_liveness` asks each offer's worker ``GET {endpoint}/v1/health`` in parallel (at
+most ``parallel`` at once), each probe within ``deadline`` seconds and all of them within
+``total`` (a probe still running then counts as offline), through
+:class:`~gpu_market.net.BoundedClient` (4 KiB answer cap). Online means HTTP 200 with
+``{"ok": true}`` and, when the answer names its ``worker``, the provider's current worker key.
+:func:`with_liveness` stamps the result on the offers: ``online``, ``checked_at`` and
+``last_seen`` (unix seconds: the probe time when online; else the end of the last window the
+committee settled for any of the provider's jobs still on chain, :func:`last_settled_window`,
+or None when it never had one).
 
 Query language
 --------------
@@ -48,10 +62,18 @@ alike. Fields (see :data:`FIELDS`):
 * ``region`` (text): the whole region
 * ``gpus`` (free GPUs a job can take), ``gpus_total``, ``jobs_completed``, ``jobs_failed``,
   ``slashes``: whole numbers
-* ``vram`` (GiB per GPU), ``price`` (payment-mint UI units per GPU-hour), ``stake``
+* ``vram`` (GB per GPU as the card is sold, ``units.nominal_vram_gb``: 80 for an H100 80GB
+  reporting 81,559 MiB), ``price`` (payment-mint UI units per GPU-hour), ``stake``
   (stake-mint UI units), ``score``, ``verified_hours``: numbers, compared exactly
 * ``workloads`` (true/false): whether the provider publishes a worker endpoint (runs
   containers); only ``=`` and ``!=``
+* ``online`` (true/false): whether the provider's worker answered ``GET /v1/health`` when the
+  offers were probed (:func:`probe_liveness`); only ``=`` and ``!=``. A provider without a
+  worker endpoint, or offers never probed, have no liveness and match neither ``online=true``
+  nor ``online=false`` (``online!=true`` matches them)
+
+A true/false field alone is ``field=true``: ``online workloads`` is ``online=true
+workloads=true``.
 
 Text fields take ``=``, ``!=``, ``in``, ``notin``; numbers take every operator. Every mistake
 raises :class:`QueryError` (a ``ValueError``) with one line naming the clause and the fix.
@@ -70,6 +92,7 @@ from typing import TYPE_CHECKING, Any
 from solders.pubkey import Pubkey
 
 from .errors import AccountNotFound
+from .units import nominal_vram_gb
 
 if TYPE_CHECKING:  # the views pull in the codec (anchorpy): loaded only where used
     from .accounts import ProviderView, Reputation
@@ -78,18 +101,23 @@ __all__ = [
     "FIELDS",
     "SORT_FIELDS",
     "Clause",
+    "Liveness",
     "Offer",
     "Query",
     "QueryError",
     "best_offer",
     "filter_offers",
+    "last_settled_window",
     "list_offers",
     "list_providers",
     "offers_from_providers",
     "parse_query",
+    "probe_liveness",
+    "probe_worker",
     "rank_key",
     "reputation_score",
     "sort_offers",
+    "with_liveness",
 ]
 
 SECONDS_PER_HOUR = 3600
@@ -139,6 +167,14 @@ class Offer:
     """:func:`reputation_score` of the provider's reputation, in [0, 1]."""
     endpoint: str
     """The worker's API URL; "" = the provider runs no workloads (rents bare GPUs only)."""
+    online: bool | None = None
+    """Whether the worker answered its health probe; None: not probed, or no endpoint."""
+    checked_at: int | None = None
+    """Unix seconds of the probe; None: not probed."""
+    last_seen: int | None = None
+    """Unix seconds the provider was last seen alive (see "Liveness"); None: unknown."""
+    liveness_error: str = ""
+    """Why the probe failed ("" when online or not probed)."""
 
     def price_per_gpu_hour(self) -> int:
         """``price_per_gpu_second * 3600``, payment-mint base units."""
@@ -229,11 +265,14 @@ def offers_from_providers(providers: Iterable[ProviderView], *, min_stake_per_gp
     return sorted(out, key=rank_key)
 
 
-def list_offers(client: Any, market: Pubkey, *, include_full: bool = False) -> list[Offer]:
+def list_offers(client: Any, market: Pubkey, *, include_full: bool = False,
+                probe: bool = False) -> list[Offer]:  # fmt: skip
     """The offers of ``market`` now (Active providers, not jailed, worker key unexpired, with
     GPUs a job can take; ``include_full``: also those with none), sorted by :func:`rank_key`.
-    The stake rule uses the parameters in force at chain time. AccountNotFound if there is no
-    market at ``market``."""
+    The stake rule uses the parameters in force at chain time. ``probe``: also probe every
+    worker (:func:`probe_liveness`, at most ``PROBE_TOTAL_S``) and stamp the liveness on, an
+    offline provider's ``last_seen`` from :func:`last_settled_window` (offline ones rank
+    last). AccountNotFound if there is no market at ``market``."""
     from .accounts import effective_params
 
     m = client.fetch_market(market)
@@ -242,9 +281,142 @@ def list_offers(client: Any, market: Pubkey, *, include_full: bool = False) -> l
                               "address and the RPC URL")  # fmt: skip
     now = client.chain_time()
     params = effective_params(m, now)
-    return offers_from_providers(list_providers(client, market), now=now,
-                                 min_stake_per_gpu=params.min_stake_per_gpu,
-                                 include_full=include_full)  # fmt: skip
+    offers = offers_from_providers(list_providers(client, market), now=now,
+                                   min_stake_per_gpu=params.min_stake_per_gpu,
+                                   include_full=include_full)  # fmt: skip
+    if not probe:
+        return offers
+    return with_liveness(offers, probe_liveness(offers),
+                         last_seen=lambda o: last_settled_window(client, o.provider, market))
+
+
+# ----------------------------------------------------------------------------- liveness
+
+HEALTH_PATH = "/v1/health"
+HEALTH_MAX_BYTES = 4096
+PROBE_DEADLINE_S = 3.0
+"""Total deadline of one worker health probe."""
+PROBE_TOTAL_S = 5.0
+"""Cap on the time all the probes of one listing take together."""
+PROBE_PARALLEL = 16
+
+
+@dataclass(frozen=True)
+class Liveness:
+    """One provider's liveness as a probe saw it (see "Liveness" in the module docstring)."""
+
+    online: bool | None
+    """True: the worker answered; False: it did not (``error`` says why); None: no endpoint."""
+    checked_at: int
+    """Unix seconds of the probe."""
+    error: str = ""
+
+
+def probe_worker(http: Any, endpoint: str, worker_key: Pubkey | None = None, *,
+                 deadline: float = PROBE_DEADLINE_S) -> str:  # fmt: skip
+    """Why the worker at ``endpoint`` is not healthy, "" when it is: ``GET /v1/health`` through
+    the BoundedClient ``http`` within ``deadline`` seconds answered 200 ``{"ok": true}`` naming
+    ``worker_key`` (when given and the answer names a worker). Never raises for the network."""
+    from .net import NetError
+    from .workload_api import WorkerApiError, normalize_endpoint
+
+    try:
+        url = normalize_endpoint(endpoint) + HEALTH_PATH
+    except WorkerApiError as e:
+        return str(e)
+    try:
+        r = http.get(url, deadline=deadline, max_bytes=HEALTH_MAX_BYTES)
+    except NetError as e:
+        return f"no answer from {url}: {e}"
+    if r.status != 200:
+        return f"{url} answered HTTP {r.status}"
+    body = r.json_object()
+    if body is None or body.get("ok") is not True:
+        return f"{url} did not answer {{\"ok\": true}}"
+    named = body.get("worker")
+    if worker_key is not None and isinstance(named, str) and named != str(worker_key):
+        return (f"{url} is the worker {named}, not the provider's current worker key "
+                f"{worker_key}")
+    return ""
+
+
+def probe_liveness(offers: Iterable[Offer], *, deadline: float = PROBE_DEADLINE_S,
+                   total: float = PROBE_TOTAL_S, parallel: int = PROBE_PARALLEL,
+                   http: Any = None, clock: Callable[[], float] | None = None,
+                   ) -> dict[Pubkey, Liveness]:  # fmt: skip
+    """The liveness of every offer's worker (by provider), probed in parallel (at most
+    ``parallel`` at once), each probe within ``deadline`` s, all within ``total`` s of the
+    call: a probe that has not answered by then counts as offline. Offers without an endpoint
+    get ``online`` None. ``http``: a :class:`~gpu_market.net.BoundedClient` (default: a new
+    one, closed at the end)."""
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+    from concurrent.futures import wait as wait_all
+
+    from .net import BoundedClient
+
+    clock = clock or time.time
+    start = time.monotonic()
+    checked_at = int(clock())
+    todo = [o for o in offers if o.endpoint]
+    out = {o.provider: Liveness(None, checked_at) for o in offers if not o.endpoint}
+    if not todo:
+        return out
+    own = http is None
+    client = BoundedClient(deadline=deadline, max_bytes=HEALTH_MAX_BYTES) if own else http
+    pool = ThreadPoolExecutor(max_workers=max(1, min(parallel, len(todo))),
+                              thread_name_prefix="gpum-probe")  # fmt: skip
+    try:
+        futures = {
+            o.provider: pool.submit(
+                lambda o=o: probe_worker(client, o.endpoint, o.worker_key,
+                                         deadline=min(deadline, max(0.001, total - (time.monotonic() - start)))))
+            for o in todo
+        }  # fmt: skip
+        wait_all(futures.values(), timeout=max(0.0, total - (time.monotonic() - start)))
+        for provider, f in futures.items():
+            if f.done() and f.exception() is None:
+                why = f.result()
+            elif f.done():
+                why = f"probe failed: {f.exception()}"
+            else:
+                why = f"no answer within {total:g} s"
+            out[provider] = Liveness(why == "", checked_at, why)
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+        if own:
+            client.close()
+    return out
+
+
+def last_settled_window(client: Any, provider: Pubkey, market: Pubkey | None = None) -> int | None:
+    """The end (unix seconds) of the last window the committee settled for any of
+    ``provider``'s jobs still on chain, or None when none has one."""
+    jobs = client.list_jobs(provider=provider, market=market)
+    ends = [j.last_window_end for j in jobs if j.last_window_end]
+    return max(ends, default=None)
+
+
+def with_liveness(offers: Iterable[Offer], liveness: dict[Pubkey, Liveness],
+                  last_seen: Callable[[Offer], int | None] | None = None) -> list[Offer]:
+    """``offers`` with their liveness stamped on (offers missing from ``liveness`` are left as
+    they are), sorted by :func:`rank_key` (offline last). ``last_seen(offer)`` gives the last
+    time an offline provider was seen alive (e.g. :func:`last_settled_window`); an online one
+    was seen at its probe."""
+    from dataclasses import replace
+
+    out = []
+    for o in offers:
+        live = liveness.get(o.provider)
+        if live is None:
+            out.append(o)
+            continue
+        seen = live.checked_at if live.online else None
+        if live.online is False and last_seen is not None:
+            seen = last_seen(o)
+        out.append(replace(o, online=live.online, checked_at=live.checked_at, last_seen=seen,
+                           liveness_error=live.error))  # fmt: skip
+    return sorted(out, key=rank_key)
 
 
 # ----------------------------------------------------------------------------- ranking
@@ -255,10 +427,11 @@ def _effective_price(offer: Offer) -> Fraction:
 
 
 def rank_key(offer: Offer) -> tuple:
-    """Sort key of the default order: effective price per GPU-second
-    ``price / (0.5 + 0.5 * score)`` ascending (exact), then higher score, more free GPUs, and
-    the provider address (bytes) ascending."""
-    return (_effective_price(offer), -offer.score, -offer.gpus_free, bytes(offer.provider))
+    """Sort key of the default order: offline providers (``online`` False) last, then
+    effective price per GPU-second ``price / (0.5 + 0.5 * score)`` ascending (exact), then
+    higher score, more free GPUs, and the provider address (bytes) ascending."""
+    return (offer.online is False, _effective_price(offer), -offer.score, -offer.gpus_free,
+            bytes(offer.provider))
 
 
 def _norm(text: str) -> str:
@@ -301,7 +474,7 @@ FIELDS: dict[str, _Field] = {
     "gpu_model": _Field("text", "GPU model; = matches a substring", "gpu_model=H100"),
     "gpus": _Field("int", "free GPUs a job can take", "gpus>=2"),
     "gpus_total": _Field("int", "GPUs of the provider", "gpus_total>=8"),
-    "vram": _Field("number", "GiB per GPU", "vram>=40"),
+    "vram": _Field("number", "GB per GPU as the card is sold (80 for an H100 80GB)", "vram>=80"),
     "region": _Field("text", "region", "region in [us-west,eu-west]"),
     "price": _Field("number", "payment-mint UI units per GPU-hour", "price<=2.5"),
     "stake": _Field("number", "stake-mint UI units", "stake>=1000"),
@@ -311,6 +484,7 @@ FIELDS: dict[str, _Field] = {
     "jobs_failed": _Field("int", "jobs failed", "jobs_failed=0"),
     "slashes": _Field("int", "times slashed", "slashes=0"),
     "workloads": _Field("bool", "runs workloads (publishes a worker endpoint)", "workloads=true"),
+    "online": _Field("bool", "the worker answered its health probe", "online=true"),
 }
 """Query fields: name -> kind, meaning and an example clause."""
 
@@ -422,6 +596,8 @@ def _value_of(name: str, o: Offer, payment_decimals: int, stake_decimals: int) -
         return _norm(o.region)
     if name == "workloads":
         return o.runs_workloads
+    if name == "online":
+        return o.online
     if name == "score":
         return o.score
     if name == "verified_hours":
@@ -431,7 +607,7 @@ def _value_of(name: str, o: Offer, payment_decimals: int, stake_decimals: int) -
     if name == "stake":
         return Fraction(o.stake, 10**stake_decimals)
     if name == "vram":
-        return Fraction(o.vram_mib, MIB_PER_GIB)
+        return Fraction(nominal_vram_gb(o.vram_mib, o.gpu_model))
     attr = {"gpus": "gpus_free"}.get(name, name)
     return Fraction(getattr(o, attr))
 
@@ -472,6 +648,15 @@ class _Parser:
         """The clause text from here to the next whitespace (for messages)."""
         return self.text[self.pos:].split(None, 1)[0] if self.skip_ws() else ""
 
+    def _operator_next(self, more: bool) -> bool:
+        """Whether an operator (symbol, ``in`` or ``notin``) follows at the cursor."""
+        if not more:
+            return False
+        if _SYMBOL_RE.match(self.text, self.pos):
+            return True
+        m = _WORD_RE.match(self.text, self.pos)
+        return m is not None and m.group().lower() in OPERATORS
+
     def clause(self) -> Clause:
         start = self.pos
         m = _FIELD_RE.match(self.text, self.pos)
@@ -483,7 +668,10 @@ class _Parser:
         if name not in FIELDS:
             raise _unknown_field(name, self.text[start:].split(None, 1)[0])
         field = FIELDS[name]
-        if not self.skip_ws():
+        more = self.skip_ws()
+        if field.kind == "bool" and not self._operator_next(more):
+            return Clause(name, "=", (True,), ("true",))  # a bare flag: field=true
+        if not more:
             raise QueryError(f"{name!r} needs an operator and a value, e.g. {field.example}")
         m = _SYMBOL_RE.match(self.text, self.pos) or _WORD_RE.match(self.text, self.pos)
         if m is None:
@@ -598,6 +786,7 @@ _SORT_KEYS: dict[str, Callable[[Offer], Any]] = {
     "jobs_failed": lambda o: o.jobs_failed,
     "slashes": lambda o: o.slashes,
     "workloads": lambda o: o.runs_workloads,
+    "online": lambda o: (o.online is not None, o.online is True),
 }
 SORT_FIELDS = ("rank", *_SORT_KEYS)
 """What ``sort_offers`` sorts by; a trailing ``-`` sorts descending."""

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +34,8 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 from solders.pubkey import Pubkey
+
+from . import units
 
 if TYPE_CHECKING:  # the views pull in the codec (anchorpy): loaded only where used
     from solders.keypair import Keypair
@@ -123,35 +124,14 @@ def runway_of(job: JobView, now: int) -> Runway:
 
 # ----------------------------------------------------------------------------- durations
 
-_UNITS = {"d": 86_400, "h": 3_600, "m": 60, "s": 1}
-_PART = re.compile(r"(\d+)([dhms])")
+_UNITS = units.DURATION_UNITS
 
 
 def parse_duration(text: str) -> int:
-    """``"90s"``, ``"15m"``, ``"2h"``, ``"1d"``, ``"1h30m"`` -> seconds. Units d, h, m, s, each
-    at most once and largest first; case and surrounding spaces ignored. ValueError (one line
-    saying what to write) for anything else, a number without a unit included."""
-    raw = str(text)
-    s = raw.strip().lower()
-    example = "write e.g. 90s, 15m, 2h, 1d or 1h30m"
-    if not s:
-        raise ValueError(f"empty duration; {example}")
-    if s.isdigit():
-        raise ValueError(f"duration {raw!r} has no unit; write {s}s, {s}m, {s}h or {s}d")
-    pos, total, last = 0, 0, None
-    order = list(_UNITS)
-    for m in _PART.finditer(s):
-        if m.start() != pos:
-            break
-        unit = m.group(2)
-        if last is not None and order.index(unit) <= order.index(last):
-            raise ValueError(f"duration {raw!r} repeats a unit or is out of order; units go "
-                             f"largest first, each once ({example})")  # fmt: skip
-        total += int(m.group(1)) * _UNITS[unit]
-        last, pos = unit, m.end()
-    if pos != len(s) or last is None:
-        raise ValueError(f"{raw!r} is not a duration; {example}")
-    return total
+    """``"90s"``, ``"15m"``, ``"2h"``, ``"1d"``, ``"1h30m"`` -> seconds: the grammar of
+    :func:`gpu_market.units.parse_duration` without a bare number (ValueError, one line saying
+    what to write, for anything else)."""
+    return int(units.parse_duration(text))
 
 
 def format_duration(seconds: int) -> str:

@@ -25,6 +25,7 @@ from gpu_market.accounts import (
 )
 from gpu_market.cli import run as cli_run
 from gpu_market.cli import watch as cli_watch
+from gpu_market.offers import Liveness
 from gpu_market.runway import WindowsApiError
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
@@ -92,6 +93,14 @@ def isolated(monkeypatch, tmp_path, idl_path):
     monkeypatch.delenv("GPUM_DEBUG", raising=False)
     monkeypatch.setattr(cli_run, "_sleep", lambda s: None)
     monkeypatch.setattr(cli_watch, "_sleep", lambda s: None)
+    monkeypatch.setattr(cli_run, "_probe", lambda offers, left: {
+        o.provider: Liveness(DOWN.get(o.provider) is None, NOW, DOWN.get(o.provider, ""))
+        for o in offers})
+    DOWN.clear()
+
+
+DOWN: dict = {}
+"""Providers whose worker fails its health probe in a test -> why."""
 
 
 @pytest.fixture
@@ -135,6 +144,13 @@ def chain(monkeypatch):
         return "SiGcreate", JOB
 
     monkeypatch.setattr(GpuMarketClient, "create_job", create_job)
+
+    def cancel_job(self, user, key):
+        state.calls.append(("cancel_job", key))
+        state.jobs = [replace(job("cancelled"), refunded=state.jobs[0].deposited)]
+        return "SiGcancel"
+
+    monkeypatch.setattr(GpuMarketClient, "cancel_job", cancel_job)
 
     def top_up(self, user, key, amount):
         state.calls.append(("top_up", key, amount))
@@ -229,8 +245,8 @@ def test_max_price_is_per_gpu_hour(keyfile, chain) -> None:
     (["--gpu", "H100", "--hours", "1", "--image", "b:1"], ["'--gpu'", "MODEL:COUNT"]),
     (["--gpu", "H100:0", "--hours", "1", "--image", "b:1"], ["'--gpu'", "1..256"]),
     (["--gpu", "H100:x", "--hours", "1", "--image", "b:1"], ["'--gpu'", "not a whole number"]),
-    (["--gpu", "H100:1", "--hours", "-1", "--image", "b:1"], ["'--hours'", "positive number"]),
-    (["--gpu", "H100:1", "--hours", "soon", "--image", "b:1"], ["'--hours'", "not a number"]),
+    (["--gpu", "H100:1", "--hours", "-1", "--image", "b:1"], ["'--hours'", "duration"]),
+    (["--gpu", "H100:1", "--hours", "soon", "--image", "b:1"], ["'--hours'", "duration"]),
     (["--gpu", "H100:1", "--hours", "1"], ["needs --image IMAGE", "gpum job create"]),
     (["--gpu", "H100:1", "--hours", "1", "--port", "80"], ["pass --image too"]),
     (["--hours", "1", "--image", "b:1"], ["Missing option '--gpu'"]),
@@ -313,13 +329,20 @@ def test_a_bad_workload_is_refused_before_sending(keyfile, chain) -> None:
 def worker(monkeypatch):
     """The provider's worker answered locally: deliveries recorded, status from ``states``."""
     from gpu_market import workload_api
-    from gpu_market.cli import workload as cli_workload
 
-    box = SimpleNamespace(delivered=[], states=[])
-    monkeypatch.setattr(cli_workload, "deliver_saved",
-                        lambda env, j, spec, p: box.delivered.append((j, spec)) or {"state": "pending"})
+    box = SimpleNamespace(delivered=[], states=[], deliveries=[])
 
-    def status(endpoint, job_, workload_hash, secret):
+    def deliver(endpoint, job_, spec, secret, timeout, retries):
+        assert retries == 0 and timeout <= cli_run.DELIVER_ATTEMPT_S
+        got = box.deliveries.pop(0) if box.deliveries else {"state": "pending"}
+        if isinstance(got, Exception):
+            raise got
+        box.delivered.append((Pubkey.from_bytes(job_), spec))
+        return got
+
+    monkeypatch.setattr(workload_api, "deliver_workload", deliver)
+
+    def status(endpoint, job_, workload_hash, secret, timeout=10.0):
         assert endpoint == ENDPOINT and bytes(job_) == bytes(JOB)
         got = box.states.pop(0) if len(box.states) > 1 else box.states[0]
         if isinstance(got, Exception):
@@ -365,11 +388,13 @@ def test_run_shows_progress_on_stderr_in_text_mode(keyfile, chain, worker) -> No
 @pytest.mark.parametrize("jobs, states, needles", [
     (["declined"], [{"state": "pending"}], ["declined job", "gpum job close"]),
     (["running"], [{"state": "failed", "error": "image not found"}],
-     ["could not run the container", "image not found", "gpum job finish"]),
+     ["could not run the container", "image not found", "gpum job stop"]),
     (["running"], [{"state": "exited", "exit_code": 3}], ["exited with code 3", "gpum job logs"]),
     (["completed"], [{"state": "pending"}], ["is completed before its container ran"]),
-    (["open"], [{"state": "pending"}], ["is open but its container is not running after 5 s",
-                                        "gpum job cancel"]),
+    (["open"], [{"state": "pending"}], ["did not accept job", "within --timeout 40 s",
+                                        "cancelled: 0.1 refunded in full"]),
+    (["running"], [{"state": "starting"}], ["is running but its container is not running after",
+                                            "gpum job stop"]),
 ])  # fmt: skip
 def test_run_reports_why_the_container_does_not_run(monkeypatch, keyfile, chain, worker, jobs,
                                                     states, needles) -> None:  # fmt: skip
@@ -378,7 +403,7 @@ def test_run_reports_why_the_container_does_not_run(monkeypatch, keyfile, chain,
     chain.jobs = [job(s) for s in jobs]
     worker.states = states
     code, _, err = gpum_run(keyfile, "--gpu", "H100:1", "--hours", "1", "--image", "b:1",
-                            "--timeout", "5")
+                            "--timeout", "40")
     assert code == 1
     one_line_error(err, *needles)
 
@@ -387,6 +412,85 @@ def test_a_container_that_finished_cleanly_is_a_success(keyfile, chain, worker) 
     worker.states = [{"state": "exited", "exit_code": 0, "ports": []}]
     code, out, _ = gpum_run(keyfile, "--gpu", "H100:1", "--hours", "1", "--image", "b:1")
     assert code == 0 and json.loads(out)["state"] == "exited"
+
+
+# ----------------------------------------------------------------------------- dead providers
+
+
+def test_a_named_provider_whose_worker_is_down_is_refused_before_any_transaction(keyfile, chain,
+                                                                                  worker) -> None:
+    named = Pubkey(bytes([3] * 32))
+    DOWN[named] = "no answer from http://worker.example:9000/v1/health: connection refused"
+    code, _, err = gpum_run(keyfile, "--gpu", "H100:1", "--hours", "1", "--image", "b:1",
+                            "--provider", str(named))
+    assert code == 1
+    one_line_error(err, f"provider {named}'s worker at {ENDPOINT} failed its health check",
+                   "connection refused", "no money moved")
+    assert chain.calls == [] and worker.delivered == []
+
+
+def test_the_best_live_offer_is_chosen_and_none_live_is_refused(keyfile, chain) -> None:
+    DOWN[Pubkey(bytes([1] * 32))] = "HTTP 502"
+    code, out, _ = dry(keyfile)
+    assert code == 0 and json.loads(out)["provider"] == str(Pubkey(bytes([3] * 32)))
+    DOWN[Pubkey(bytes([3] * 32))] = "no answer within 5 s"
+    code, _, err = dry(keyfile)
+    assert code == 1
+    one_line_error(err, "2 offer(s) fit, but no provider's worker answers its health check",
+                   "HTTP 502", "no answer within 5 s", "no money moved", "gpum offers --all")
+    assert chain.calls == []
+
+
+def test_an_undelivered_workload_cancels_the_job_within_the_timeout(monkeypatch, keyfile, chain,
+                                                                   worker) -> None:
+    from gpu_market.workload_api import WorkerApiError
+
+    clock, sleeps = [0.0], []
+
+    def sleep(seconds):
+        sleeps.append(seconds)
+        clock[0] += seconds
+
+    monkeypatch.setattr(cli_run, "_monotonic", lambda: clock[0])
+    monkeypatch.setattr(cli_run, "_sleep", sleep)
+    chain.jobs = [job("open")]
+    worker.deliveries = [WorkerApiError("cannot reach the provider's worker")] * 100
+    code, _, err = gpum_run(keyfile, "--gpu", "H100:1", "--hours", "1", "--image", "b:1",
+                            "--timeout", "40")
+    assert code == 1
+    one_line_error(err, "the workload was not delivered", "cannot reach",
+                   f"job {JOB} cancelled: 0.1 refunded in full (transaction SiGcancel)")
+    assert [c[0] for c in chain.calls] == ["create_job", "cancel_job"]
+    # backoff 0.5, 1, 2, 4, 5, 5, ... until 40 s less the 5 s kept for the cancel
+    assert sum(sleeps) == pytest.approx(35) and max(sleeps) <= 5
+
+
+def test_a_refused_workload_cancels_at_once(keyfile, chain, worker) -> None:
+    from gpu_market.workload_api import WorkerApiError
+
+    chain.jobs = [job("open")]
+    worker.deliveries = [WorkerApiError("HTTP 400: bad spec", status=400)]
+    code, _, err = gpum_run(keyfile, "--gpu", "H100:1", "--hours", "1", "--image", "b:1")
+    assert code == 1
+    one_line_error(err, "(1 attempt(s) within --timeout)", "HTTP 400", "cancelled", "refunded in full")
+
+
+@pytest.mark.parametrize("status, needles", [
+    ("open", ["interrupted; job", "cancelled: 0.1 refunded in full"]),
+    ("running", ["interrupted; job", "is running and billing: stop it with `gpum job stop"]),
+])  # fmt: skip
+def test_ctrl_c_cancels_an_open_job_or_says_how_to_stop_a_running_one(monkeypatch, keyfile, chain,
+                                                                      worker, status, needles):
+    def interrupt(seconds):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli_run, "_sleep", interrupt)
+    chain.jobs = [job(status)]
+    worker.states = [{"state": "starting"}]
+    code, _, err = gpum_run(keyfile, "--gpu", "H100:1", "--hours", "1", "--image", "b:1")
+    assert code == 1
+    one_line_error(err, *needles)
+    assert ("cancel_job" in [c[0] for c in chain.calls]) == (status == "open")
 
 
 # ----------------------------------------------------------------------------- job watch

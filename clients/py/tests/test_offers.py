@@ -22,6 +22,7 @@ from gpu_market.accounts import (
 )
 from gpu_market.offers import (
     FIELDS,
+    Liveness,
     Offer,
     Query,
     QueryError,
@@ -29,9 +30,12 @@ from gpu_market.offers import (
     filter_offers,
     offers_from_providers,
     parse_query,
+    probe_liveness,
+    probe_worker,
     rank_key,
     reputation_score,
     sort_offers,
+    with_liveness,
 )
 from hypothesis import given
 from hypothesis import strategies as st
@@ -302,7 +306,7 @@ def ids(offers) -> list[int]:
     ("gpus_total<4", [3]),
     ("vram>=40", [1, 2]),
     ("vram=40", [2]),
-    ("vram<24", [3]),  # 24564 MiB is 23.99 GiB
+    ("vram<=24", [3]),  # a 24 GB card reporting 24564 MiB (23.99 GiB)
     ("price<=1.8", [2, 3]),  # 500 base units/s = 1.8 UI per hour
     ("price<1.8", [3]),
     ("price=3.6", [1]),
@@ -470,6 +474,18 @@ def chain(monkeypatch, tmp_path, idl_path):
     monkeypatch.setattr(GpuMarketClient, "chain_time", lambda self: NOW)
     monkeypatch.setattr(GpuMarketClient, "mint_decimals", lambda self, m: 6)
     monkeypatch.setattr(GpuMarketClient, "_program_accounts", program_accounts)
+    state["live"] = {}
+    state["jobs"] = []
+
+    def probe(offers):
+        return {o.provider: state["live"].get(o.provider, Liveness(True if o.endpoint else None, NOW))
+                for o in offers}
+
+    from gpu_market.cli import offers as cli_offers
+
+    monkeypatch.setattr(cli_offers, "_probe", probe)
+    monkeypatch.setattr(GpuMarketClient, "list_jobs",
+                        lambda self, provider=None, market=None, **kw: list(state["jobs"]))
     return state
 
 
@@ -494,9 +510,11 @@ def test_json_lists_every_field_in_rank_order(chain):
         "price_per_gpu_second": "0.0005", "price_per_gpu_hour": "1.8", "stake": "1000",
         "score": 0.5, "verified_hours": 0.0, "jobs_completed": 0, "jobs_failed": 0,
         "slashes": 0, "jailed": False, "workloads": False, "endpoint": "",
+        "online": None, "checked_at": NOW, "last_seen": None, "liveness_error": "",
     }  # fmt: skip
     assert set(rows[1]) == set(a100)
     assert rows[1]["workloads"] is True and rows[1]["score"] == pytest.approx(10 / 12)
+    assert (rows[1]["online"], rows[1]["last_seen"]) == (True, NOW)
 
 
 def test_query_sort_and_limit(chain):
@@ -513,10 +531,11 @@ def test_text_table(chain):
     assert (code, err) == (0, "")
     lines = out.splitlines()
     assert lines[0].split() == ["PROVIDER", "GPU", "MODEL", "FREE/TOTAL", "VRAM", "GiB", "REGION",
-                                "PRICE/GPU-H", "STAKE", "SCORE", "WORKLOADS"]  # fmt: skip
+                                "PRICE/GPU-H", "STAKE", "SCORE", "WORKLOADS", "ONLINE", "LAST",
+                                "SEEN"]  # fmt: skip
     assert lines[1].split() == [str(CHAIN[1].address), "NVIDIA", "A100", "2/4", "80", "eu-west",
-                                "1.8", "1000", "0.50", "no"]  # fmt: skip
-    assert lines[2].split()[-5:] == ["us-west", "3.6", "1000", "0.83", "yes"]
+                                "1.8", "1000", "0.50", "no", "-", "-"]  # fmt: skip
+    assert lines[2].split()[-7:] == ["us-west", "3.6", "1000", "0.83", "yes", "yes", "now"]
     assert len(lines) == 3
     _, out, _ = gpum("--limit", "1")
     assert out.splitlines()[-1] == "... 1 more offer(s): raise --limit (0 = all)"
@@ -569,3 +588,139 @@ def test_missing_market_is_one_line(chain):
     code, _, err = gpum()
     assert code == 1
     assert err.startswith("error: market ") and "does not exist" in err
+
+
+# ----------------------------------------------------------------------------- liveness
+
+
+def test_offline_providers_rank_last_whatever_their_price():
+    cheap_down = offer(1, price_per_gpu_second=1, online=False)
+    dear_up = offer(2, price_per_gpu_second=9_000, online=True)
+    unknown = offer(3, price_per_gpu_second=5_000)
+    assert [o.provider for o in sorted([cheap_down, dear_up, unknown], key=rank_key)] == [
+        unknown.provider, dear_up.provider, cheap_down.provider]
+    assert sort_offers([cheap_down, dear_up], "online-")[0] is dear_up
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("online", [True]), ("online=true", [True]), ("online = false", [False]),
+    ("online!=true", [False, None]), ("online gpus>=1", [True]), ("workloads online", []),
+])  # fmt: skip
+def test_the_query_filters_on_liveness(text, expected):
+    offers = [offer(1, online=True), offer(2, online=False), offer(3)]
+    assert [o.online for o in filter_offers(offers, text, **DEC)] == expected
+    assert str(parse_query("online")) == "online=true"
+    assert parse_query(str(parse_query(text))) == parse_query(text)
+
+
+def test_a_bare_non_bool_field_still_needs_an_operator():
+    with pytest.raises(QueryError, match="needs an operator"):
+        parse_query("gpus")
+
+
+def mock_http(handler):
+    import httpx
+    from gpu_market.net import BoundedClient
+
+    return BoundedClient(deadline=2, transport=httpx.MockTransport(handler))
+
+
+def test_probe_worker_says_what_failed():
+    import httpx
+
+    key = Pubkey(bytes([9] * 32))
+    answers = {
+        "ok": httpx.Response(200, json={"ok": True, "worker": str(key)}),
+        "other": httpx.Response(200, json={"ok": True, "worker": str(Pubkey(bytes([8] * 32)))}),
+        "sick": httpx.Response(503, json={"error": "busy"}),
+        "junk": httpx.Response(200, text="hello"),
+    }
+
+    def handler(request):
+        if request.url.host == "dead":
+            raise httpx.ConnectError("connection refused")
+        assert request.url.path == "/v1/health"
+        return answers[request.url.host]
+
+    with mock_http(handler) as http:
+        assert probe_worker(http, "http://ok:1", key) == ""
+        assert "not the provider's current worker key" in probe_worker(http, "http://other:1", key)
+        assert "HTTP 503" in probe_worker(http, "http://sick:1", key)
+        assert '{"ok": true}' in probe_worker(http, "http://junk:1", key)
+        assert "connection refused" in probe_worker(http, "http://dead:1", key)
+        assert "scheme" in probe_worker(http, "ftp://x", key)
+
+
+def test_probe_liveness_runs_in_parallel_within_its_total_deadline():
+    import threading
+    import time
+
+    import httpx
+
+    release = threading.Event()
+
+    def handler(request):
+        if request.url.host.startswith("slow"):
+            release.wait(5)  # a worker that never answers in time
+        return httpx.Response(200, json={"ok": True})
+
+    offers = ([offer(n, endpoint=f"http://slow{n}:1") for n in range(1, 5)]
+              + [offer(9, endpoint="http://fast:1"), offer(10)])
+    with mock_http(handler) as http:
+        start = time.monotonic()
+        live = probe_liveness(offers, deadline=0.3, total=0.5, parallel=8, http=http,
+                              clock=lambda: NOW)
+        took = time.monotonic() - start
+        release.set()
+    assert took < 1.5, took  # four stuck probes in parallel, capped by total, not 4 x deadline
+    assert live[offers[4].provider] == Liveness(True, NOW)
+    assert live[offers[5].provider] == Liveness(None, NOW)
+    stuck = live[offers[0].provider]
+    assert stuck.online is False and "no answer within 0.5 s" in stuck.error
+    ranked = with_liveness(offers, live, last_seen=lambda o: NOW - 600)
+    assert [o.online for o in ranked] == [True, None, False, False, False, False]
+    assert ranked[0].last_seen == NOW and ranked[-1].last_seen == NOW - 600
+
+
+def test_offline_providers_are_hidden_unless_all(chain):
+    from types import SimpleNamespace
+
+    chain["live"] = {CHAIN[0].address: Liveness(False, NOW, "no answer from http://a:1/v1/health")}
+    chain["jobs"] = [SimpleNamespace(last_window_end=NOW - 720), SimpleNamespace(last_window_end=0)]
+    code, out, _ = gpum()
+    assert code == 0
+    lines = out.splitlines()
+    assert len(lines) == 3 and str(CHAIN[0].address) not in out
+    assert lines[-1] == "1 offline provider(s) hidden (their worker does not answer /v1/health): --all shows them"
+    _, out, _ = gpum("--all")
+    last = out.splitlines()[2]
+    assert last.startswith(str(CHAIN[0].address)) and " no " in last and "UTC (" in last
+    _, out, _ = gpum("--output", "json", "--all", "online=false")
+    (row,) = json.loads(out)
+    assert (row["online"], row["last_seen"], row["checked_at"]) == (False, NOW - 720, NOW)
+    assert "no answer" in row["liveness_error"]
+    _, out, _ = gpum("--output", "json", "online")
+    assert json.loads(out) == []
+
+
+def test_list_offers_probes_only_when_asked(chain, monkeypatch):
+    from types import SimpleNamespace
+
+    from gpu_market import offers as offers_mod
+    from gpu_market.client import GpuMarketClient
+    from gpu_market.offers import list_offers
+
+    probed = []
+
+    def probe(offers):
+        probed.append([o.provider for o in offers])
+        return {o.provider: Liveness(False if o.endpoint else None, NOW, "down") for o in offers}
+
+    monkeypatch.setattr(offers_mod, "probe_liveness", probe)
+    chain["jobs"] = [SimpleNamespace(last_window_end=NOW - 60)]
+    client = GpuMarketClient("http://127.0.0.1:9")
+    plain = list_offers(client, MARKET)
+    assert probed == [] and [o.online for o in plain] == [None, None]
+    live = list_offers(client, MARKET, probe=True)
+    assert [(o.provider, o.online, o.last_seen) for o in live] == [
+        (CHAIN[1].address, None, None), (CHAIN[0].address, False, NOW - 60)]

@@ -17,7 +17,9 @@ One module per command group, as ``gpum --help`` lists them:
 - :mod:`~gpu_market.cli.validator`: ``gpum validator ...``;
 - :mod:`~gpu_market.cli.job`: ``gpum job ...`` and the committee choice of ``job create``;
   its workload commands (``job deliver``, ``job logs``, the ``--image`` options) are in
-  :mod:`~gpu_market.cli.workload`, ``job watch`` in :mod:`~gpu_market.cli.watch`;
+  :mod:`~gpu_market.cli.workload`, ``job watch`` in :mod:`~gpu_market.cli.watch`; ``job
+  list``, ``job stop``, ``job close``, ``job cancel`` and job names (``--name``) in
+  :mod:`~gpu_market.cli.job_control`;
 - :mod:`~gpu_market.cli.offers`: ``gpum offers``;
 - :mod:`~gpu_market.cli.run`: ``gpum run``;
 - :mod:`~gpu_market.cli.base`: what they all share (common options and :class:`Env`, argument

@@ -19,16 +19,28 @@ import click
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 
-from ..units import AmountError, format_ui_amount, parse_ui_amount
+from ..units import (
+    AmountError,
+    DurationError,
+    format_ui_amount,
+    parse_seconds,
+    parse_ui_amount,
+    when,
+)
 
 __all__ = [
     "DEFAULT_KEYPAIR",
+    "DURATION",
+    "JOB",
     "MONIKERS",
     "PUBKEY",
     "CliError",
+    "Duration",
     "Env",
+    "JobName",
     "PubkeyType",
     "common",
+    "emit_dated",
     "job_view",
     "load_keypair",
     "market_option",
@@ -38,8 +50,10 @@ __all__ = [
     "params_dict",
     "parse_amount",
     "parse_callback",
+    "resolve_job",
     "resolve_url",
     "token_holding",
+    "when",
     "withdraw_released",
 ]
 
@@ -136,6 +150,61 @@ class PubkeyType(click.ParamType):
 PUBKEY = PubkeyType()
 
 
+class Duration(click.ParamType):
+    """A duration, one syntax for every flag that takes one: a bare number in the flag's
+    ``unit`` (s, m, h, d) or ``30s``, ``30m``, ``1h``, ``1h30m``, ``2d``
+    (:func:`gpu_market.units.parse_duration`). Converts to seconds: an ``int`` when ``whole``,
+    else a ``float``; ``low``/``high`` bound it in seconds."""
+
+    name = "DURATION"
+
+    def __init__(self, unit: str = "s", *, whole: bool = True, low: float | None = None,
+                 high: float | None = None) -> None:
+        self.unit, self.whole, self.low, self.high = unit, whole, low, high
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> Any:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            value = str(value)  # a default: a number in the flag's unit
+        try:
+            seconds = parse_seconds(value, self.unit, whole=self.whole, low=self.low,
+                                    high=self.high)
+        except DurationError as e:
+            self.fail(str(e), param, ctx)
+        return int(seconds) if self.whole else float(seconds)
+
+
+DURATION = Duration()
+"""Whole seconds: a bare number of seconds or ``90s``, ``15m``, ``2h``, ``1h30m``, ``2d``."""
+
+
+class JobName(str):
+    """A job's human name (``--name`` at ``job create`` / ``gpum run``), resolved to its address
+    by :func:`common` once ``--url`` is known."""
+
+
+class JobRefType(click.ParamType):
+    """A job's address, or the name you gave it: a :class:`Pubkey`, or a :class:`JobName` that
+    the ``common`` wrapper turns into one (:func:`resolve_job`)."""
+
+    name = "JOB"
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> Pubkey | JobName:
+        from ..job_history import HistoryError, check_name, parse_job_address
+
+        if isinstance(value, Pubkey):
+            return value
+        address = parse_job_address(str(value))
+        if address is not None:
+            return address
+        try:
+            return JobName(check_name(str(value).strip()))
+        except HistoryError:
+            self.fail(f"{value!r} is neither a job address (base58) nor a job name", param, ctx)
+
+
+JOB = JobRefType()
+
+
 # ----------------------------------------------------------------------------- context
 
 
@@ -176,6 +245,14 @@ class Env:
                 click.echo(line)
 
 
+def emit_dated(env: Env, data: dict[str, Any], now: int, keys: Any) -> None:
+    """``env.emit(data)`` where the text shows the Unix times under ``keys`` as :func:`when`
+    from ``now`` (``-`` for 0, not yet) and ``--output json`` keeps them Unix seconds."""
+    shown = {k: ((when(v, now) if v else "-") if k in keys and isinstance(v, int) else v)
+             for k, v in data.items()}
+    env.emit(data, None if env.output == "json" else _text_lines(shown))
+
+
 def _text_lines(data: dict[str, Any], indent: str = "") -> list[str]:
     """``key: value`` lines; nested dicts indented under their key."""
     lines = []
@@ -212,6 +289,7 @@ def common(f: Callable) -> Callable:
             env.output = output
         if env.url is not None:
             resolve_url(env.url)  # fail early on a bad moniker
+        kw = {k: resolve_job(env, v) if isinstance(v, JobName) else v for k, v in kw.items()}
         return f(env, *args, **kw)
 
     return wrapper
@@ -269,6 +347,20 @@ def job_view(env: Env, address: Pubkey):
     if j is None:
         raise CliError(f"job {address} does not exist (closed, or wrong --url)")
     return j
+
+
+def resolve_job(env: Env, ref: str | Pubkey) -> Pubkey:
+    """The job address ``ref`` names: an address as is, else the job of that name on this
+    cluster in the local history (:mod:`gpu_market.job_history`); CliError for an unknown or
+    ambiguous name."""
+    from ..job_history import HistoryError, JobHistory
+
+    if isinstance(ref, Pubkey):
+        return ref
+    try:
+        return JobHistory().resolve(str(ref), resolve_url(env.url))
+    except HistoryError as e:
+        raise CliError(str(e)) from None
 
 
 def one_line(message: str) -> str:

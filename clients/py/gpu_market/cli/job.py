@@ -1,7 +1,10 @@
 """``gpum job ...``: create a job on a provider with its validator committee, show it, top it
-up, and end it (accept, finish, cancel, decline, expire, complete, close); replace a committee
-member; and :func:`choose_committee`, the committee and quorum ``job create`` and ``gpum run``
-propose or check.
+up, and end it (accept, finish, decline, expire, complete); replace a committee member; and
+:func:`choose_committee`, the committee and quorum ``job create`` and ``gpum run`` propose or
+check.
+
+``job list``, ``job stop``, ``job close``, ``job cancel`` and job names (``--name``) live in
+:mod:`gpu_market.cli.job_control`.
 
 The group's workload commands (``job deliver``, ``job logs``) live in
 :mod:`gpu_market.cli.workload` and ``job watch`` in :mod:`gpu_market.cli.watch`; this module
@@ -18,8 +21,9 @@ from solders.pubkey import Pubkey
 
 from ..constants import MAX_COMMITTEE, MAX_QUORUM
 from ..units import format_ui_amount
+from . import job_control
 from . import workload as cli_workload
-from .base import PUBKEY, CliError, Env
+from .base import JOB, PUBKEY, CliError, Env, emit_dated
 from .base import common as _common
 from .base import job_view as _job_view
 from .base import market_option as _market_option
@@ -27,6 +31,7 @@ from .base import market_view as _market
 from .base import now as _now
 from .base import params_dict as _params_dict
 from .base import parse_amount as _amount
+from .job_control import check_job_name, name_option, remember_job, require_settlement_over
 from .watch import job_watch
 
 __all__ = ["DEFAULT_COMMITTEE_SIZE", "choose_committee", "job"]
@@ -96,13 +101,16 @@ def choose_committee(env: Env, market: Pubkey, market_view: Any, provider: Any, 
 
 @click.group()
 def job() -> None:
-    """Create, inspect, top up, finish, cancel, decline, expire, complete, close jobs and
-    replace committee members."""
+    """Create, list, inspect, top up, stop, finish, cancel, decline, expire, complete, close
+    jobs and replace committee members. JOB is a job's address or the --name you gave it."""
 
 
 job.add_command(cli_workload.job_deliver)
 job.add_command(cli_workload.job_logs)
 job.add_command(job_watch)
+for _command in (job_control.job_list, job_control.job_stop, job_control.job_close,
+                 job_control.job_cancel):  # fmt: skip
+    job.add_command(_command)
 
 
 @job.command("create")
@@ -124,10 +132,11 @@ job.add_command(job_watch)
 @click.option("--quorum", type=click.IntRange(1, MAX_QUORUM), default=None,
               help="Committee members that must agree on each settlement (default: a majority "
                    "of the committee, at least the market's min_quorum).")  # fmt: skip
+@name_option
 @cli_workload.workload_options
 def job_create(env: Env, market: Pubkey, provider_: Pubkey, gpu_count: int, deposit: str,
                max_price: str | None, job_id: int | None, committee: str | None,
-               quorum: int | None, workload: dict[str, Any] | None) -> None:  # fmt: skip
+               quorum: int | None, name: str | None, workload: dict[str, Any] | None) -> None:  # fmt: skip
     """Open a job on a provider, with its validator committee, and escrow the deposit from your
     payment ATA. Prints the committee and quorum chosen. With --image, the job runs that
     container on its GPUs: the spec's hash goes on chain with the job and the spec to the
@@ -155,6 +164,7 @@ def job_create(env: Env, market: Pubkey, provider_: Pubkey, gpu_count: int, depo
         )
     spec = None if workload is None else cli_workload.build_spec(workload, p)
     members, quorum = choose_committee(env, market, m, p, committee, quorum)
+    check_job_name(env, name)
     job_id = int(time.time() * 1000) if job_id is None else job_id
     workload_hash = None
     if spec is not None:
@@ -174,7 +184,8 @@ def job_create(env: Env, market: Pubkey, provider_: Pubkey, gpu_count: int, depo
         now = env.client.fetch_provider(provider_)
         raise CliError(_price_above_limit(now.price_per_gpu_second if now else None, limit,
                                           decimals)) from None  # fmt: skip
-    data = {"job": str(address), "job_id": job_id,
+    remember_job(env, address, market, job_id, name)
+    data = {"job": str(address), **({"name": name} if name else {}), "job_id": job_id,
             "max_price_per_gpu_second": format_ui_amount(limit, decimals),
             "committee": [str(k) for k in members], "quorum": quorum,
             "signature": str(sig)}  # fmt: skip
@@ -197,7 +208,7 @@ def _price_above_limit(price: int | None, limit: int, decimals: int) -> str:
 
 @job.command("status")
 @_common
-@click.argument("job_address", metavar="JOB", type=PUBKEY)
+@click.argument("job_address", metavar="JOB", type=JOB)
 def job_status(env: Env, job_address: Pubkey) -> None:
     """Show a job's state, its terms (fixed at creation) and money flows."""
     from .. import pda
@@ -246,37 +257,18 @@ def job_status(env: Env, job_address: Pubkey) -> None:
     workload = cli_workload.workload_summary(env, j)
     if workload is not None:
         data["workload"] = workload
-    env.emit(data)
-
-
-def _require_settlement_over(env: Env, job_address: Pubkey, command: str) -> None:
-    """CliError, before anything is sent, when ``command`` would fail on the job's state or
-    grace (the chain's clock decides, as on chain)."""
-    j = _job_view(env, job_address)
-    if j.status in ("open", "running"):
-        hint = "`gpum job cancel` or have the provider decline it" if j.status == "open" else (
-            "`gpum job finish` it first")
-        raise CliError(f"job {job_address} is {j.status}: {command} needs a finished job; {hint}")
-    if command == "complete" and j.status != "finishing":
-        raise CliError(f"job {job_address} is {j.status}, not finishing: nothing to complete")
-    grace_end = j.grace_ends_at
-    if grace_end is not None:
-        now = _now(env)
-        if now <= grace_end:
-            raise CliError(
-                f"job {job_address} is in its settlement grace until {grace_end} (chain time "
-                f"{now}): run `gpum job {command}` again in {grace_end - now + 1} s"
-            )
+    emit_dated(env, data, _now(env), ("last_window_end", "created_at", "started_at", "ended_at",
+                                      "grace_ends_at", "expirable_after"))
 
 
 def _job_action(name: str, method: str, doc: str, precheck: bool = False) -> None:
     @job.command(name, help=doc)
     @_common
-    @click.argument("job_address", metavar="JOB", type=PUBKEY)
+    @click.argument("job_address", metavar="JOB", type=JOB)
     def command(env: Env, job_address: Pubkey) -> None:
         kp = env.keypair
         if precheck:
-            _require_settlement_over(env, job_address, name)
+            require_settlement_over(env, job_address, name)
         sig = getattr(env.client, method)(kp, job_address)
         env.emit({"job": str(job_address), "signature": str(sig)})
 
@@ -285,9 +277,6 @@ _job_action("accept", "accept_job", "Start an Open job (worker key or provider o
 _job_action("finish", "finish_job",
             "Stop billing a Running job (user or provider owner); receipts up to now still "
             "settle during the job's grace (terms.grace_seconds).")  # fmt: skip
-_job_action("close", "close_job",
-            "Refund the rest and close a job (user): at once when completed, cancelled, "
-            "declined or failed; after its grace when finishing.", precheck=True)  # fmt: skip
 _job_action("decline", "decline_job",
             "Refuse an Open job (provider owner or worker key); the user's close refunds it.")
 _job_action("complete", "complete_job",
@@ -297,7 +286,7 @@ _job_action("complete", "complete_job",
 
 @job.command("top-up")
 @_common
-@click.argument("job_address", metavar="JOB", type=PUBKEY)
+@click.argument("job_address", metavar="JOB", type=JOB)
 @click.argument("amount")
 def job_top_up(env: Env, job_address: Pubkey, amount: str) -> None:
     """Add AMOUNT (payment-mint UI units) to an Open or Running job's escrow (user)."""
@@ -308,7 +297,6 @@ def job_top_up(env: Env, job_address: Pubkey, amount: str) -> None:
     env.emit({"job": str(job_address), "topped_up": amount, "signature": str(sig)})
 
 
-_job_action("cancel", "cancel_job", "Cancel an Open job with a full refund (user).")
 _job_action("expire", "expire_job",
             "Fail a Running job whose provider stopped proving (anyone; see `job status` "
             "expirable_after); the user's close then refunds it.")  # fmt: skip
@@ -316,7 +304,7 @@ _job_action("expire", "expire_job",
 
 @job.command("replace-member")
 @_common
-@click.argument("job_address", metavar="JOB", type=PUBKEY)
+@click.argument("job_address", metavar="JOB", type=JOB)
 @click.argument("index", metavar="INDEX", type=click.IntRange(0, MAX_COMMITTEE - 1))
 @click.argument("new_authority", metavar="NEW_AUTHORITY", type=PUBKEY)
 def job_replace_member(env: Env, job_address: Pubkey, index: int, new_authority: Pubkey) -> None:

@@ -26,7 +26,7 @@ from ..constants import (
     TEMP_CRITICAL_RANGE_C,
 )
 from ..units import format_ui_amount
-from .base import PUBKEY, CliError, Env
+from .base import PUBKEY, CliError, Duration, Env
 from .base import common as _common
 from .base import market_option as _market_option
 from .base import market_view as _market
@@ -46,9 +46,9 @@ def _param_options(defaults: bool) -> Callable[[Callable], Callable]:
         ("--fee-bps", click.IntRange(0, MAX_FEE_BPS), None),
         ("--burn-bps", click.IntRange(0, 10_000), None),
         ("--min-stake-per-gpu", None, "Stake-mint UI units."),
-        ("--unbonding-seconds", click.IntRange(0, MAX_UNBONDING_SECONDS),
+        ("--unbonding-seconds", Duration(low=0, high=MAX_UNBONDING_SECONDS),
          "Also the delay before a parameter change takes effect."),
-        ("--window-seconds", click.IntRange(1, MAX_WINDOW_SECONDS), None),
+        ("--window-seconds", Duration(low=1, high=MAX_WINDOW_SECONDS), None),
         ("--min-quorum", click.IntRange(1, MAX_QUORUM),
          "Fewest committee members a job may require to agree on a settlement."),
         ("--max-missed-windows", click.IntRange(1, MAX_MISSED_WINDOWS),
@@ -57,7 +57,7 @@ def _param_options(defaults: bool) -> Callable[[Callable], Callable]:
         ("--equivocation-slash-bps", click.IntRange(0, 10_000), None),
         ("--reporter-reward-bps", click.IntRange(0, MAX_REPORTER_REWARD_BPS), None),
         ("--validator-min-bond", None, "Stake-mint UI units."),
-        ("--max-skew-seconds", click.IntRange(0, MAX_SKEW_SECONDS), None),
+        ("--max-skew-seconds", Duration(low=0, high=MAX_SKEW_SECONDS), None),
         ("--temp-critical-c", click.IntRange(*TEMP_CRITICAL_RANGE_C),
          "A window in which a GPU reached this temperature bills at most length - 1 seconds."),
         ("--ecc-uncorrected-max", click.IntRange(0, MAX_ECC_UNCORRECTED),

@@ -1,14 +1,18 @@
 """``gpum offers``: the market's offers, filtered by a query, sorted and limited.
 
-What an offer is, the reputation score, the ranking and the query language are defined in
-:mod:`gpu_market.offers`; this module reads the chain once (market, clock, providers, mint
-decimals) and prints a table (text) or a JSON list with every field (``--output json``).
+What an offer is, the reputation score, the ranking, liveness and the query language are
+defined in :mod:`gpu_market.offers`; this module reads the chain once (market, clock,
+providers, mint decimals), probes every offer's worker ``/v1/health`` in parallel (at most
+``PROBE_TOTAL_S`` in all), hides offline providers unless ``--all``, and prints a table (text)
+or a JSON list with every field (``--output json``; times in unix seconds).
 """
 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import click
@@ -19,10 +23,13 @@ from ..offers import (
     Query,
     QueryError,
     filter_offers,
+    last_settled_window,
     list_providers,
     offers_from_providers,
     parse_query,
+    probe_liveness,
     sort_offers,
+    with_liveness,
 )
 from ..units import format_ui_amount
 from .base import Env, common, market_option, market_view, now
@@ -30,6 +37,7 @@ from .base import Env, common, market_option, market_view, now
 __all__ = ["offer_row", "offers"]
 
 DEFAULT_LIMIT = 20
+_probe = probe_liveness  # tests replace it
 
 
 def offer_row(o: Offer, payment_decimals: int, stake_decimals: int) -> dict[str, Any]:
@@ -56,22 +64,49 @@ def offer_row(o: Offer, payment_decimals: int, stake_decimals: int) -> dict[str,
         "jailed": o.jailed,
         "workloads": o.runs_workloads,
         "endpoint": o.endpoint,
+        "online": o.online,
+        "checked_at": o.checked_at,
+        "last_seen": o.last_seen,
+        "liveness_error": o.liveness_error,
     }
+
+
+def seen_text(o: Offer, now_: float) -> str:
+    """``"now"`` (online), ``"2026-11-27 13:40 UTC (12 min ago)"``, ``"never"`` (offline and
+    no settled window on chain) or ``"-"`` (no worker endpoint, or not probed)."""
+    if o.online:
+        return "now"
+    if o.online is None:
+        return "-"
+    if o.last_seen is None:
+        return "never"
+    stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(o.last_seen))
+    ago = max(0, int(now_) - o.last_seen)
+    if ago < 60:
+        rel = f"{ago} s ago"
+    elif ago < 2 * 86400:
+        rel = f"{ago // 60} min ago"
+    else:
+        rel = f"{ago // 86400} days ago"
+    return f"{stamp} ({rel})"
 
 
 def _gib(mib: int) -> str:
     return f"{mib / 1024:.1f}".removesuffix(".0")
 
 
-def _table(rows: Sequence[Offer], payment_decimals: int, stake_decimals: int) -> list[str]:
+def _table(rows: Sequence[Offer], payment_decimals: int, stake_decimals: int,
+           now_: float | None = None) -> list[str]:  # fmt: skip
     """Aligned text lines: a header and one line per offer, in order."""
+    now_ = time.time() if now_ is None else now_
     header = ("PROVIDER", "GPU MODEL", "FREE/TOTAL", "VRAM GiB", "REGION", "PRICE/GPU-H",
-              "STAKE", "SCORE", "WORKLOADS")  # fmt: skip
+              "STAKE", "SCORE", "WORKLOADS", "ONLINE", "LAST SEEN")  # fmt: skip
     cells = [header] + [
         (str(o.provider), o.gpu_model or "-", f"{o.gpus_free}/{o.gpus_total}", _gib(o.vram_mib),
          o.region or "-", format_ui_amount(o.price_per_gpu_hour(), payment_decimals),
          format_ui_amount(o.stake, stake_decimals), f"{o.score:.2f}",
-         "yes" if o.runs_workloads else "no")
+         "yes" if o.runs_workloads else "no",
+         "-" if o.online is None else ("yes" if o.online else "no"), seen_text(o, now_))
         for o in rows
     ]  # fmt: skip
     widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
@@ -112,9 +147,19 @@ def _why_none(market: Pubkey, providers: Sequence[Any], before: Sequence[Offer],
                    "sorts descending (score-). Ties keep the rank order.")  # fmt: skip
 @click.option("--limit", type=click.IntRange(0), default=DEFAULT_LIMIT, show_default=True,
               help="Rows to show, 0 = all.")  # fmt: skip
-def offers(env: Env, market: Pubkey, query: tuple[str, ...], sort: str, limit: int) -> None:
+@click.option("--all", "show_all", is_flag=True, default=False,
+              help="Also show providers whose worker does not answer its health probe "
+                   "(ranked last).")  # fmt: skip
+def offers(env: Env, market: Pubkey, query: tuple[str, ...], sort: str, limit: int,
+           show_all: bool) -> None:  # fmt: skip
     """List the providers a job can be created on now (Active, worker key unexpired, with free
-    GPUs backed by stake), filtered by QUERY, cheapest effective price first.
+    GPUs backed by stake, worker online), filtered by QUERY, cheapest effective price first.
+
+    Every provider's worker is asked GET /v1/health (3 s each, 5 s in all, in parallel):
+    one that does not answer is offline, hidden unless --all, and ranked last. ONLINE is
+    yes / no / - (no worker endpoint: rents bare GPUs); LAST SEEN is "now", the end of the
+    last window its committee settled on chain ("2026-11-27 13:40 UTC (12 min ago)"), or
+    "never".
 
     \b
     QUERY: space-separated clauses `field op value`; all must hold. Quote clauses with < or >
@@ -133,14 +178,15 @@ def offers(env: Env, market: Pubkey, query: tuple[str, ...], sort: str, limit: i
       verified_hours  hours of work verified on chain
       jobs_completed, jobs_failed, slashes   whole numbers
       workloads       true/false: publishes a worker endpoint (runs containers)
+      online          true/false: the worker answered its health probe; alone = true
 
     \b
     score, from the provider's on-chain reputation: 0 if jailed, else
       (jobs_completed + 2) / (jobs_completed + jobs_failed + 4)
         / (1 + slashes) / (1 + windows_missed / (verified_hours + 1))
     A new provider scores 0.5; one slash halves the score, two leave a third.
-    rank (the default order): price / (0.5 + 0.5 * score) ascending; then higher score, more
-    free GPUs, provider address.
+    rank (the default order): offline providers last; then price / (0.5 + 0.5 * score)
+    ascending; then higher score, more free GPUs, provider address.
     """
     try:
         parsed = parse_query(query)
@@ -158,20 +204,32 @@ def offers(env: Env, market: Pubkey, query: tuple[str, ...], sort: str, limit: i
     providers = list_providers(client, market)
     before = offers_from_providers(providers, now=now_, include_full=False,
                                    min_stake_per_gpu=effective_params(m, now_).min_stake_per_gpu)  # fmt: skip
+    before = with_liveness(before, _probe(before))
     pdec = client.mint_decimals(m.payment_mint)
     sdec = client.mint_decimals(m.stake_mint)
-    ordered = sort_offers(filter_offers(before, parsed, payment_decimals=pdec, stake_decimals=sdec), sort)
+    matched = filter_offers(before, parsed, payment_decimals=pdec, stake_decimals=sdec)
+    offline = [o for o in matched if o.online is False]
+    if not show_all:
+        matched = [o for o in matched if o.online is not False]
+    ordered = sort_offers(matched, sort)
     shown = ordered[:limit] if limit else ordered
+    shown = [replace(o, last_seen=last_settled_window(client, o.provider, market))
+             if o.online is False else o for o in shown]  # fmt: skip
     if env.output == "json":
         click.echo(json.dumps([offer_row(o, pdec, sdec) for o in shown]))
         return
     if m.paused:
         click.echo(f"note: market {market} is paused: no job can be created until its authority "
                    "runs `gpum market unpause`", err=True)  # fmt: skip
+    hidden = "" if show_all or not offline else (
+        f"{len(offline)} offline provider(s) hidden (their worker does not answer "
+        "/v1/health): --all shows them")  # fmt: skip
     if not shown:
-        click.echo(_why_none(market, providers, before, parsed, pdec, sdec, now_))
+        click.echo(hidden or _why_none(market, providers, before, parsed, pdec, sdec, now_))
         return
-    for line in _table(shown, pdec, sdec):
+    for line in _table(shown, pdec, sdec, time.time()):
         click.echo(line)
     if len(shown) < len(ordered):
         click.echo(f"... {len(ordered) - len(shown)} more offer(s): raise --limit (0 = all)")
+    if hidden:
+        click.echo(hidden)

@@ -6,9 +6,17 @@ deposit for the hours asked, picks the committee, creates the job with its workl
 ``gpum job create --image`` does (spec saved, hash on chain, spec delivered), and waits until
 the provider accepted and the container runs; it prints the job, the provider, the cost and
 the container's published endpoints. Every check that needs no signature (offer, price,
-committee, deposit, the user's balance, the workload) runs before anything is sent, and
-``--dry-run`` stops there. ``gpum job watch`` (:mod:`gpu_market.cli.watch`) then keeps an eye on
-the job's escrow.
+committee, deposit, the user's balance, the workload, and the provider's worker answering
+``GET /v1/health``) runs before anything is sent, and ``--dry-run`` stops there: no money moves
+for a provider whose worker is down. ``gpum job watch`` (:mod:`gpu_market.cli.watch`) then
+keeps an eye on the job's escrow.
+
+Guarantees once the job is created: ``--timeout`` bounds the whole command (health probe,
+delivery with its retries, the wait for the container), with ``CANCEL_RESERVE_S`` of it kept
+for the cancel; when the delivery fails, the time runs out while the job is still Open, or the
+user presses Ctrl-C, the Open job is cancelled (the whole deposit back in the same
+transaction) and the refund printed; a job already Running is left running and the error names
+the command that stops it (``gpum job stop JOB``).
 """
 
 from __future__ import annotations
@@ -17,7 +25,7 @@ import math
 import sys
 import time
 from collections.abc import Sequence
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from fractions import Fraction
 from typing import Any
 
@@ -26,11 +34,12 @@ from solders.pubkey import Pubkey
 
 from ..constants import MAX_QUORUM
 from ..runway import format_duration
-from ..units import U64_MAX, format_ui_amount
+from ..units import U64_MAX, format_ui_amount, parse_duration
 from . import workload as cli_workload
 from .base import (
     PUBKEY,
     CliError,
+    Duration,
     Env,
     common,
     market_option,
@@ -41,6 +50,7 @@ from .base import (
 )
 from .base import parse_amount as _amount
 from .job import choose_committee
+from .job_control import check_job_name, name_option, remember_job
 
 __all__ = ["parse_gpu", "parse_hours", "run"]
 
@@ -49,8 +59,21 @@ POLL_SECONDS = 1.0
 """How often ``gpum run`` looks at the job and its container while waiting."""
 WAITING_STATES = ("pending", "starting", "restarting")
 """Workload states ``gpum run`` keeps waiting through."""
+CANCEL_RESERVE_S = 5.0
+"""The part of ``--timeout`` (at most a quarter of it) kept for cancelling the job."""
+DELIVER_ATTEMPT_S = 10.0
+"""The longest one delivery attempt or status read may take."""
 _sleep = time.sleep  # tests replace it
 _monotonic = time.monotonic
+
+
+def _probe(offers: Sequence[Any], deadline: float) -> dict[Any, Any]:
+    """Liveness of ``offers``' workers within ``deadline`` seconds in all (tests replace it)."""
+    from ..offers import PROBE_DEADLINE_S, PROBE_TOTAL_S, probe_liveness
+
+    left = max(0.1, deadline)
+    return probe_liveness(offers, deadline=min(PROBE_DEADLINE_S, left),
+                          total=min(PROBE_TOTAL_S, left))  # fmt: skip
 
 
 # ----------------------------------------------------------------------------- argument parsing
@@ -73,14 +96,13 @@ def parse_gpu(text: str) -> tuple[str, int]:
 
 
 def parse_hours(text: str) -> Fraction:
-    """``"1.5"`` -> 5400 (seconds, exact). ValueError for anything but a positive number."""
-    try:
-        hours = Decimal(str(text).strip())
-    except InvalidOperation:
-        raise ValueError(f"{text!r} is not a number of hours, e.g. 2 or 0.5") from None
-    if not hours.is_finite() or hours <= 0:
-        raise ValueError(f"{text!r} hours: give a positive number, e.g. 2 or 0.5")
-    return Fraction(hours) * SECONDS_PER_HOUR
+    """``"1.5"`` (hours) or a duration (``"90m"``, ``"1h30m"``, ``"2d"``) -> seconds, exact.
+    ValueError for anything but a positive duration."""
+    seconds = parse_duration(text, "h")
+    if seconds <= 0:
+        raise ValueError(f"{text!r}: give a positive number of hours or a duration, e.g. 2, "
+                         "0.5, 90m or 1h30m")
+    return seconds
 
 
 # ----------------------------------------------------------------------------- gpum run
@@ -151,6 +173,93 @@ def _named_offer(env: Env, provider: Pubkey, params: Any, chain_now: int, model:
     return offer
 
 
+def _alive_offer(offers: Sequence[Any], left: float, *, gpus: int, gpu_model: str,
+                 limit: int | None) -> Any:  # fmt: skip
+    """The best offer among ``offers`` that fits and whose worker answers ``/v1/health`` (all
+    that fit are probed in parallel within ``left`` seconds); None when none fits at all;
+    CliError naming the providers and what failed when every one that fits is down."""
+    from ..offers import best_offer, with_liveness
+
+    def fits(o: Any) -> bool:
+        return best_offer([o], gpus=gpus, gpu_model=gpu_model, max_price_per_gpu_second=limit,
+                          needs_workloads=True) is not None  # fmt: skip
+
+    candidates = [o for o in offers if fits(o)]
+    if not candidates:
+        return None
+    live = with_liveness(candidates, _probe(candidates, left))
+    up = [o for o in live if o.online is not False]
+    if up:
+        return best_offer(up, gpus=gpus, gpu_model=gpu_model, max_price_per_gpu_second=limit,
+                          needs_workloads=True)  # fmt: skip
+    down = "; ".join(f"{o.provider} at {o.endpoint}: {o.liveness_error}" for o in live[:3])
+    raise CliError(f"{len(live)} offer(s) fit, but no provider's worker answers its health check "
+                   f"({down}); nothing was sent and no money moved: try later, or see `gpum "
+                   "offers --all`")  # fmt: skip
+
+
+def _require_alive(offer: Any, left: float) -> None:
+    """CliError naming the provider, its endpoint and what failed unless its worker answers
+    ``/v1/health`` within ``left`` seconds."""
+    live = _probe([offer], left).get(offer.provider)
+    if live is not None and live.online is False:
+        raise CliError(f"provider {offer.provider}'s worker at {offer.endpoint} failed its health "
+                       f"check: {live.error}; nothing was sent and no money moved: choose "
+                       "another provider (`gpum offers`) or try later")  # fmt: skip
+
+
+class _Abandon(CliError):
+    """The job was created but will not run as asked: cancel it while it is Open."""
+
+
+def _deliver(env: Env, job: Pubkey, spec: Any, endpoint: str, deadline: float) -> dict[str, Any]:
+    """Post the spec to the worker, retrying an unreachable worker, 503 and 404 (it has not
+    seen a job created moments ago yet) with backoff until ``deadline`` (monotonic); _Abandon
+    with the last error when it is not delivered by then or the worker refuses it."""
+    from ..workload_api import WorkerApiError, deliver_workload
+
+    attempt = 0
+    while True:
+        left = deadline - _monotonic()
+        try:
+            return deliver_workload(endpoint, bytes(job), spec, bytes(env.keypair),
+                                    timeout=max(0.1, min(DELIVER_ATTEMPT_S, left)),
+                                    retries=0)  # fmt: skip
+        except WorkerApiError as e:
+            wait = min(0.5 * 2**attempt, 5.0, deadline - _monotonic())
+            if e.status not in (None, 404, 503) or wait <= 0:
+                raise _Abandon(f"the workload was not delivered to {endpoint} "
+                               f"({attempt + 1} attempt(s) within --timeout): {e}") from None  # fmt: skip
+        _sleep(wait)
+        attempt += 1
+
+
+def _abandon(env: Env, job: Pubkey, decimals: int) -> str:
+    """Cancel ``job`` if it is still Open (the whole deposit back to the user); a sentence
+    saying what happened to it and, for a Running job, the command that stops it."""
+    from ..errors import GpuMarketError, SdkError
+
+    j = env.client.fetch_job(job)
+    if j is None:
+        return f"job {job} does not exist (never created, or closed): no deposit is held"
+    if j.status == "open":
+        try:
+            sig = env.client.cancel_job(env.keypair, job)
+        except (GpuMarketError, SdkError) as e:
+            j = env.client.fetch_job(job)
+            if j is None or j.status != "running":
+                return (f"cancelling job {job} failed ({e}): run `gpum job cancel {job}` for a "
+                        "full refund")  # fmt: skip
+        else:
+            after = env.client.fetch_job(job)
+            refunded = after.refunded if after is not None and after.refunded else j.deposited
+            return (f"job {job} cancelled: {format_ui_amount(refunded, decimals)} refunded in "
+                    f"full (transaction {sig}); `gpum job close {job}` returns its rent")  # fmt: skip
+    if j.status == "running":
+        return f"job {job} is running and billing: stop it with `gpum job stop {job}`"
+    return f"job {job} is {j.status}: see `gpum job status {job}`"
+
+
 def _ports(status: dict[str, Any]) -> tuple[list[str], list[str]]:
     """``(endpoints "host:port", mappings "host:port -> port/proto")`` of a worker's status."""
     endpoints, mappings = [], []
@@ -185,9 +294,10 @@ class _Progress:
 
 
 def _wait_running(env: Env, job: Pubkey, provider: Pubkey, endpoint: str, timeout: int,
-                  progress: _Progress) -> dict[str, Any]:  # fmt: skip
+                  progress: _Progress, deadline: float) -> dict[str, Any]:  # fmt: skip
     """The worker's workload status once the job is Running and its container runs (or exited
-    cleanly); CliError when the job or the container fails, or at ``timeout``."""
+    cleanly); CliError when the job or the container fails, or at ``deadline`` (monotonic;
+    _Abandon while the job is still Open)."""
     from ..workload_api import WorkerApiError, workload_status
 
     start = _monotonic()
@@ -209,8 +319,10 @@ def _wait_running(env: Env, job: Pubkey, provider: Pubkey, endpoint: str, timeou
                 progress.show(f"waiting for provider {provider} to accept job {job} ({waited} s)")
             else:
                 try:
+                    left = max(0.1, deadline - _monotonic())
                     status = workload_status(endpoint, bytes(job), j.workload_hash,
-                                             bytes(env.keypair))  # fmt: skip
+                                             bytes(env.keypair),
+                                             timeout=min(DELIVER_ATTEMPT_S, left))  # fmt: skip
                     last_error = ""
                 except WorkerApiError as e:
                     status, last_error = {}, str(e)
@@ -222,23 +334,24 @@ def _wait_running(env: Env, job: Pubkey, provider: Pubkey, endpoint: str, timeou
                 if state == "exited":
                     raise CliError(f"the container of job {job} exited with code "
                                    f"{status.get('exit_code')} before it was seen running; read "
-                                   f"its output with `gpum job logs {job}`; `gpum job finish "
+                                   f"its output with `gpum job logs {job}`; `gpum job stop "
                                    f"{job}` stops paying")  # fmt: skip
                 if state in ("failed", "stopped"):
                     raise CliError(f"the provider's worker could not run the container of job "
                                    f"{job}: {status.get('error') or state}; failed windows bill "
                                    f"nothing, and the worker retries: `gpum job status {job}` "
-                                   f"to follow it, `gpum job finish {job}` to stop")  # fmt: skip
+                                   f"to follow it, `gpum job stop {job}` to stop")  # fmt: skip
                 shown = state or "status unknown"
                 progress.show(f"job {job} is running; container {shown} ({waited} s)")
-            if waited >= timeout:
+            if _monotonic() >= deadline:
                 tail = f" (last answer from the worker: {last_error})" if last_error else ""
+                if j.status == "open":
+                    raise _Abandon(f"provider {provider} did not accept job {job} within "
+                                   f"--timeout {timeout} s{tail}")  # fmt: skip
                 raise CliError(f"job {job} is {j.status} but its container is not running after "
-                               f"{timeout} s{tail}; follow it with `gpum job status {job}`"
-                               + (f", or `gpum job cancel {job}` for a full refund"
-                                  if j.status == "open" else
-                                  f", or `gpum job finish {job}` to stop paying"))  # fmt: skip
-            _sleep(POLL_SECONDS)
+                               f"{timeout} s{tail}; follow it with `gpum job status {job}`, or "
+                               f"stop paying with `gpum job stop {job}`")  # fmt: skip
+            _sleep(max(0.0, min(POLL_SECONDS, deadline - _monotonic())))
     finally:
         progress.done()
 
@@ -249,8 +362,9 @@ def _wait_running(env: Env, job: Pubkey, provider: Pubkey, endpoint: str, timeou
 @click.option("--gpu", required=True, metavar="MODEL:COUNT", callback=parse_callback(parse_gpu, "'--gpu'"),
               help="GPU model (a substring of the provider's, case-insensitive) and count, "
                    "e.g. H100:1.")  # fmt: skip
-@click.option("--hours", required=True, metavar="H", callback=parse_callback(parse_hours, "'--hours'"),
-              help="Hours to prepay: the deposit is price x GPUs x hours (at least one window); "
+@click.option("--hours", required=True, metavar="HOURS", callback=parse_callback(parse_hours, "'--hours'"),
+              help="Time to prepay, hours or a duration (2, 0.5, 90m, 1h30m, 2d): the deposit "
+                   "is price x GPUs x hours (at least one window); "
                    "top it up later with `gpum job top-up` or `gpum job watch`.")  # fmt: skip
 @click.option("--max-price", default=None, metavar="PRICE",
               help="Highest price per GPU-hour you accept, payment-mint UI units (as `gpum "
@@ -265,22 +379,32 @@ def _wait_running(env: Env, job: Pubkey, provider: Pubkey, endpoint: str, timeou
               help="Committee members that must agree on each settlement (default: a majority).")
 @click.option("--job-id", type=click.IntRange(0, 2**64 - 1), default=None,
               help="Default: current unix time in milliseconds.")  # fmt: skip
-@click.option("--timeout", "wait_timeout", type=click.IntRange(1), default=600, show_default=True,
-              help="Seconds to wait for the provider to accept and the container to run.")
+@click.option("--timeout", "wait_timeout", type=Duration(low=1), default=600, show_default=True,
+              help="Seconds (or a duration: 90s, 15m) the whole command may take: health "
+                   "check, delivery and its retries, the provider accepting and the container "
+                   "starting. At the end of it, or on Ctrl-C, a job still Open is cancelled "
+                   "with a full refund.")
 @click.option("--dry-run", is_flag=True, default=False,
               help="Show the offer, committee, deposit and cost per hour; send nothing.")
+@name_option
 @cli_workload.workload_options
 def run(env: Env, market: Pubkey, gpu: tuple[str, int], hours: Fraction, max_price: str | None,
         provider_: Pubkey | None, committee: str | None, quorum: int | None, job_id: int | None,
-        wait_timeout: int, dry_run: bool, workload: dict[str, Any] | None) -> None:  # fmt: skip
+        wait_timeout: int, dry_run: bool, name: str | None,
+        workload: dict[str, Any] | None) -> None:  # fmt: skip
     """Rent GPUs and run a container on them: pick the best offer that runs containers (or
     --provider), escrow the price of --hours, create the job with its workload and wait until
     the container runs. Prints the job, the provider, the cost and the container's published
-    endpoints (host:port)."""
+    endpoints (host:port).
+
+    Nothing is sent unless the provider's worker answers its health check. If the workload
+    cannot be delivered, the provider does not accept within --timeout, or you press Ctrl-C,
+    the job (still Open) is cancelled and the whole deposit refunded; a job already running is
+    left running and the error says how to stop it (`gpum job stop JOB`)."""
     from .. import pda
     from ..accounts import effective_params, min_deposit
     from ..errors import GpuMarketError
-    from ..offers import best_offer, list_offers
+    from ..offers import list_offers
     from ..workload import spec_hash
 
     if workload is None:
@@ -288,6 +412,8 @@ def run(env: Env, market: Pubkey, gpu: tuple[str, int], hours: Fraction, max_pri
                                "use `gpum job create`)")  # fmt: skip
     model, gpus = gpu
     seconds = hours
+    deadline = _monotonic() + wait_timeout
+    work_deadline = deadline - min(CANCEL_RESERVE_S, wait_timeout / 4)
     m = market_view(env, market)
     decimals = env.client.mint_decimals(m.payment_mint)
     chain_now = now(env)
@@ -301,10 +427,11 @@ def run(env: Env, market: Pubkey, gpu: tuple[str, int], hours: Fraction, max_pri
     if provider_ is not None:
         offer = _named_offer(env, provider_, params, chain_now, model, gpus, limit,
                              hour_limit_text, decimals)  # fmt: skip
+        _require_alive(offer, work_deadline - _monotonic())
     else:
         offers = list_offers(env.client, market)
-        offer = best_offer(offers, gpus=gpus, gpu_model=model, max_price_per_gpu_second=limit,
-                           needs_workloads=True)  # fmt: skip
+        offer = _alive_offer(offers, work_deadline - _monotonic(), gpus=gpus, gpu_model=model,
+                             limit=limit)  # fmt: skip
         if offer is None:
             raise CliError(_why_no_offer(offers, market, model, gpus, limit, hour_limit_text,
                                          decimals))  # fmt: skip
@@ -347,6 +474,7 @@ def run(env: Env, market: Pubkey, gpu: tuple[str, int], hours: Fraction, max_pri
         "quorum": quorum,
         "image": spec.image,
     }
+    check_job_name(env, name)
     if dry_run:
         env.emit({"dry_run": True, **data, "balance": format_ui_amount(balance, decimals)})
         return
@@ -366,12 +494,24 @@ def run(env: Env, market: Pubkey, gpu: tuple[str, int], hours: Fraction, max_pri
         raise CliError(f"provider {offer.provider} raised its price before the job landed; no "
                        "job was created and nothing was charged: run again (with a higher "
                        "--max-price if needed)") from None  # fmt: skip
+    except KeyboardInterrupt:
+        raise CliError(f"interrupted while creating the job; {_abandon(env, address, decimals)}"
+                       ) from None  # fmt: skip
+    remember_job(env, address, market, job_id, name)
     progress = _Progress(env.output == "text")
-    progress.show(f"job {address} created; delivering the workload to {p.endpoint}")
-    cli_workload.deliver_saved(env, address, spec, offer.provider)
-    status = _wait_running(env, address, offer.provider, p.endpoint, wait_timeout, progress)
+    try:
+        progress.show(f"job {address} created; delivering the workload to {p.endpoint}")
+        _deliver(env, address, spec, p.endpoint, work_deadline)
+        status = _wait_running(env, address, offer.provider, p.endpoint, wait_timeout, progress,
+                               work_deadline)  # fmt: skip
+    except _Abandon as e:
+        progress.done()
+        raise CliError(f"{e.message}; {_abandon(env, address, decimals)}") from None
+    except KeyboardInterrupt:
+        progress.done()
+        raise CliError(f"interrupted; {_abandon(env, address, decimals)}") from None
     endpoints, mappings = _ports(status)
-    env.emit({"job": str(address), "job_id": job_id, **data, "signature": str(sig),
+    env.emit({"job": str(address), "job_id": job_id, "name": name, **data, "signature": str(sig),
               "workload_hash": workload_hash.hex(), "state": status.get("state"),
               "endpoints": endpoints, "ports": mappings})  # fmt: skip
 

@@ -18,6 +18,7 @@ from .base import (
     CliError,
     Env,
     common,
+    emit_dated,
     market_option,
     market_view,
     now,
@@ -129,7 +130,7 @@ def validator_status(env: Env, market: Pubkey, authority: Pubkey | None) -> None
     }
     if v.unbonding.amount:
         data["unbonding_release_at"] = v.unbonding.release_at
-    env.emit(data)
+    emit_dated(env, data, now(env) if v.unbonding.amount else 0, ("unbonding_release_at",))
 
 
 @validator.command("claim-rewards")

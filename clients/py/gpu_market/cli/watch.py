@@ -35,7 +35,16 @@ from ..runway import (
     runway_of,
 )
 from ..units import format_ui_amount
-from .base import PUBKEY, CliError, Env, common, job_view, market_view, parse_callback
+from .base import (
+    JOB,
+    CliError,
+    Duration,
+    Env,
+    common,
+    job_view,
+    market_view,
+    parse_callback,
+)
 from .base import parse_amount as _amount
 
 __all__ = ["job_watch"]
@@ -175,7 +184,7 @@ class _Screen:
 
 @click.command("watch")
 @common
-@click.argument("job_address", metavar="JOB", type=PUBKEY)
+@click.argument("job_address", metavar="JOB", type=JOB)
 @click.option("--auto-top-up-below", "below", default=None, metavar="DURATION",
               callback=parse_callback(parse_duration, "'--auto-top-up-below'"),
               help="Top the job up from your wallet when its runway falls below this (e.g. "
@@ -188,8 +197,8 @@ class _Screen:
                    "(remembered across runs of watch).")  # fmt: skip
 @click.option("--warn-below", "warn_below", default=None, metavar="DURATION",
               callback=parse_callback(parse_duration, "'--warn-below'"), help="Warn while the runway is below this.")
-@click.option("--interval", type=click.FloatRange(min=0.1), default=10.0, show_default=True,
-              help="Seconds between refreshes.")
+@click.option("--interval", type=Duration(whole=False, low=0.1), default=10, show_default=True,
+              help="Seconds (or a duration: 30s, 1m) between refreshes.")
 @click.option("--windows", "window_count", type=click.IntRange(1, MAX_WINDOWS), default=3,
               show_default=True, help="Latest windows to show.")
 @click.option("--once", is_flag=True, default=False, help="Show one round and exit.")

@@ -27,7 +27,7 @@ from typing import Any
 import click
 from solders.pubkey import Pubkey
 
-from .base import PUBKEY, CliError, Env, common, job_view
+from .base import JOB, CliError, Env, common, job_view
 
 __all__ = ["build_spec", "deliver_saved", "job_deliver", "job_logs", "save_spec",
            "workload_options", "workload_summary"]
@@ -199,7 +199,7 @@ def deliver_saved(env: Env, job: Pubkey, spec: Any, provider: Pubkey) -> dict[st
 
 @click.command("deliver")
 @common
-@click.argument("job_address", metavar="JOB", type=PUBKEY)
+@click.argument("job_address", metavar="JOB", type=JOB)
 @click.option("--spec", "spec_file", type=click.Path(dir_okay=False), default=None,
               help="The spec JSON (default: the one `gpum job create` saved for JOB).")
 def job_deliver(env: Env, job_address: Pubkey, spec_file: str | None) -> None:
@@ -254,7 +254,7 @@ def workload_summary(env: Env, j: Any) -> dict[str, Any] | None:
 
 @click.command("logs")
 @common
-@click.argument("job_address", metavar="JOB", type=PUBKEY)
+@click.argument("job_address", metavar="JOB", type=JOB)
 @click.option("--follow", "-f", is_flag=True, help="Keep streaming until the container stops.")
 @click.option("--tail", type=click.IntRange(0), default=None, help="Only the last N lines.")
 def job_logs(env: Env, job_address: Pubkey, follow: bool, tail: int | None) -> None:
