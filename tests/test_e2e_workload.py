@@ -19,7 +19,7 @@ import sqlite3
 import subprocess
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +29,12 @@ from gpu_market import pda, tokens
 from gpu_market.processes import Processes, free_port, tool, wait_http
 from gpu_market.proof import WORKLOAD_RUNNING, decode_proof
 from gpu_market.workload import WorkloadSpec, spec_hash
-from gpu_market.workload_api import WorkerApiError, deliver_workload
+from gpu_market.workload_api import (
+    WorkerApiError,
+    deliver_workload,
+    stream_logs,
+    workload_status,
+)
 from gpum_worker.localimage import INDEX_HTML
 from harness import (
     Market,
@@ -60,12 +65,14 @@ class World(Network):
     podman_env: dict[str, str]
     jobs: list[Pubkey]
     worker: subprocess.Popen | None = None
+    hashes: dict[Pubkey, bytes] = field(default_factory=dict)
 
-    def start_worker(self, name: str = "worker") -> None:
+    def start_worker(self, name: str = "worker", poll_seconds: float = 1) -> None:
         self.worker = self.procs.start(name, [
             tool("gpum-worker"), "run", "--simulate", "--gpus", "4", "--seed", "1",
             "--key", str(self.workdir / "worker.json"), "--db", str(self.workdir / "outbox.sqlite"),
-            "--window-seconds", str(WINDOW), "--poll-seconds", "1", "--rpc-url", self.url,
+            "--window-seconds", str(WINDOW), "--poll-seconds", str(poll_seconds),
+            "--rpc-url", self.url,
             "--program-id", str(self.client.program_id), "--market", str(self.market),
             "--provider", str(self.providers["P"]),
             "--api-listen", f"127.0.0.1:{self.worker_port}", "--runtime", "podman",
@@ -122,6 +129,23 @@ class World(Network):
     def status(self, job: Pubkey) -> dict[str, Any]:
         return self.gpum_json("user", "job", "status", str(job))
 
+    def stop_worker(self) -> None:
+        """SIGKILL the worker (its containers keep running, as after a crash)."""
+        assert self.worker is not None
+        os.killpg(self.worker.pid, signal.SIGKILL)
+        self.worker.wait(timeout=10)
+        self.procs.children = [(n, p) for n, p in self.procs.children if p is not self.worker]
+
+    def api(self, job: Pubkey, what: str) -> Any:
+        """The worker API's workload status (``what="status"``) or log text of ``job``,
+        signed by the user, whatever the chain says of the job now."""
+        endpoint = f"http://127.0.0.1:{self.worker_port}"
+        h = self.hashes[job]
+        secret = bytes(self.kps["user"])
+        if what == "status":
+            return workload_status(endpoint, bytes(job), h, secret)
+        return b"".join(stream_logs(endpoint, bytes(job), h, secret)).decode()
+
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory,
@@ -165,6 +189,7 @@ def world(tmp_path_factory: pytest.TempPathFactory,
 def _job(world: World, out: str) -> Pubkey:
     job = Pubkey.from_string(json.loads(out.strip().splitlines()[-1])["job"])
     world.jobs.append(job)
+    world.hashes[job] = bytes(world.client.fetch_job(job).workload_hash)
     return job
 
 
@@ -292,3 +317,88 @@ def test_a_wrong_spec_or_a_stranger_is_refused_and_nothing_runs(world: World) ->
     code, _, err = world.create(6, "--image", "Bad Image!", ok=False)
     assert code != 0 and "image" in err
     assert c.token_balance(pay) == before
+
+
+def test_the_worker_completes_a_finished_job_once_the_grace_is_over(world: World) -> None:
+    """Nobody comes back after the grace: the provider's worker sends complete_job, the GPUs
+    are free, and the user's last logs and the reason stay readable."""
+    c = world.client
+    _, out, _ = world.create(7, "--image", IMAGE, "--cmd", '["/bin/sh", "-c"]',
+                             "--arg", "echo started; while true; do sleep 1; done")
+    job = _job(world, out)
+    world.wait("the container running", lambda: [x for x in world.containers(job)
+                                                 if x["State"] == "running"])
+    in_use = c.fetch_provider(world.providers["P"]).gpus_in_use
+    world.gpum("user", "job", "finish", str(job))
+    j = c.fetch_job(job)
+    assert j.status == "finishing" and j.grace_ends_at is not None
+    done = world.until("the worker completing the job", lambda: c.fetch_job(job),
+                       lambda v: v.status == "completed",
+                       timeout=j.grace_ends_at - c.chain_time() + 30)
+    assert c.chain_time() > j.grace_ends_at  # never before the chain allowed it
+    assert done.paid_seconds <= done.ended_at - done.started_at
+    # Its GPU is free (and those of the module's earlier finished jobs, completed alike).
+    assert c.fetch_provider(world.providers["P"]).gpus_in_use <= in_use - 1
+    st = world.until("the worker seeing it end", lambda: world.api(job, "status"),
+                     lambda s: s["ended"])
+    assert st["job_status"] == "completed", st
+    assert st["end_reason"] == "finished by the user (or the provider's owner)", st
+    assert "started" in world.api(job, "logs")
+    world.gpum("user", "job", "close", str(job))
+
+
+def test_a_job_that_ended_while_the_worker_was_down_loses_its_container_on_restart(
+        world: World) -> None:
+    """The chain ends two jobs while the worker is down (expired: the provider went silent;
+    one then closed by its user); the restarted worker stops both containers on its first
+    poll, keeps their last logs and tells the user why each ended."""
+    c = world.client
+    jobs = []
+    for n in (8, 9):
+        _, out, _ = world.create(n, "--image", IMAGE, "--cmd", '["/bin/sh", "-c"]',
+                                 "--arg", f"i=0; while true; do i=$((i+1)); echo job{n} tick $i; "
+                                          "sleep 1; done")
+        jobs.append(_job(world, out))
+    failed, closed = jobs
+    for job in jobs:
+        world.wait("the container running", lambda job=job: [
+            x for x in world.containers(job) if x["State"] == "running"])
+    world.stop_worker()
+
+    def expire(job: Pubkey) -> bool:
+        if c.fetch_job(job).status == "failed":  # the committee slashed the provider first
+            return True
+        try:
+            c.expire_job(world.kps["other"], job)
+        except Exception:  # noqa: BLE001 - not expirable yet
+            return False
+        return True
+
+    for job in jobs:
+        world.wait("the job expirable (its provider silent)", lambda job=job: expire(job),
+                   timeout=90)
+        assert c.fetch_job(job).status == "failed"
+    c.close_job(world.kps["user"], closed)
+    assert c.fetch_job(closed) is None and c.fetch_closed_job(closed) is not None
+    # The worker is down: nothing stopped the containers.
+    assert all(x["State"] == "running" for job in jobs for x in world.containers(job))
+    # Restarted with a 30 s poll: only its first poll can have removed them.
+    t0 = time.monotonic()
+    world.start_worker("worker-after-slash", poll_seconds=30)
+    try:
+        for job in jobs:
+            world.wait("the ended job's container removed",
+                       lambda job=job: world.containers(job) == [], timeout=15)
+        assert time.monotonic() - t0 < 30
+        for job, n in ((failed, 8), (closed, 9)):
+            assert f"job{n} tick" in world.api(job, "logs")
+            st = world.api(job, "status")
+            assert st["ended"] and st["state"] == "stopped", st
+            assert st["logs_kept_until"] >= time.time() + 86400 - 120
+        st = world.api(failed, "status")
+        assert st["job_status"] == "failed" and st["end_reason"].startswith(
+            "the provider failed"), st
+        assert world.api(closed, "status")["job_status"] == "closed"
+    finally:
+        world.stop_worker()
+        world.start_worker("worker-again")

@@ -40,8 +40,8 @@ Guarantees of the main loop:
   poll). The one exception is a job this database accepted (``Outbox.accepted_here``,
   recorded once ``accept_job`` landed) with nothing settled and no head anywhere: nothing was
   ever signed for it, so a committee member that is down cannot keep it from starting.
-* A job keeps its GPUs until its source shows it ended (a terminal status, or an account
-  that stays closed for ``ABSENT_CONFIRMATIONS`` polls); a job missing from one listing, or
+* A job keeps its GPUs until its source shows it ended (a terminal status, the tombstone
+  of the user's ``close_job``, or an account missing for ``ABSENT_CONFIRMATIONS`` polls); a job missing from one listing, or
   a failing source, changes nothing. The same holds for its workload container: only a job
   that left Running (Finishing, or ended by that rule) loses it; a failing source
   reconciles nothing.
@@ -53,6 +53,8 @@ Guarantees of the main loop:
   process outside the job's container ran on the job's GPUs (``HEALTH_FOREIGN_PROCESS``),
   claims 0 billable seconds. A window without any workload process is billable otherwise:
   the GPUs stay reserved for the user (``finish_on_exit`` ends the job when it exits).
+* A Finishing job is completed on chain by the worker once its grace is over by the chain's
+  clock (``completion.Completer``), never before, so its GPUs are freed without the user.
 """
 
 from __future__ import annotations
@@ -79,6 +81,7 @@ from gpu_market.receipt import sign_receipt
 
 from .background import Background, Pending
 from .committee import ACCEPT, CommitteeGate, CommitteeRouter, Verdict
+from .completion import Completer
 from .errors import JobSourceError, WorkerError
 from .gpu import GpuBackend, GpuInfo, GpuSample, discover, read_sample
 from .heads import Head, HeadsIncomplete, HeadSource, HeadsPending, resume_point
@@ -212,6 +215,8 @@ class Agent:
         self.head_asks = Background(self.poke, "head check") if background_checks else None
         self.acceptance = Background(self.poke, "acceptance") if background_checks else None
         self.committee_gate = committee_gate
+        self.completer = Completer(job_source, Background(self.poke, "completion")
+                                   if background_checks else None)
         self._open_since: dict[bytes, float] = {}  # open job -> first seen (poll time)
         self._accepted_unrecorded: set[bytes] = set()
         """Jobs a background check accepted on chain, not yet ``Outbox.mark_accepted``."""
@@ -307,8 +312,9 @@ class Agent:
             self._missing_noted.discard(job_key)
         held: set[bytes] = set()  # booked, not listed, not known to have ended
         for job_key in (set(self.active) | set(stored)) - set(listed):
-            if self._ended(job_key):
-                self._drop(job_key)
+            ended = self._ended(job_key)
+            if ended is not None:
+                self._drop(job_key, ended)
                 stored.pop(job_key, None)
             elif job_key in self.active:  # keep proving it from the last view we had
                 listed[job_key] = self.active[job_key].job
@@ -355,6 +361,7 @@ class Agent:
             log.info("job %s: proving from seq %d, window start %d", j.job_b58,
                      chain.last_seq + 1, chain.last_window_end)
         self._reconcile_workloads(listed, assignment, held, now)
+        self.completer.poll(listed.values(), now)
 
     def _reconcile_workloads(self, listed: dict[bytes, AssignedJob],
                              assignment: dict[bytes, tuple[str, ...]], held: set[bytes],
@@ -437,37 +444,44 @@ class Agent:
                 jobs[key] = j
         self.router.refresh(self.job_source, jobs.values(), self.outbox)
 
-    def _ended(self, job_key: bytes) -> bool:
-        """True only when the source shows the job ended (see the module docstring)."""
+    def _ended(self, job_key: bytes) -> str | None:
+        """The job's terminal status when the source shows it ended (see the module
+        docstring; "closed" for an account gone ``ABSENT_CONFIRMATIONS`` polls), else None."""
         try:
             status = self.job_source.job_status(job_key)
         except JobSourceError as e:
             log.warning("job %s is not listed and its status cannot be read (%s); keeping "
                         "its GPUs", b58encode(job_key), e)
-            return False
+            return None
         if status in TERMINAL_STATUSES:
             log.info("job %s is %s; releasing its GPUs", b58encode(job_key), status)
-            return True
+            return status
         if status is None:
             n = self._absent[job_key] = self._absent.get(job_key, 0) + 1
             if n >= ABSENT_CONFIRMATIONS:
                 log.info("job %s: account closed (%d polls in a row); releasing its GPUs",
                          b58encode(job_key), n)
-                return True
+                return "closed"
             log.warning("job %s: account not found (%d/%d); keeping its GPUs until that is "
                         "confirmed", b58encode(job_key), n, ABSENT_CONFIRMATIONS)
-            return False
+            return None
         self._absent.pop(job_key, None)
         if job_key not in self._missing_noted:
             self._missing_noted.add(job_key)
             log.warning("job %s is %s on chain but missing from the job list; keeping its "
                         "GPUs%s", b58encode(job_key), status,
                         " and proving it" if job_key in self.active else "")
-        return False
+        return None
 
-    def _drop(self, job_key: bytes) -> None:
+    def _drop(self, job_key: bytes, status: str = "removed") -> None:
+        view = None
+        if status == "completed" and self.workloads.has_record(job_key):
+            try:  # a dry escrow tells the user why the job ended
+                view = self.job_source.fetch(job_key)
+            except JobSourceError:
+                view = None
         with self._active_lock:
-            self.active.pop(job_key, None)
+            was = self.active.pop(job_key, None)
         self._absent.pop(job_key, None)
         self._missing_noted.discard(job_key)
         self._waiting.pop(job_key, None)
@@ -476,7 +490,7 @@ class Agent:
             if bg is not None:
                 bg.forget(job_key)
         self.outbox.release(job_key)
-        self.workloads.job_ended(job_key)
+        self.workloads.job_ended(job_key, status, view or (was.job if was else None))
 
     def _wait(self, j: AssignedJob, why: str, level: int = logging.WARNING) -> None:
         """Log once per reason that job ``j`` is not proven yet."""

@@ -16,12 +16,14 @@ posted spec, otherwise the job's on-chain ``workload_hash``.
 Statuses: 200; 400 malformed job key, body, query or spec (or secrets that do not open
 with this worker's key); 401 missing, malformed, stale or forged signature; 403 signed by
 someone other than the job's user; 404 not a live job of this provider; 409 the spec's hash
-is not the job's ``workload_hash``, or the job has no workload; 410 the job ended (or, for
-a delivery, is finishing); 411 no Content-Length; 413 body over 64 KiB; 503 retry later
+is not the job's ``workload_hash``, or the job has no workload; 410 the job ended longer ago
+than the store keeps its record (``WorkloadStore.ended_logs_s``, the message says why it
+ended), or, for a delivery, is not open or running; 411 no Content-Length; 413 body over 64 KiB; 503 retry later
 (the worker is starting, has no container runtime, or is busy).
 
 Jobs are looked up only in the agent's latest poll (``WorkloadManager.lookup``) and the
-workload store: a request, authenticated or not, never causes a chain read, and nothing is
+workload store (an ended job whose record is kept: ``WorkloadManager.ended_view``; its status
+says why it ended and its logs endpoint serves the saved tail, to its user only): a request, authenticated or not, never causes a chain read, and nothing is
 stored before the signature of the job's user verified.
 
 Transport: the shared hardened front (``gpu_market.httpfront``, the validator's): requests
@@ -253,7 +255,14 @@ class _Exchange:
         if j is not None:
             return j
         if m.ended(job_key):
-            raise ApiError(410, "this job has ended")
+            ended = m.ended_view(job_key)
+            if ended is not None:
+                return ended  # its last logs and why it ended, until the store forgets it
+            info = m.store.ended(job_key)
+            why = f" ({info.reason})" if info is not None and info.reason else ""
+            hours = m.store.ended_logs_s / 3600
+            raise ApiError(410, f"this job has ended{why}; its workload's status and last "
+                                f"logs are kept {hours:g} h after it ended, and are gone now")
         if not m.polled:
             raise ApiError(503, "the worker is starting and has not read its jobs yet; "
                                 "retry later")

@@ -288,7 +288,8 @@ def _run(config_path: Path | None, job_specs: tuple[str, ...], job_started_at: i
         log.info("--job jobs carry no workload: no container runtime is used")
     else:
         runtime = _detect_runtime(cfg)
-    store = WorkloadStore(cfg.db.with_name(cfg.db.stem + ".workloads.sqlite"))
+    store = WorkloadStore(cfg.db.with_name(cfg.db.stem + ".workloads.sqlite"),
+                          ended_logs_s=cfg.ended_logs_seconds)
     workloads = WorkloadManager(runtime, store, key.seed, publish_host=cfg.publish_host,
                                 attach_gpus=not simulate, provider=cfg.provider)
     if simulate and runtime is not None:

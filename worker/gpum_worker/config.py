@@ -40,6 +40,7 @@ TOML layout::
     memory_mib = 491520               # RAM jobs share (default and most: the host's)
     cpus = 62                         # CPU cores jobs share (default and most: the host's)
     scratch_mib = 4194304             # disk for all /scratch volumes (default: free disk)
+    ended_logs_seconds = 86400        # an ended job's status and last logs stay readable
     [api]
     listen = "0.0.0.0:8090"           # the worker API (off when unset)
     [committee]                       # which jobs' committees this provider serves
@@ -71,6 +72,7 @@ from .errors import ConfigError
 from .health import DEFAULT_THRESHOLDS, Thresholds
 from .keys import decode_pubkey
 from .sender import DEFAULT_RETRY, RetryPolicy
+from .workload_store import ENDED_LOGS_S
 
 DEFAULT_COMMITTEE_POLICY = CommitteePolicy()
 
@@ -105,6 +107,7 @@ _SCALARS: tuple[tuple[str, str, str, type], ...] = (
     ("workload.memory_mib", "MEMORY_MIB", "memory_mib", int),
     ("workload.cpus", "CPUS", "cpus", float),
     ("workload.scratch_mib", "SCRATCH_MIB", "scratch_mib", int),
+    ("workload.ended_logs_seconds", "ENDED_LOGS_SECONDS", "ended_logs_seconds", int),
     ("api.listen", "API_LISTEN", "api_listen", str),
 )
 RUNTIMES = ("auto", "podman", "docker")
@@ -138,6 +141,8 @@ class WorkerConfig:
     """CPU cores the provider lets all jobs share (None: the host's; never more)."""
     scratch_mib: int | None = None
     """Disk for every job's /scratch together (None: the free disk less a reserve)."""
+    ended_logs_seconds: int = ENDED_LOGS_S
+    """How long an ended job's workload status and last logs stay readable in the API."""
     api_listen: str | None = None
     """HOST:PORT of the worker API; None: no API (no job with a workload is accepted)."""
     committee: CommitteePolicy = DEFAULT_COMMITTEE_POLICY
@@ -234,7 +239,7 @@ _KNOWN_COMMITTEE = {"allow", "deny", "min_bond", "require_health", "health_timeo
                     "health_grace_seconds"}
 _KNOWN_CHAIN = {"rpc_url", "program_id", "market", "provider"}
 _KNOWN_WORKLOAD = {"runtime", "containers_conf", "publish_host", "memory_mib", "cpus",
-                   "scratch_mib"}
+                   "scratch_mib", "ended_logs_seconds"}
 _KNOWN_API = {"listen"}
 
 
@@ -309,7 +314,7 @@ def resolve(file: Mapping[str, Any], env: Mapping[str, str], flags: Mapping[str,
     api_listen = vals.get("api_listen")
     if api_listen is not None:
         parse_listen(api_listen)
-    for name in ("memory_mib", "cpus", "scratch_mib"):
+    for name in ("memory_mib", "cpus", "scratch_mib", "ended_logs_seconds"):
         if name in vals and not vals[name] > 0:
             raise ConfigError(f"[workload] {name} must be positive, got {vals[name]}")
     retry = _section(file, "sender", RetryPolicy, {
@@ -346,6 +351,7 @@ def resolve(file: Mapping[str, Any], env: Mapping[str, str], flags: Mapping[str,
         memory_mib=vals.get("memory_mib"),
         cpus=vals.get("cpus"),
         scratch_mib=vals.get("scratch_mib"),
+        ended_logs_seconds=vals.get("ended_logs_seconds", ENDED_LOGS_S),
         api_listen=api_listen,
         committee=committee,
     )

@@ -22,8 +22,10 @@ JOB_STATUSES = ("open", "running", "finishing")
 LIVE_STATUSES = frozenset(JOB_STATUSES)
 NO_WORKLOAD_HASH = bytes(32)
 """``job.workload_hash`` of a job without a workload."""
-TERMINAL_STATUSES = frozenset({"completed", "cancelled", "failed", "declined", "removed"})
-"""Statuses after which a job never books GPUs again ("removed": gone from a static list)."""
+TERMINAL_STATUSES = frozenset({"completed", "cancelled", "failed", "declined", "closed",
+                               "removed"})
+"""Statuses after which a job never books GPUs again ("closed": the user's ``close_job`` left
+its tombstone at the job's address; "removed": gone from a static list)."""
 
 
 @dataclass(frozen=True)
@@ -38,6 +40,9 @@ class JobTerms:
     max_skew_seconds: int
     temp_critical_c: int
     ecc_uncorrected_max: int
+    grace_seconds: int | None = None
+    """How long after ``ended_at`` a Finishing job's receipts still settle; ``complete_job``
+    succeeds only strictly after ``ended_at + grace_seconds``. None: unknown (an old SDK)."""
 
 
 @dataclass(frozen=True)
@@ -72,6 +77,9 @@ class AssignedJob:
     committee: tuple[bytes, ...] | None = None
     user: bytes | None = None
     workload_hash: bytes = NO_WORKLOAD_HASH
+    escrow_dry: bool = False
+    """The booked escrow is less than one second of the job's rate: no settlement can pay
+    more (a Completed job with a dry escrow was ended by ``settle``: its escrow ran dry)."""
 
     @property
     def job_b58(self) -> str:
@@ -103,7 +111,18 @@ class JobSource(Protocol):
 
     def job_status(self, job: bytes) -> str | None:
         """The job's current status read directly (lower case), or None when no such
-        account exists (closed). Raises JobSourceError when it cannot tell."""
+        account exists. "closed" when the user's ``close_job`` left its tombstone there.
+        Raises JobSourceError when it cannot tell."""
+        ...
+
+    def chain_time(self) -> int:
+        """The chain's clock (unix seconds), which decides every deadline. Raises
+        JobSourceError."""
+        ...
+
+    def complete(self, job: AssignedJob) -> None:
+        """Complete a Finishing job whose grace is over (``complete_job``, any signer: the
+        worker key pays). Raises JobSourceError."""
         ...
 
     def accept(self, job: AssignedJob) -> None:
@@ -164,6 +183,7 @@ class StaticJobSource:
         self.accepted: list[bytes] = []
         self.declined: list[bytes] = []
         self.finished: list[bytes] = []
+        self.completed: list[bytes] = []
 
     def assigned_jobs(self) -> list[AssignedJob]:
         return list(self._jobs.values())
@@ -174,6 +194,19 @@ class StaticJobSource:
 
     def worker_keys(self) -> frozenset[bytes]:
         return self._worker_keys
+
+    def chain_time(self) -> int:
+        return int(self._clock())
+
+    def complete(self, job: AssignedJob) -> None:
+        cur = self._jobs.get(job.job)
+        grace = cur.terms.grace_seconds if cur is not None and cur.terms else None
+        if cur is None or cur.status != "finishing" or cur.ended_at is None or grace is None:
+            raise JobSourceError(f"job {job.job_b58} is not a finishing job with a grace")
+        if self._clock() <= cur.ended_at + grace:
+            raise JobSourceError(f"job {job.job_b58}: GracePeriodActive")
+        self._jobs[job.job] = replace(cur, status="completed")
+        self.completed.append(job.job)
 
     def fetch(self, job: bytes) -> AssignedJob | None:
         return self._jobs.get(job)
@@ -325,6 +358,7 @@ class ChainJobSource:
             committee=committee_of(v),
             user=_opt_key(_field(v, "user", None)),
             workload_hash=_workload_hash(_field(v, "workload_hash", None)),
+            escrow_dry=_escrow_dry(v),
         )
 
     def fetch(self, job: bytes) -> AssignedJob | None:
@@ -376,9 +410,29 @@ class ChainJobSource:
     def job_status(self, job: bytes) -> str | None:
         try:
             v = self._client.fetch_job(_pubkey(job))
+            if v is not None:
+                return _status(_field(v, "status"))
+            tombstone = getattr(self._client, "fetch_closed_job", None)
+            if tombstone is not None and tombstone(_pubkey(job)) is not None:
+                return "closed"
         except Exception as e:
             raise JobSourceError(f"reading job {b58encode(job)} failed: {e}") from e
-        return None if v is None else _status(_field(v, "status"))
+        return None
+
+    def chain_time(self) -> int:
+        try:
+            return int(self._client.chain_time())
+        except Exception as e:
+            raise JobSourceError(f"reading the chain's clock failed: {e}") from e
+
+    def complete(self, job: AssignedJob) -> None:
+        from solders.keypair import Keypair
+
+        try:
+            self._client.complete_job(Keypair.from_bytes(self._key.secret_bytes),
+                                      _pubkey(job.job))
+        except Exception as e:
+            raise JobSourceError(f"completing job {job.job_b58} failed: {e}") from e
 
     def worker_keys(self) -> frozenset[bytes]:
         """The provider's current worker key and every non-empty ``retired_keys`` slot."""
@@ -492,7 +546,23 @@ def job_terms(terms: Any) -> JobTerms | None:
         max_skew_seconds=int(_field(terms, "max_skew_seconds")),
         temp_critical_c=int(_field(terms, "temp_critical_c")),
         ecc_uncorrected_max=int(_field(terms, "ecc_uncorrected_max")),
+        grace_seconds=_grace(_field(terms, "grace_seconds", None)),
     )
+
+
+def _grace(v: Any) -> int | None:
+    return None if v is None else int(v)
+
+
+def _escrow_dry(v: Any) -> bool:
+    """Whether a JobView's booked escrow is below one second of its rate (False when the view
+    lacks the figures)."""
+    try:
+        booked = getattr(v, "booked_escrow", None)
+        rate = _field(_field(v, "terms"), "rate_per_second", None)
+        return booked is not None and rate is not None and int(booked) < int(rate)
+    except (AttributeError, TypeError, ValueError):
+        return False
 
 
 def _opt_key(v: Any) -> bytes | None:

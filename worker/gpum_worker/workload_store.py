@@ -2,9 +2,11 @@
 
 ``WorkloadStore`` (SQLite, WAL, ``synchronous=FULL``) keeps per job: the spec as delivered
 (its canonical JSON, secrets still sealed to the worker key: they are never decrypted on
-disk), its state, exit code and last error, whether ``finish_job`` was sent, and the tail
-of its logs once its container is removed; plus a tombstone per job the worker saw end
-(the API answers 410 for those).
+disk), its user, state, exit code and last error, whether ``finish_job`` was sent, and
+the tail of its logs once its container is removed; plus a tombstone per job the worker saw
+end, with its final status and why it ended. An ended job's record (and its log tail) is
+kept for ``ended_logs_s`` after the worker saw it end (``purge``), so its user can still read
+the last logs and the reason; then only the tombstone stays (the API answers 410).
 
 Every write is committed before its method returns; a failing database reads as
 ``WorkloadUnavailable`` (the API answers 503, the agent retries next poll).
@@ -12,7 +14,6 @@ Every write is committed before its method returns; a failing database reads as
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import os
 import sqlite3
@@ -26,6 +27,7 @@ from .errors import WorkerError
 
 __all__ = [
     "API_STATES",
+    "EndedJob",
     "WorkloadRecord",
     "WorkloadStore",
     "WorkloadUnavailable",
@@ -37,6 +39,8 @@ LOG_TAIL_BYTES = 1 << 20
 """At most this much of a container's log is kept after the container is removed."""
 ENDED_KEEP_S = 30 * 86400
 """Tombstones of ended jobs (410 in the API) are kept this long."""
+ENDED_LOGS_S = 86400
+"""An ended job's record and log tail are kept this long (``[workload] ended_logs_seconds``)."""
 
 
 class WorkloadUnavailable(WorkerError):
@@ -60,7 +64,10 @@ CREATE TABLE IF NOT EXISTS workloads(
 );
 CREATE TABLE IF NOT EXISTS ended(job BLOB PRIMARY KEY, ended_at REAL NOT NULL);
 """
-SCHEMA_VERSION = "1"
+_ADDED_COLUMNS = (("workloads", "user", "BLOB"), ("ended", "status", "TEXT"),
+                  ("ended", "reason", "TEXT"))
+"""Columns added since schema 1 (a database from before gets them when opened)."""
+SCHEMA_VERSION = "2"
 
 
 @dataclass(frozen=True)
@@ -78,6 +85,18 @@ class WorkloadRecord:
     delivered_at: float
     updated_at: float
     running_at: float | None
+    user: bytes | None = None
+    """The job's user wallet (who may read an ended job's logs); None in old records."""
+
+
+@dataclass(frozen=True)
+class EndedJob:
+    """A job the worker saw end: when (worker's clock), its final status on chain
+    ("completed", "failed", "closed", ...) and why it ended, for its user."""
+
+    ended_at: float
+    status: str | None
+    reason: str | None
 
 
 class WorkloadStore:
@@ -85,9 +104,11 @@ class WorkloadStore:
     connection behind a lock, shared by the agent's main loop and the API's threads. Every
     write is committed (WAL, ``synchronous=FULL``) before the method returns."""
 
-    def __init__(self, path: Path | str, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, path: Path | str, clock: Callable[[], float] = time.time, *,
+                 ended_logs_s: float = ENDED_LOGS_S) -> None:
         self.path = str(path)
         self._clock = clock
+        self.ended_logs_s = ended_logs_s
         self._lock = threading.Lock()
         fresh = self.path != ":memory:" and not os.path.exists(self.path)
         try:
@@ -99,9 +120,15 @@ class WorkloadStore:
             self._db.execute("PRAGMA synchronous=FULL")
             self._db.execute("PRAGMA busy_timeout=30000")
             self._db.executescript(_SCHEMA)
-            self._db.execute("INSERT OR IGNORE INTO meta VALUES('schema', ?)", (SCHEMA_VERSION,))
+            for table, column, kind in _ADDED_COLUMNS:
+                have = {r[1] for r in self._db.execute(f"PRAGMA table_info({table})")}
+                if column not in have:
+                    self._db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
+            self._db.execute("INSERT OR REPLACE INTO meta VALUES('schema', ?)",
+                             (SCHEMA_VERSION,))
             self._db.execute("DELETE FROM ended WHERE ended_at < ?",
                              (self._clock() - ENDED_KEEP_S,))
+            self._purge()
         except (sqlite3.Error, OSError) as e:
             raise WorkerError(f"cannot open the workload database {self.path}: {e}") from None
 
@@ -124,16 +151,18 @@ class WorkloadStore:
             except sqlite3.Error as e:
                 raise WorkloadUnavailable(f"workload database {self.path}: {e}") from None
 
-    def put_spec(self, job: bytes, workload_hash: bytes, spec: bytes) -> bool:
-        """Store ``spec`` (canonical bytes whose sha256 is ``workload_hash``) for ``job``;
-        True when new, False when that very spec was stored already (idempotent)."""
+    def put_spec(self, job: bytes, workload_hash: bytes, spec: bytes,
+                 user: bytes | None = None) -> bool:
+        """Store ``spec`` (canonical bytes whose sha256 is ``workload_hash``) for ``job`` of
+        ``user``; True when new, False when that very spec was stored already (idempotent)."""
         if hashlib.sha256(spec).digest() != workload_hash:
             raise ValueError("spec bytes do not hash to workload_hash")
         now = self._clock()
         if self._exec(
                 "INSERT INTO workloads(job, workload_hash, spec, state, delivered_at, "
-                "updated_at) VALUES(?, ?, ?, 'pending', ?, ?) ON CONFLICT(job) DO NOTHING",
-                (job, workload_hash, spec, now, now)):
+                "updated_at, user) VALUES(?, ?, ?, 'pending', ?, ?, ?) "
+                "ON CONFLICT(job) DO NOTHING",
+                (job, workload_hash, spec, now, now, user)):
             return True
         rec = self.get(job)
         if rec is not None and rec.workload_hash != workload_hash:
@@ -143,12 +172,13 @@ class WorkloadStore:
     def get(self, job: bytes) -> WorkloadRecord | None:
         rows = self._query(
             "SELECT job, workload_hash, spec, state, exit_code, error, finish_requested, "
-            "delivered_at, updated_at, running_at FROM workloads WHERE job = ?", (job,))
+            "delivered_at, updated_at, running_at, user FROM workloads WHERE job = ?", (job,))
         if not rows:
             return None
         row = rows[0]
         return WorkloadRecord(bytes(row[0]), bytes(row[1]), bytes(row[2]), row[3], row[4],
-                              row[5], bool(row[6]), row[7], row[8], row[9])
+                              row[5], bool(row[6]), row[7], row[8], row[9],
+                              None if row[10] is None else bytes(row[10]))
 
     def records(self) -> list[WorkloadRecord]:
         keys = [bytes(r[0]) for r in self._query("SELECT job FROM workloads ORDER BY job")]
@@ -181,19 +211,33 @@ class WorkloadStore:
         rows = self._query("SELECT logs FROM workloads WHERE job = ?", (job,))
         return None if not rows or rows[0][0] is None else bytes(rows[0][0])
 
-    def mark_ended(self, job: bytes) -> None:
-        """The job ended: forget its spec and logs, remember that it ended (410)."""
-        with self._lock:
-            try:
-                self._db.execute("BEGIN IMMEDIATE")
-                self._db.execute("DELETE FROM workloads WHERE job = ?", (job,))
-                self._db.execute("INSERT OR REPLACE INTO ended VALUES(?, ?)",
-                                 (job, self._clock()))
-                self._db.execute("COMMIT")
-            except sqlite3.Error as e:
-                with contextlib.suppress(sqlite3.Error):
-                    self._db.execute("ROLLBACK")
-                raise WorkloadUnavailable(f"workload database {self.path}: {e}") from None
+    def mark_ended(self, job: bytes, status: str | None = None,
+                   reason: str | None = None) -> None:
+        """The job ended (final ``status`` on chain, ``reason`` for its user): remember it;
+        its record and log tail stay for ``ended_logs_s`` (``purge``). Marking it again
+        updates status and reason, never the time it ended."""
+        self._exec("INSERT INTO ended(job, ended_at, status, reason) VALUES(?, ?, ?, ?) "
+                   "ON CONFLICT(job) DO UPDATE SET status = COALESCE(excluded.status, status), "
+                   "reason = COALESCE(excluded.reason, reason)",
+                   (job, self._clock(), status, reason))
 
     def is_ended(self, job: bytes) -> bool:
         return bool(self._query("SELECT 1 FROM ended WHERE job = ?", (job,)))
+
+    def ended(self, job: bytes) -> EndedJob | None:
+        rows = self._query("SELECT ended_at, status, reason FROM ended WHERE job = ?", (job,))
+        return EndedJob(*rows[0]) if rows else None
+
+    def purge(self) -> int:
+        """Forget the records (spec, state, log tail) of jobs that ended more than
+        ``ended_logs_s`` ago; the number forgotten."""
+        with self._lock:
+            try:
+                return self._purge()
+            except sqlite3.Error as e:
+                raise WorkloadUnavailable(f"workload database {self.path}: {e}") from None
+
+    def _purge(self) -> int:
+        return int(self._db.execute(
+            "DELETE FROM workloads WHERE job IN (SELECT job FROM ended WHERE ended_at < ?)",
+            (self._clock() - self.ended_logs_s,)).rowcount)

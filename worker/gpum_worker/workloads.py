@@ -26,7 +26,10 @@ proof, is accounted by ``WorkloadWindows`` (``workload_windows``), a part of the
   - a job that left Running (Finishing, ended, or unknown to the agent's last poll and not
     held) has its container removed after its log tail was saved; so has every container
     named ``gpum-*`` with our label whose job is not live (an orphan; a label that names no
-    job, or a name that is not its job's, counts as not live). Containers named otherwise
+    job, or a name that is not its job's, counts as not live): so on the first poll after
+    a restart, the containers of jobs that ended while the worker was down are removed.
+    An ended job's record (state, log tail, why it ended: ``job_end.end_reason``) stays
+    readable for the store's ``ended_logs_s`` (``ended_view``, ``describe``, ``logs``). Containers named otherwise
     are never touched. A job the agent still holds (missing from one listing, not confirmed
     ended) keeps its container as it is;
   - ``finish_on_exit``: once the container of a Running job exited, ``finish`` (the job
@@ -84,6 +87,7 @@ from gpu_market.workload import (
 )
 
 from .errors import ContainerRuntimeError, JobSourceError
+from .job_end import end_reason
 from .jobs import AssignedJob
 from .keys import b58decode, b58encode
 from .limits import JobLimits, LimitsError, MachineResources, job_limits, machine_from_host
@@ -264,11 +268,22 @@ class WorkloadManager(WorkloadWindows):
         except WorkloadUnavailable:
             return False
 
-    def job_ended(self, job: bytes) -> None:
-        """The agent confirmed that ``job`` ended: forget it (its container, if any, is
-        removed by the next ``reconcile`` as an orphan)."""
+    def has_record(self, job: bytes) -> bool:
+        """Whether a workload spec of ``job`` is stored."""
+        try:
+            return self.store.get(job) is not None
+        except WorkloadUnavailable:
+            return False
+
+    def job_ended(self, job: bytes, status: str = "removed",
+                  view: AssignedJob | None = None) -> None:
+        """The agent confirmed that ``job`` ended with final ``status`` ("closed": the user
+        closed its account); ``view``: the job as last read. Forget it; its container, if
+        any, is removed by the next ``reconcile`` as an orphan (its log tail saved), and its
+        record, log tail and the reason it ended stay readable for the store's
+        ``ended_logs_s``."""
         with self._lock:
-            self._jobs.pop(job, None)
+            last = self._jobs.pop(job, None)
             self._obs.pop(job, None)
             self._job_pids.pop(job, None)
             self._foreign_seen.pop(job, None)
@@ -276,7 +291,11 @@ class WorkloadManager(WorkloadWindows):
             self._noted.pop(job, None)
             self._images.pop(job, None)
         try:
-            self.store.mark_ended(job)
+            rec = self.store.get(job)
+            reason = end_reason(status, rec, view or last)
+            self.store.mark_ended(job, status, reason)
+            if rec is not None:
+                log.info("job %s ended (%s): %s", b58encode(job), status, reason)
         except WorkloadUnavailable as e:
             log.warning("job %s: %s", b58encode(job), e)
 
@@ -387,18 +406,41 @@ class WorkloadManager(WorkloadWindows):
             raise WorkloadUnavailable(NO_RUNTIME)
         open_secrets(self._seed, spec)  # only checks they open; the values are dropped
         data = canonical_bytes(spec)
-        if self.store.put_spec(job.job, job.workload_hash, data):
+        if self.store.put_spec(job.job, job.workload_hash, data, job.user):
             log.info("job %s: workload spec delivered (image %s, %d byte(s), hash %s)",
                      job.job_b58, spec.image, len(data), job.workload_hash.hex())
             self.on_delivered()
         return self.describe(job)
 
+    def ended_view(self, job: bytes) -> AssignedJob | None:
+        """An ended job whose record is still kept (``store.ended_logs_s``), as the API
+        serves it (status: its final status; its user and workload hash from the record);
+        None when the worker never saw it end or its record is gone."""
+        ended = self.store.ended(job)
+        rec = self.store.get(job) if ended is not None else None
+        if ended is None or rec is None or rec.user is None:
+            return None  # (a record from before users were stored: nobody to serve it to)
+        return AssignedJob(job=job, market=bytes(32), program_id=bytes(32),
+                           provider=self.provider or bytes(32), gpu_count=0,
+                           status=ended.status or "ended", user=rec.user,
+                           workload_hash=rec.workload_hash)
+
     def describe(self, job: AssignedJob) -> dict:
-        """The job's workload status as the API serves it."""
+        """The job's workload status as the API serves it: the container's state, and the
+        job's status with, once it is finishing or ended, why (``job_end.end_reason``) and
+        until when an ended job's logs are kept."""
         out: dict = {"job": job.job_b58, "workload_hash": job.workload_hash.hex(),
                      "state": "pending", "exit_code": None, "error": None,
-                     "runtime": self.runtime_name, "ports": []}
+                     "runtime": self.runtime_name, "ports": [], "job_status": job.status,
+                     "ended": False, "end_reason": None, "logs_kept_until": None}
         rec = self.store.get(job.job)
+        ended = self.store.ended(job.job) if self.lookup(job.job) is None else None
+        if ended is not None:
+            out.update(ended=True, job_status=ended.status or job.status,
+                       end_reason=ended.reason,
+                       logs_kept_until=int(ended.ended_at + self.store.ended_logs_s))
+        elif job.status == "finishing":
+            out["end_reason"] = end_reason("finishing", rec)
         if rec is None or rec.workload_hash != job.workload_hash:
             if self.runtime is None:
                 out["error"] = NO_RUNTIME
@@ -475,6 +517,11 @@ class WorkloadManager(WorkloadWindows):
                     directory[k] = self._jobs[k]
             self._jobs = directory
             self._polled = True
+        try:
+            self.store.purge()
+        except WorkloadUnavailable as e:
+            log.warning("cannot forget the records of long-ended jobs (%s); retrying next "
+                        "poll", e)
         if self.runtime is None:
             for k, (j, _) in jobs.items():
                 if j.has_workload and j.status == "running":

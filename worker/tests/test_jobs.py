@@ -38,6 +38,10 @@ class FakeClient:
         self.jobs: dict[bytes, object] = {}
         self.provider: object = None
         self.fail = False
+        self.closed: set[bytes] = set()
+
+    def fetch_closed_job(self, job):
+        return object() if bytes(job) in self.closed else None
 
     def list_jobs(self, provider, statuses):
         assert bytes(provider) == PROVIDER and set(statuses) == {"open", "running",
@@ -68,7 +72,7 @@ def test_job_terms_and_chain_state_are_read_from_the_job() -> None:
                                      terms=dict(vars(_terms(window_seconds=60))))
     j5, j6 = sorted(_source(c).assigned_jobs(), key=lambda j: j.job)
     assert j5.terms == JobTerms(window_seconds=30, max_skew_seconds=4, temp_critical_c=88,
-                                ecc_uncorrected_max=2)
+                                ecc_uncorrected_max=2, grace_seconds=60)
     assert (j5.last_seq, j5.last_window_end, j5.claimed_seconds) == (4, 1120, 100)
     assert (j5.status, j5.started_at, j5.ended_at, j5.gpu_count) == ("running", 1000, None, 2)
     assert j5.program_id == PROGRAM and j5.provider == PROVIDER
@@ -87,7 +91,9 @@ def test_job_status_reads_the_account() -> None:
     c.jobs[b"\x05" * 32] = _job_view(5, status="Declined")
     s = _source(c)
     assert s.job_status(b"\x05" * 32) == "declined"
-    assert s.job_status(b"\x09" * 32) is None  # closed
+    assert s.job_status(b"\x09" * 32) is None  # no account: not known to have ended
+    c.closed.add(b"\x09" * 32)
+    assert s.job_status(b"\x09" * 32) == "closed"  # the user's close_job left its tombstone
     c.fail = True
     with pytest.raises(JobSourceError, match="rpc down"):
         s.job_status(b"\x05" * 32)

@@ -223,7 +223,9 @@ def test_status_for_the_user_only(env: Env) -> None:
     body = r.json()
     assert body == {"job": env.running.job_b58,
                     "workload_hash": env.running.workload_hash.hex(), "state": "running",
-                    "exit_code": None, "error": None, "runtime": "fake", "ports": []}
+                    "exit_code": None, "error": None, "runtime": "fake", "ports": [],
+                    "job_status": "running", "ended": False, "end_reason": None,
+                    "logs_kept_until": None}
     assert env.http.get(url, headers=env.signed("status", env.running, signer=OTHER)
                         ).status_code == 403
     assert env.http.get(url).status_code == 401
@@ -265,6 +267,32 @@ def test_logs_tail_and_refusals(env: Env) -> None:
     assert env.http.get(url, params={"tail": 1}, headers=h).text == "three\n"
     r = env.http.get(url, params={"follow": 1}, headers=h)  # nothing to follow: what is kept
     assert r.status_code == 200 and r.text == "one\ntwo\nthree\n"
+
+
+def test_an_ended_jobs_last_logs_and_why_it_ended_stay_for_its_user(env: Env) -> None:
+    name = _running(env)
+    env.rt.write(name, b"epoch 1\nepoch 2\n")
+    # The chain fails the job (its provider was slashed) while the container still runs.
+    env.src.set(replace(env.src.fetch(env.running.job), status="failed"))
+    env.agent.poll_jobs(T0 + 2)
+    assert name not in env.rt.containers  # stopped and removed, its log tail saved
+    logs = f"/v1/jobs/{env.running.job_b58}/logs"
+    r = env.http.get(logs, headers=env.signed("logs", env.running))
+    assert r.status_code == 200 and r.text == "epoch 1\nepoch 2\n"
+    status = f"/v1/jobs/{env.running.job_b58}/workload"
+    body = env.http.get(status, headers=env.signed("status", env.running)).json()
+    assert body["ended"] and body["job_status"] == "failed" and body["state"] == "stopped"
+    assert body["end_reason"].startswith("the provider failed")
+    assert body["logs_kept_until"] >= int(time.time()) + 86400 - 60
+    # The same signature rules: another wallet gets nothing; a new spec is refused.
+    assert env.http.get(logs, headers=env.signed("logs", env.running, signer=OTHER)
+                        ).status_code == 403
+    assert env.deliver(env.running, env.running_spec).status_code == 410
+    # Past the retention period only the reason is left.
+    env.store.ended_logs_s = 0
+    env.store.purge()
+    r = env.http.get(logs, headers=env.signed("logs", env.running))
+    assert r.status_code == 410 and "the provider failed" in r.json()["error"]
 
 
 def test_logs_follow_streams_until_the_container_stops(env: Env) -> None:

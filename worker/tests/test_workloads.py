@@ -91,7 +91,7 @@ def manager(tmp_path: Path, key: WorkerKey, rt: FakeRuntime | None, clock: Clock
 
 
 def deliver(m: WorkloadManager, j: AssignedJob, spec: WorkloadSpec) -> None:
-    m.store.put_spec(j.job, j.workload_hash, canonical_bytes(spec))
+    m.store.put_spec(j.job, j.workload_hash, canonical_bytes(spec), j.user)
 
 
 def jobs(*pairs: tuple[AssignedJob, tuple[str, ...]]) -> dict:
@@ -200,11 +200,26 @@ def test_held_job_keeps_its_container_and_ended_job_loses_it(tmp_path: Path,
     m.reconcile({}, held={j.job}, now=T0 + 10)
     assert name in rt.containers and not rt.removed
     assert m.lookup(j.job) == j  # the API still knows it
-    # The agent confirmed the end: its container is an orphan now.
-    m.job_ended(j.job)
+    # The agent confirmed the end: its container is an orphan now; its log tail is saved.
+    rt.containers[name].output = [b"last words\n"]
+    m.job_ended(j.job, "failed")
     m.reconcile({}, now=T0 + 20)
     assert rt.removed == [name]
-    assert m.ended(j.job) and m.lookup(j.job) is None and m.store.get(j.job) is None
+    assert m.ended(j.job) and m.lookup(j.job) is None
+    # Its status, why it ended and its last logs stay readable for the retention period...
+    view = m.ended_view(j.job)
+    assert view is not None and view.status == "failed"
+    assert m.logs(view) == b"last words\n"
+    st = m.describe(view)
+    assert st["ended"] and st["job_status"] == "failed" and st["state"] == "stopped"
+    assert st["end_reason"].startswith("the provider failed")
+    assert st["logs_kept_until"] == int(m.store.ended(j.job).ended_at) + 86400
+    # ... then only the tombstone stays.
+    assert isinstance(m.clock, Clock)
+    m.clock.t += 86400 + 1
+    m.reconcile({}, now=m.clock.t)
+    assert m.ended(j.job) and m.ended_view(j.job) is None and m.store.get(j.job) is None
+    assert m.store.ended(j.job).status == "failed"
 
 
 def test_orphans_are_removed(tmp_path: Path, key: WorkerKey) -> None:
@@ -681,10 +696,15 @@ def test_agent_finish_on_exit_then_container_removed(tmp_path: Path, key: Worker
     assert m.logs(fin) == b"done\n"
     a.poll_jobs(T0 + 7)
     assert src.finished == [j.job]
-    # The job ends: the worker forgets its spec and answers 410 from now on.
-    src.remove(j.job)
+    # The job ends: its last logs and why it ended stay readable (the retention period).
+    src.set(replace(fin, status="completed"))
     a.poll_jobs(T0 + 8)
-    assert m.ended(j.job) and m.store.get(j.job) is None
+    view = m.ended_view(j.job)
+    assert m.ended(j.job) and view is not None and m.logs(view) == b"done\n"
+    st = m.describe(view)
+    assert (st["job_status"], st["exit_code"]) == ("completed", 0)
+    assert st["end_reason"] == ("the container exited 0 (finish_on_exit): the provider's "
+                                "worker finished the job")
 
 
 def test_agent_source_failure_reconciles_nothing(tmp_path: Path, key: WorkerKey) -> None:
@@ -803,3 +823,27 @@ def test_real_podman_failed_start_is_failed(tmp_path: Path, key: WorkerKey,
     finally:
         real.runtime.remove(container_name(j.job), timeout_s=0)
         m.store.close()
+
+
+def test_a_store_from_before_ended_logs_is_migrated_in_place(tmp_path: Path) -> None:
+    path = tmp_path / "old.sqlite"
+    con = sqlite3.connect(path)
+    con.executescript("""
+        CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
+        CREATE TABLE workloads(job BLOB PRIMARY KEY, workload_hash BLOB NOT NULL,
+            spec BLOB NOT NULL, state TEXT NOT NULL, exit_code INTEGER, error TEXT,
+            finish_requested INTEGER NOT NULL DEFAULT 0, delivered_at REAL NOT NULL,
+            updated_at REAL NOT NULL, running_at REAL, logs BLOB);
+        CREATE TABLE ended(job BLOB PRIMARY KEY, ended_at REAL NOT NULL);
+        INSERT INTO meta VALUES('schema', '1');
+    """)
+    con.execute("INSERT INTO workloads VALUES(?, ?, ?, 'running', NULL, NULL, 0, ?, ?, NULL, "
+                "NULL)", (b"\1" * 32, b"\2" * 32, b"{}", T0, T0))
+    con.commit()
+    con.close()
+    store = WorkloadStore(path, clock=Clock())
+    rec = store.get(b"\1" * 32)
+    assert rec is not None and rec.state == "running" and rec.user is None
+    store.mark_ended(b"\1" * 32, "failed", "the provider failed")
+    assert store.ended(b"\1" * 32).reason == "the provider failed"
+    store.close()
