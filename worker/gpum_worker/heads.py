@@ -101,18 +101,27 @@ class HeadSource(Protocol):
         ...
 
 
+def decode_signed_proof(body: Any) -> tuple[bytes, bytes, bytes, bytes, WindowProof]:
+    """The SignedProof JSON fields decoded (nothing verified): proof bytes, proof signature,
+    receipt signature, worker key and the decoded proof; ValueError saying what is malformed."""
+    try:
+        raw = base64.b64decode(body["proof"], validate=True)
+        psig = base64.b64decode(body["proof_signature"], validate=True)
+        rsig = base64.b64decode(body["receipt_signature"], validate=True)
+        signer = b58decode(body["worker_key"])
+        return raw, psig, rsig, signer, decode_proof(raw)
+    except (KeyError, TypeError, ValueError, binascii.Error, ProofFormatError) as e:
+        raise ValueError(str(e) or type(e).__name__) from None
+
+
 def verify_head(validator: str, body: Any, job: bytes, provider: bytes,
                 keys: Collection[bytes]) -> Head:
     """Check one 200 head answer (pure); ``BadHead`` saying what is wrong."""
     if not isinstance(body, dict):
         raise BadHead("the head answer is not a JSON object")
     try:
-        raw = base64.b64decode(body["proof"], validate=True)
-        psig = base64.b64decode(body["proof_signature"], validate=True)
-        rsig = base64.b64decode(body["receipt_signature"], validate=True)
-        signer = b58decode(body["worker_key"])
-        p = decode_proof(raw)
-    except (KeyError, TypeError, ValueError, binascii.Error, ProofFormatError) as e:
+        raw, psig, rsig, signer, p = decode_signed_proof(body)
+    except ValueError as e:
         raise BadHead(f"malformed head: {e}") from None
     if body.get("job") != b58encode(job) or p.job != job:
         raise BadHead("the head is for another job")

@@ -1,4 +1,5 @@
-"""Worker key file (Solana CLI format) and base58.
+"""Worker key file (Solana CLI format); base58 of keys (``gpu_market.base58``, re-exported
+for the worker's modules).
 
 File format: a JSON array of 64 integers, ``seed(32) || pubkey(32)``, mode 0600.
 ``load_worker_key`` refuses a file readable or writable by group/others, a malformed
@@ -14,33 +15,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from gpu_market.base58 import b58decode, b58encode
 from gpu_market.receipt import private_key_from_seed, public_key_bytes
 
 from .errors import KeyFileError
 
-_B58 = "123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz"
-_B58_INDEX = {c: i for i, c in enumerate(_B58)}
-
-
-def b58encode(data: bytes) -> str:
-    n = int.from_bytes(data, "big")
-    out = ""
-    while n:
-        n, r = divmod(n, 58)
-        out = _B58[r] + out
-    pad = len(data) - len(data.lstrip(b"\x00"))
-    return "1" * pad + out
-
-
-def b58decode(text: str) -> bytes:
-    n = 0
-    for c in text:
-        if c not in _B58_INDEX:
-            raise ValueError(f"invalid base58 character {c!r}")
-        n = n * 58 + _B58_INDEX[c]
-    pad = len(text) - len(text.lstrip("1"))
-    body = n.to_bytes((n.bit_length() + 7) // 8, "big") if n else b""
-    return b"\x00" * pad + body
+__all__ = ["WorkerKey", "b58decode", "b58encode", "decode_pubkey", "generate_key_file", "load_worker_key"]
 
 
 def decode_pubkey(text: str, what: str = "public key") -> bytes:

@@ -17,7 +17,6 @@ with decision "rejected" and answer 400 with that code).
 
 from __future__ import annotations
 
-import base64
 import json
 import threading
 import time
@@ -26,15 +25,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from gpu_market.proof import (
-    ProofFormatError,
     WindowProof,
-    decode_proof,
     proof_hash,
     receipt_for_proof,
     verify_proof,
 )
 from gpu_market.receipt import verify_receipt
 
+from .heads import decode_signed_proof
 from .keys import b58decode, b58encode
 
 
@@ -166,12 +164,8 @@ class StubValidator:
     def handle(self, sp: Any) -> tuple[int, dict[str, Any]]:
         """Verify and store one SignedProof JSON object."""
         try:
-            raw = base64.b64decode(sp["proof"], validate=True)
-            psig = base64.b64decode(sp["proof_signature"], validate=True)
-            rsig = base64.b64decode(sp["receipt_signature"], validate=True)
-            wk = b58decode(sp["worker_key"])
-            p = decode_proof(raw)
-        except (KeyError, TypeError, ValueError, ProofFormatError) as e:
+            raw, psig, rsig, wk, p = decode_signed_proof(sp)
+        except ValueError as e:
             return 400, {"error": "bad_proof", "message": str(e)}
         if p.worker_key != wk or not verify_proof(wk, psig, raw):
             return 400, {"error": "bad_signature", "message": "proof signature invalid"}
