@@ -52,6 +52,7 @@ from .accounts import (
     min_deposit,
 )
 from .admin import MarketAdmin
+from .base58 import b58encode
 from .codec import Codec, default_codec, plain
 from .committee import ValidatorNetwork, check_committee
 from .constants import CLOCK_SYSVAR_ID, MAX_SKEW_SECONDS, PACKET_DATA_SIZE, PROGRAM_ID
@@ -108,19 +109,6 @@ __all__ = [
 
 
 _COMMITMENT_RANK = {"processed": 0, "confirmed": 1, "finalized": 2}
-
-
-_B58 = "123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz"
-
-
-def _b58(raw: bytes) -> str:
-    """Base58 (Bitcoin alphabet), as memcmp filters want."""
-    n = int.from_bytes(raw, "big")
-    out = ""
-    while n:
-        n, r = divmod(n, 58)
-        out = _B58[r] + out
-    return "1" * (len(raw) - len(raw.lstrip(b"\0"))) + out
 
 
 def _clock_unix_timestamp(info: tuple[Pubkey, bytes] | None) -> int:
@@ -321,9 +309,9 @@ class GpuMarketClient(MarketAdmin, JobEndings, ValidatorNetwork):
         (getProgramAccounts with dataSize, discriminator and memcmp filters)."""
         codec = self.codec
         disc = bytes(codec.coder.accounts.acc_name_to_discriminator[kind])
-        filters: list[Any] = [codec.account_size(kind), MemcmpOpts(offset=0, bytes=_b58(disc))]
+        filters: list[Any] = [codec.account_size(kind), MemcmpOpts(offset=0, bytes=b58encode(disc))]
         for name, raw in memcmp.items():
-            filters.append(MemcmpOpts(offset=codec.field_offset(kind, name), bytes=_b58(raw)))
+            filters.append(MemcmpOpts(offset=codec.field_offset(kind, name), bytes=b58encode(raw)))
         resp = self._call(
             self.rpc.get_program_accounts, self.program_id, encoding="base64", filters=filters
         )
