@@ -77,6 +77,15 @@ class Page(HTMLParser):
         self.fields: dict[str, str] = {}
         self.charts: list[Chart] = []
         self.error: str | None = None
+        self.texts: dict[str, str] = {}
+        """data-role -> the text of that element (shown or hidden), for roles in TEXT_ROLES."""
+        self.shown: set[str] = set()
+        """data-roles of elements not hidden."""
+        self.empty_rows: list[str] = []
+        """The text of every table's placeholder row ("loading…", "No job ...")."""
+        self._role: str | None = None
+        self._depth = 0
+        self._in_empty = False
         self.refs: list[str] = []
         self._in_error = False
         self._error_text: list[str] = []
@@ -100,19 +109,41 @@ class Page(HTMLParser):
         if a.get("data-role") == "error" and "hidden" not in a:
             self.error = ""
             self._in_error = True
+        if a.get("data-role") and "hidden" not in a:
+            self.shown.add(str(a["data-role"]))
+        if a.get("data-role") in TEXT_ROLES and self._role is None:
+            self._role, self._depth = str(a["data-role"]), 0
+            self.texts[self._role] = ""
+        if self._role is not None:
+            self._depth += 1
+        if tag == "tr" and a.get("class") == "empty":
+            self._in_empty = True
+            self.empty_rows.append("")
 
     def handle_endtag(self, tag: str) -> None:
         if tag == "p":
             self._in_error = False
+        if tag == "tr":
+            self._in_empty = False
+        if self._role is not None:
+            self._depth -= 1
+            if self._depth <= 0:
+                self._role = None
 
     def handle_data(self, data: str) -> None:
         if self._in_error:
             self._error_text.append(data)
+        if self._role is not None:
+            self.texts[self._role] += data
+        if self._in_empty:
+            self.empty_rows[-1] += data
 
     def number(self, name: str) -> int:
         assert name in self.fields, f"the page shows no {name!r}: {sorted(self.fields)}"
         return int(self.fields[name])
 
+
+TEXT_ROLES = ("page-error", "notfound-message")
 
 # ----------------------------------------------------------------------------- the network
 
@@ -172,14 +203,75 @@ class Net(Network):
         assert r.returncode == 0, f"chromium {args[-1]} failed ({r.returncode}):\n{r.stderr[-3000:]}"
         return r
 
-    def render(self, path: str) -> Page:
-        """The page's DOM after its script ran; it must show no error and refer to nothing
-        but this node."""
+    def render(self, path: str, ok: bool = True) -> Page:
+        """The page's DOM after its script ran; it must refer to nothing but this node, and
+        (``ok``) show no error; no table is left "loading…"."""
         page = Page(self._chromium("--dump-dom", self.base + path).stdout)
-        assert page.error is None, f"{path} shows an error: {page.error}\n{self.diag()}"
+        if ok:
+            assert page.error is None, f"{path} shows an error: {page.error}\n{self.diag()}"
+        assert "loading…" not in page.empty_rows, (path, page.empty_rows)
         assert all(ref.startswith("/") and not ref.startswith("//") for ref in page.refs), \
             page.refs
         return page
+
+    def phone(self, path: str, name: str, width: int = 390, height: int = 844) -> dict[str, int]:
+        """Load ``path`` in a phone-sized viewport (Chromium's device emulation over the
+        DevTools protocol), save a PNG of the whole page as ``name`` and answer the page's
+        ``scrollWidth`` and ``innerWidth`` once its script ran."""
+        import base64
+        import json
+        import urllib.request
+
+        from websockets.sync.client import connect
+
+        profile = self.workdir / f"chromium-phone-{time.monotonic_ns()}"
+        proc = subprocess.Popen([
+            self.chromium, "--headless=new", "--no-sandbox", "--disable-gpu",
+            "--disable-dev-shm-usage", "--no-first-run", f"--user-data-dir={profile}",
+            "--remote-debugging-port=0", "--hide-scrollbars", "about:blank"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            port_file = profile / "DevToolsActivePort"
+            wait_until("chromium's DevTools port", port_file.exists, 30)
+            port = int(port_file.read_text().split()[0])
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=10) as r:
+                target = next(t for t in json.load(r) if t["type"] == "page")
+            with connect(target["webSocketDebuggerUrl"], max_size=64 << 20,
+                         open_timeout=10) as ws:
+                ids = iter(range(1, 1000))
+
+                def cdp(method: str, **params: Any) -> dict[str, Any]:
+                    n = next(ids)
+                    ws.send(json.dumps({"id": n, "method": method, "params": params}))
+                    while True:
+                        msg = json.loads(ws.recv(timeout=30))
+                        if msg.get("id") == n:
+                            assert "error" not in msg, msg
+                            return msg["result"]
+
+                cdp("Emulation.setDeviceMetricsOverride", width=width, height=height,
+                    deviceScaleFactor=1, mobile=True)
+                cdp("Page.navigate", url=self.base + path)
+                wait_until(f"{path} loaded its figures", lambda: cdp(
+                    "Runtime.evaluate", expression="(document.querySelector("
+                    "'[data-field=updated]') || {}).textContent === undefined ? false : "
+                    "document.querySelector('[data-field=updated]').textContent !== 'never'",
+                    returnByValue=True)["result"].get("value"), 30)
+                dims = cdp("Runtime.evaluate", expression="JSON.stringify({scroll: "
+                           "document.documentElement.scrollWidth, inner: window.innerWidth, "
+                           "height: document.documentElement.scrollHeight})",
+                           returnByValue=True)["result"]["value"]
+                dims = json.loads(dims)
+                shot = cdp("Page.captureScreenshot", format="png", captureBeyondViewport=True,
+                           clip={"x": 0, "y": 0, "width": width,
+                                 "height": min(int(dims["height"]), 4000), "scale": 1})
+            ARTIFACTS.mkdir(parents=True, exist_ok=True)
+            (ARTIFACTS / f"{name}.png").write_bytes(base64.b64decode(shot["data"]))
+            return dims
+        finally:
+            proc.terminate()
+            proc.wait(timeout=20)
+            shutil.rmtree(profile, ignore_errors=True)
 
     def screenshot(self, path: str, name: str) -> Path:
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
@@ -337,10 +429,69 @@ def test_validator_page_shows_the_nodes_health(net: Net) -> None:
     assert page.fields["authority"] == str(authority)
     # The node caches its summary for 5 s (2.5 windows): it may trail the database a little.
     assert accepted_before - 3 <= page.number("proofs.accepted") <= accepted_after
-    assert max(2, settled_before - 2) <= page.number("intents.confirmed") <= len(confirmed)
+    assert max(2, settled_before - 2) <= page.number("settled_here") <= len(confirmed)
+    assert page.number("settled_by_others") == 0  # the only member: nobody settles first
     assert v_before.rewards_earned <= page.number("account.rewards_earned") <= v_after.rewards_earned
     assert page.number("account.bond") == v_after.bond == BOND
     assert page.fields["last_settlement.signature"] in confirmed.values()
+
+
+def test_jobs_page_lists_and_filters_the_markets_jobs(net: Net) -> None:
+    j = net.job_view()
+    page = net.render(f"/dashboard/jobs?state=running&user={net.user.pubkey()}")
+    net.screenshot(f"/dashboard/jobs?state=running&user={net.user.pubkey()}", "jobs-filtered")
+    row = f"jobs.{net.job}"
+    assert page.number("count") == 1 and page.fields[f"{row}.status"] == "running"
+    assert page.fields[f"{row}.provider"] == str(net.provider)
+    assert page.fields[f"{row}.user"] == str(net.user.pubkey())
+    assert page.number(f"{row}.gpu_count") == j.gpu_count == 1
+    assert page.number(f"{row}.spent") >= j.deposited - j.booked_escrow - j.refunded
+    none = net.render(f"/dashboard/jobs?state=completed&provider={net.provider}")
+    assert none.number("count") == 0 and none.number("total") == 1
+    assert none.empty_rows == ["No job matches these filters."]
+
+
+def test_providers_page_lists_and_filters(net: Net) -> None:
+    page = net.render("/dashboard/providers?model=h100&region=local")
+    net.screenshot("/dashboard/providers?model=h100&region=local", "providers-filtered")
+    row = f"providers.{net.provider}"
+    assert page.number("count") == 1 and page.fields[f"{row}.status"] == "active"
+    assert page.number(f"{row}.price_per_gpu_hour") == PRICE * 3600
+    assert page.number(f"{row}.gpus_free") == GPUS - 1
+    assert net.render("/dashboard/providers?model=a100").number("count") == 0
+
+
+def test_offers_page_fits_a_phone(net: Net) -> None:
+    dims = net.phone("/dashboard/offers", "offers-phone")
+    assert dims["inner"] == 390 and dims["scroll"] <= 390, dims  # no horizontal scrolling
+    job = net.phone(f"/dashboard/job/{net.job}", "job-phone")
+    assert job["scroll"] <= 390, job
+
+
+def test_bad_addresses_and_unknown_jobs_get_a_readable_page(net: Net) -> None:
+    page = net.render("/dashboard/job/not-an-address", ok=False)
+    net.screenshot("/dashboard/job/not-an-address", "error-bad-address")
+    assert page.texts["page-error"].startswith("not an address: not-an-address"), page.texts
+    unknown = Pubkey.from_bytes(os.urandom(32))
+    page = net.render(f"/dashboard/job/{unknown}")  # said in its panel, not as a failure
+    net.screenshot(f"/dashboard/job/{unknown}", "error-unknown-job")
+    assert page.texts["notfound-message"] == f"no job at {unknown} on this market", page.texts
+    assert "notfound" in page.shown and "job-body" not in page.shown
+    assert page.fields["job"] == str(unknown)
+
+
+def test_job_charts_have_time_on_x_and_padded_y(net: Net) -> None:
+    page = net.render(f"/dashboard/job/{net.job}")
+    html = net._chromium("--dump-dom", f"{net.base}/dashboard/job/{net.job}").stdout
+    import re
+    spans = {m[0]: (float(m[1]), float(m[2])) for m in re.findall(
+        r'data-field="chart\.(\w+)"[^>]*data-lo="([-\d.]+)" data-hi="([-\d.]+)"', html)}
+    assert spans["util"] == (0, 100), spans
+    lo, hi = spans["temp"]
+    assert hi - lo >= 20, spans  # a flat temperature is a line, not a cliff
+    ticks = re.findall(r'class="axis-label x-label"[^>]*>([^<]+)<', html)
+    assert ticks and all(re.fullmatch(r"(\w{3} \d+ )?\d\d:\d\d(:\d\d)?", t) for t in ticks), ticks
+    assert page.fields["container.state"] in ("running", "none"), page.fields
 
 
 def test_a_finished_and_settled_job_matches_the_chain_exactly(net: Net) -> None:
@@ -358,16 +509,17 @@ def test_a_finished_and_settled_job_matches_the_chain_exactly(net: Net) -> None:
         marks.append((j.last_seq, j.paid_seconds, j.status))
         open_ = net.rows("SELECT COUNT(*) FROM intents WHERE job = ? AND status IN "
                          "('intended', 'sent')", bytes(net.job))[0][0]
-        return (j.status == "finishing" and open_ == 0 and len(marks) >= 8
+        return (j.status == "completed" and open_ == 0 and len(marks) >= 8
                 and len(set(marks[-8:])) == 1)
 
-    net.wait("the finished job settled and quiet", settled, timeout=90)
+    # Nobody comes back for it: the provider's worker completes it once the grace is over.
+    net.wait("the finished job settled, completed by the worker and quiet", settled, timeout=90)
     j = net.job_view()
     time.sleep(6)  # past the dashboard's cache of the job
     page = net.render(f"/dashboard/job/{net.job}")
     net.screenshot(f"/dashboard/job/{net.job}", "job-finished")
     assert net.job_view() == j
-    assert page.fields["chain.status"] == "finishing"
+    assert page.fields["chain.status"] == "completed"
     assert page.number("chain.paid_seconds") == j.paid_seconds > 0
     assert page.number("chain.claimed_seconds") == j.claimed_seconds
     assert page.number("chain.escrow") == j.booked_escrow
@@ -375,3 +527,28 @@ def test_a_finished_and_settled_job_matches_the_chain_exactly(net: Net) -> None:
     assert page.number("chain.last_seq") == j.last_seq
     assert page.fields["runway.runway_seconds"] == ""  # no runway once not running
     assert page.number("chain.ended_at") == j.ended_at > 0
+    # The validator page's two counts of receipts agree once nothing is in flight.
+    v = net.client.fetch_validator_by_authority(net.market, net.validator.pubkey())
+    vpage = net.render("/dashboard/validator")
+    assert vpage.number("settled_here") == vpage.number("account.settlements") == v.settlements
+
+
+def test_a_closed_job_keeps_its_receipt(net: Net) -> None:
+    j = net.job_view()
+    assert j.status == "completed", j.status
+    refund = j.booked_escrow
+    net.client.close_job(net.user, net.job)
+    assert net.client.fetch_job(net.job) is None
+    closed = net.client.fetch_closed_job(net.job)
+    time.sleep(6)  # past the dashboard's cache of the job
+    page = net.render(f"/dashboard/job/{net.job}")
+    net.screenshot(f"/dashboard/job/{net.job}", "job-closed")
+    assert page.fields["chain.status"] == "closed"
+    assert page.number("closed.closed_at") == closed.closed_at > 0
+    assert page.number("closed.paid_provider") == j.paid_provider > 0
+    assert page.number("closed.fees") == j.paid_treasury + j.paid_validators > 0
+    assert page.number("closed.burned") == j.burned
+    assert page.number("closed.refunded") == refund + j.refunded
+    assert page.number("closed.paid") == j.deposited - refund - j.refunded
+    assert page.fields["closed.signature"]
+    assert "receipt" in page.shown and "live" not in page.shown  # no "—" figures

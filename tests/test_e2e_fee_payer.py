@@ -39,7 +39,7 @@ def test_gpum_from_a_wallet_without_sol_says_fund_it(market: tuple[Market, Path]
     r = subprocess.run(
         [tool("gpum"), "--url", m.url, "--keypair", str(key), "provider", "register",
          "--market", str(m.address), "--worker-key", str(Keypair().pubkey()), "--gpu-model",
-         "NVIDIA H100 80GB HBM3", "--gpu-count", "1", "--vram-mib", "81559", "--price", "1"],
+         "NVIDIA H100 80GB HBM3", "--gpu-count", "1", "--vram-mib", "81559", "--price", "3.6"],
         capture_output=True, text=True, timeout=120, check=False)
     assert r.returncode == 1, r.stderr
     assert r.stderr.startswith(f"error: fund {poor.pubkey()} with SOL for fees"), r.stderr

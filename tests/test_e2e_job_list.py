@@ -105,13 +105,13 @@ def net(tmp_path_factory: pytest.TempPathFactory,
         market = str(m.address)
         net.gpum("owner", "provider", "register", "--market", market, "--worker-key",
                  str(m.kps["worker"].pubkey()), "--gpu-model", "Simulated H100", "--gpu-count", "4",
-                 "--vram-mib", "81920", "--price", "0.001", "--endpoint",
+                 "--vram-mib", "81920", "--price", "3.6", "--endpoint",
                  f"http://127.0.0.1:{worker_port}")  # fmt: skip
         net.gpum("owner", "provider", "stake", "--market", market, "1000")
         # a provider without a worker: its jobs stay Open
         net.gpum("idle", "provider", "register", "--market", market, "--worker-key",
                  str(Keypair().pubkey()), "--gpu-model", "Simulated H100", "--gpu-count", "1",
-                 "--vram-mib", "81920", "--price", "0.001")  # fmt: skip
+                 "--vram-mib", "81920", "--price", "3.6")  # fmt: skip
         net.gpum("idle", "provider", "stake", "--market", market, "1000")
         net.gpum("validator", "validator", "register", "--market", market, "--endpoint",
                  f"http://127.0.0.1:{vport}", "--bond", "500")  # fmt: skip

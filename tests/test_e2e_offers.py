@@ -49,17 +49,17 @@ MIN_STAKE_PER_GPU = 100 * 10**DECIMALS
 
 PROVIDERS: dict[str, dict[str, Any]] = {
     "A": {"model": "NVIDIA H100 80GB HBM3", "gpus": 8, "vram": 81920, "region": "us-west",
-          "price": "0.001", "stake": "1000", "endpoint": "(the stand-in worker)"},
+          "price": "3.6", "stake": "1000", "endpoint": "(the stand-in worker)"},
     "B": {"model": "NVIDIA A100-SXM4-40GB", "gpus": 4, "vram": 40960, "region": "eu-west",
-          "price": "0.0005", "stake": "250"},
+          "price": "1.8", "stake": "250"},
     "C": {"model": "GeForce RTX 4090", "gpus": 2, "vram": 24564, "region": "us-east",
-          "price": "0.0001", "stake": "1000"},
+          "price": "0.36", "stake": "1000"},
     "D": {"model": "NVIDIA L40S", "gpus": 2, "vram": 49152, "region": "eu-west",
-          "price": "0.0002", "stake": "1000"},
+          "price": "0.72", "stake": "1000"},
     "E": {"model": "NVIDIA H100 PCIe", "gpus": 4, "vram": 81920, "region": "ap-south",
-          "price": "0.0001", "stake": None},
+          "price": "0.36", "stake": None},
     "F": {"model": "NVIDIA H100 NVL", "gpus": 2, "vram": 95830, "region": "us-west",
-          "price": "0.0004", "stake": "1000"},
+          "price": "1.44", "stake": "1000"},
 }  # fmt: skip
 
 

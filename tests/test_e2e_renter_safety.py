@@ -105,8 +105,8 @@ def world(tmp_path_factory: pytest.TempPathFactory,
                       pda.provider_pda(m.address, m.kps["owner_a"].pubkey()),
                       pda.provider_pda(m.address, m.kps["owner_b"].pubkey()),
                       f"http://127.0.0.1:{port_a}", stub.url, None, deliveries)  # type: ignore[arg-type]
-        for owner, worker, price, endpoint in (("owner_a", "worker_a", "0.0005", world.a_endpoint),
-                                               ("owner_b", "worker_b", "0.001", stub.url)):
+        for owner, worker, price, endpoint in (("owner_a", "worker_a", "1.8", world.a_endpoint),
+                                               ("owner_b", "worker_b", "3.6", stub.url)):
             world.gpum(owner, "provider", "register", "--market", str(m.address), "--worker-key",
                        str(m.kps[worker].pubkey()), "--gpu-model", "Simulated H100",
                        "--gpu-count", "2", "--vram-mib", "81920", "--price", price,

@@ -102,7 +102,7 @@ def net(tmp_path_factory: pytest.TempPathFactory,
                   podman_env, created)
         net.gpum("owner", "provider", "register", "--market", str(market), "--worker-key",
                  str(kps["worker"].pubkey()), "--gpu-model", "Simulated H100", "--gpu-count", "4",
-                 "--vram-mib", "81920", "--price", "0.001", "--endpoint",
+                 "--vram-mib", "81920", "--price", "3.6", "--endpoint",
                  f"http://127.0.0.1:{worker_port}")
         net.gpum("owner", "provider", "stake", "--market", str(market), "1000")
         net.gpum("validator", "validator", "register", "--market", str(market), "--endpoint",

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import signal
 import sqlite3
 import subprocess
@@ -170,7 +171,7 @@ def world(tmp_path_factory: pytest.TempPathFactory,
             extra = ["--endpoint", endpoint] if endpoint else []
             world.gpum(owner, "provider", "register", "--market", str(market), "--worker-key",
                        str(kps["worker"].pubkey()), "--gpu-model", "Simulated H100",
-                       "--gpu-count", "4", "--vram-mib", "81920", "--price", "0.001", *extra)
+                       "--gpu-count", "4", "--vram-mib", "81920", "--price", "3.6", *extra)
             world.gpum(owner, "provider", "stake", "--market", str(market), "1000")
             world.providers[name] = pda.provider_pda(market, kps[owner].pubkey())
         assert client.fetch_provider(world.providers["P"]).endpoint == f"http://127.0.0.1:{worker_port}"
@@ -402,3 +403,30 @@ def test_a_job_that_ended_while_the_worker_was_down_loses_its_container_on_resta
     finally:
         world.stop_worker()
         world.start_worker("worker-again")
+
+
+def test_a_job_whose_escrow_ran_dry_keeps_its_logs_and_says_why_it_ended(world: World) -> None:
+    """The escrow runs dry (ten seconds bought): ``gpum job status`` says the job ended and why,
+    and until when its logs are kept; ``gpum job logs`` prints them, also once the job is
+    closed (signed with the spec saved at creation, the provider from the local history)."""
+    c = world.client
+    _, out, _ = world.create(10, "--image", IMAGE, "--cmd", '["/bin/sh", "-c"]', "--arg",
+                             "i=0; while true; do i=$((i+1)); echo dry tick $i; sleep 1; done",
+                             "--deposit", "0.01")
+    job = _job(world, out)
+    world.until("the escrow running dry", lambda: c.fetch_job(job),
+                lambda v: v.status == "completed", timeout=90)
+    st = world.until("the worker seeing it end", lambda: world.status(job),
+                     lambda s: s["workload"].get("ended"))
+    assert st["status"] == "completed"
+    assert st["ended"] == "completed - the escrow ran dry: the deposit is spent", st
+    assert st["logs_kept_until"] >= time.time() + 86400 - 120
+    text = subprocess.run([tool("gpum"), "--url", world.url, "job", "status", str(job),
+                           "--keypair", str(world.keys["user"])],
+                          capture_output=True, text=True, timeout=120, check=True).stdout
+    assert "\nended: completed - the escrow ran dry: the deposit is spent\n" in text
+    assert re.search(r"\nlogs_kept_until: \S+ \S+ UTC \(in (23 h|1 d)", text), text
+    assert "dry tick 1" in world.gpum("user", "job", "logs", str(job))[1]
+    world.gpum("user", "job", "close", str(job))
+    assert c.fetch_job(job) is None and c.fetch_closed_job(job) is not None
+    assert "dry tick 1" in world.gpum("user", "job", "logs", str(job), "--tail", "50")[1]

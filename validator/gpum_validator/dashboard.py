@@ -8,7 +8,7 @@ JSON routes (``server.py`` dispatches them; every answer is ``(http_status, body
   "gpus": [{"uuid", "util_gpu_avg_bp", "temp_max_c", "power_avg_mw",
   "mem_used_max_mib"}]}]}``. Read from the database only (no chain read).
 * ``GET /v1/dashboard/market``, ``/offers``, ``/jobs/<job>``, ``/providers/<provider>``,
-  ``/validator``: what the pages show, figures read from the chain through the SDK client
+  ``/validator``, and the lists ``/jobs`` and ``/providers`` (``dashboard_lists.py``): what the pages show, figures read from the chain through the SDK client
   and from the database (a job's settlement history with its transaction signatures).
 
 Guarantees:
@@ -34,8 +34,9 @@ Guarantees:
   proof of the job is stored), ``job_not_found`` / ``provider_not_found``, 503
   ``chain_unavailable`` / ``store_unavailable`` (retryable).
 
-Pages (``GET /dashboard/``, ``/dashboard/offers``, ``/dashboard/job/<job>``,
-``/dashboard/provider/<provider>``, ``/dashboard/validator``) are static HTML files of
+Pages (``GET /dashboard/``, ``/dashboard/offers``, ``/dashboard/jobs``, ``/dashboard/providers``,
+``/dashboard/job/<job>``, ``/dashboard/provider/<provider>``, ``/dashboard/validator``; a
+malformed address gets a readable HTML error page, 400) are static HTML files of
 ``dashboard_assets/`` with one script and one style sheet served by the node itself
 (``/dashboard/assets/...``); they load nothing from elsewhere (a Content-Security-Policy of
 ``'self'`` enforces it) and poll the JSON API every 5 s.
@@ -44,6 +45,7 @@ Pages (``GET /dashboard/``, ``/dashboard/offers``, ``/dashboard/job/<job>``,
 from __future__ import annotations
 
 import functools
+import html
 import logging
 import math
 import threading
@@ -63,17 +65,23 @@ from gpu_market.runway import runway_of
 from solders.pubkey import Pubkey
 
 from .chain import ReadBudget, read, read_refused
+from .dashboard_lists import (
+    ApiError,
+    closed_receipt,
+    jobs_list,
+    parse_address,
+    plain,
+    providers_list,
+)
 from .errors import (
     UNAVAILABLE_RETRY_AFTER_SECONDS,
     ChainUnavailable,
     Rejection,
     StoreError,
-    ValidatorError,
     error_body,
 )
 from .records import Intent, Store, StoredProof
 from .rewards import stored_rewards
-from .schema import b58_pubkey
 
 log = logging.getLogger("gpum_validator.dashboard")
 
@@ -87,16 +95,6 @@ DEFAULT_TTL_SECONDS = 5.0
 CACHE_ENTRIES = 1024
 
 Answer = tuple[int, dict[str, Any]]
-
-
-class ApiError(ValidatorError):
-    """A request the dashboard refuses: ``status``, a stable ``reason`` code, a message."""
-
-    def __init__(self, status: int, reason: str, message: str) -> None:
-        super().__init__(f"{reason}: {message}")
-        self.status = status
-        self.reason = reason
-        self.message = message
 
 
 # ----------------------------------------------------------------------------- cache
@@ -170,12 +168,13 @@ class TTLCache:
 
 PAGES: Mapping[str, str] = MappingProxyType({
     "market": "index.html", "offers": "offers.html", "job": "job.html",
-    "provider": "provider.html", "validator": "validator.html"})
+    "provider": "provider.html", "validator": "validator.html", "jobs": "jobs.html",
+    "providers": "providers.html"})
 """Page -> its HTML file in ``dashboard_assets/`` (the page's own content; the frame every page
 shares, head, navigation and footer, is ``layout.html``)."""
 PAGE_TITLES: Mapping[str, str] = MappingProxyType({
     "market": "Market", "offers": "Offers", "job": "Job", "provider": "Provider",
-    "validator": "Validator"})
+    "validator": "Validator", "jobs": "Jobs", "providers": "Providers"})
 ASSETS: Mapping[str, str] = MappingProxyType({
     "dashboard.js": "text/javascript; charset=utf-8",
     "dashboard.css": "text/css; charset=utf-8",
@@ -197,10 +196,24 @@ def load_asset(name: str) -> bytes:
     page = next((p for p, f in PAGES.items() if f == name), None)
     if page is None:
         return raw
+    return _framed(PAGE_TITLES[page], page, raw)
+
+
+def _framed(title: str, page: str, content: bytes) -> bytes:
     frame = (resources.files(__package__) / "dashboard_assets" / "layout.html").read_bytes()
     frame = frame[frame.index(b"<!doctype html>"):]  # without its own comment
-    return (frame.replace(b"__TITLE__", PAGE_TITLES[page].encode())
-            .replace(b"__PAGE__", page.encode()).replace(b"__CONTENT__", raw))
+    return (frame.replace(b"__TITLE__", title.encode())
+            .replace(b"__PAGE__", page.encode()).replace(b"__CONTENT__", content))
+
+
+def error_page(title: str, message: str) -> bytes:
+    """A page saying what is wrong with the address asked for (``message`` is escaped), in
+    the frame of every page, with a way back; its script loads nothing."""
+    body = (f'<h1>{html.escape(title)}</h1>\n<p class="lead" data-role="page-error">'
+            f'{html.escape(message)}</p>\n<p><a href="/dashboard/jobs">All jobs</a> · '
+            '<a href="/dashboard/providers">All providers</a> · '
+            '<a href="/dashboard/">The market</a></p>\n')
+    return _framed(title, "error", body.encode())
 
 
 # ----------------------------------------------------------------------------- pure parts
@@ -260,17 +273,6 @@ def _b58(key: Any) -> str:
     return str(key if isinstance(key, Pubkey) else Pubkey.from_bytes(bytes(key)))
 
 
-def _plain(value: Any) -> Any:
-    """JSON-safe: keys as base58, byte strings as hex, non-finite floats as None."""
-    if isinstance(value, Pubkey):
-        return str(value)
-    if isinstance(value, (bytes, bytearray)):
-        return bytes(value).hex()
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
-
-
 OFFER_FIELDS = ("provider", "owner", "gpu_model", "gpus_free", "gpus_total", "vram_mib",
                 "region", "price_per_gpu_second", "stake", "verified_hours", "jobs_completed",
                 "jobs_failed", "slashes", "jailed", "score", "endpoint")
@@ -280,8 +282,8 @@ RUNWAY_FIELDS = ("rate_per_second", "spend_per_hour", "booked_escrow", "unsettle
 
 def offer_json(offer: Any, rank: int) -> dict[str, Any]:
     """An SDK ``Offer`` (``gpu_market.offers``) with its 1-based ``rank``."""
-    out = {name: _plain(getattr(offer, name)) for name in OFFER_FIELDS}
-    out["price_per_gpu_hour"] = _plain(offer.price_per_gpu_hour())
+    out = {name: plain(getattr(offer, name)) for name in OFFER_FIELDS}
+    out["price_per_gpu_hour"] = plain(offer.price_per_gpu_hour())
     out["rank"] = rank
     return out
 
@@ -332,14 +334,6 @@ def answer(fn: Callable[[], dict[str, Any]]) -> Answer:
         log.exception("dashboard: internal error")
         return 500, error_body("internal_error", "the dashboard failed to answer; the "
                                "node's log has the details")
-
-
-def parse_address(text: str, what: str) -> Pubkey:
-    """A base58 account address; ApiError 400 naming ``what`` otherwise."""
-    try:
-        return Pubkey.from_bytes(b58_pubkey(text, what))
-    except Rejection as r:
-        raise ApiError(400, "bad_request", r.message) from None
 
 
 def windows(store: Store, job_b58: str, query: str = "") -> Answer:
@@ -500,39 +494,61 @@ class Dashboard:
         what left the escrow, paid and claimed seconds, terms, committee), its runway
         (``gpu_market.runway``), what this node holds of it (``node``: its last accepted
         seq and approved total) and its settlements by this node, newest first, with their
-        transaction signatures. A closed job (no account) this node holds windows of
-        answers with ``on_chain`` false; 404 ``job_not_found`` when neither knows it or the
+        transaction signatures, and ``container``: the workload's state in the newest window
+        proof this node holds (the worker's own status needs the user's signature; the
+        spec, and so the ports, is private: only its hash is on chain). A closed job (a
+        ``ClosedJob`` tombstone, or windows held here) answers with ``on_chain`` false and
+        ``closed``: its receipt (``dashboard_lists.closed_receipt``: closed_at, paid,
+        fees, burned, refunded, the close signature); 404 ``job_not_found`` when neither knows it or the
         job is of another market."""
         def body() -> dict[str, Any]:
             key = parse_address(job_b58, "the job address")
             j = self._read(("job", bytes(key)), "the job account",
                            lambda: self.client.fetch_job(key))
             if j is not None and j.market != self.market:
-                raise ApiError(404, "job_not_found", f"job {key} is not in this node's "
-                               f"market {self.market}")
+                raise ApiError(404, "job_not_found", f"no job at {key} on this market "
+                               f"({self.market})")
             state = self.store.job_state(bytes(key))
-            if j is None and state is None:
-                raise ApiError(404, "job_not_found", f"no job account at {key} and this node "
-                               "holds no window of it (closed jobs no longer exist on chain)")
+            receipt = closed_receipt(self, key) if j is None else None
+            if j is None and state is None and receipt is None:
+                raise ApiError(404, "job_not_found", f"no job at {key} on this market")
             m = self._market_view()
             now = self._now()
             runway = None
             if j is not None:
                 r = runway_of(j, now)
-                runway = {name: _plain(getattr(r, name)) for name in RUNWAY_FIELDS}
+                runway = {name: plain(getattr(r, name)) for name in RUNWAY_FIELDS}
             node = None
             if state is not None:
                 node = {"last_seq": state.last_seq, "claimed_seconds": state.cumulative_seconds,
                         "approved_total": state.approved_total,
                         "last_window_end": state.last_window_end}
             intents = self.store.recent_intents(bytes(key), MAX_SETTLEMENTS)
+            newest = self.store.newest_accepted(bytes(key))
+            container = None
+            if newest is not None:
+                w = window_json(newest)
+                container = {"state": w["workload_state"], "window_end": w["window_end"],
+                             "seq": w["seq"], "source": "window proof"}
             return {"job": str(key), "read_at": now, "on_chain": j is not None,
+                    "closed": receipt, "container": container,
                     "decimals": self._decimals(m),
                     "chain": _job_chain_json(j) if j is not None else None,
                     "in_committee": (self.authority in j.committee) if j is not None else None,
                     "runway": runway, "node": node,
                     "settlements": [settlement_json(i) for i in intents]}
         return answer(body)
+
+    # -- lists ------------------------------------------------------------------------
+
+    def jobs(self, query: str = "") -> Answer:
+        """``GET /v1/dashboard/jobs?state=&provider=&user=`` (``dashboard_lists``)."""
+        return answer(lambda: jobs_list(self, query))
+
+    def providers(self, query: str = "") -> Answer:
+        """``GET /v1/dashboard/providers?model=&region=&status=&online=``
+        (``dashboard_lists``)."""
+        return answer(lambda: providers_list(self, query))
 
     # -- provider ---------------------------------------------------------------------
 
@@ -576,7 +592,7 @@ class Dashboard:
                 "worker_key_expires_at": p.worker_key_expires_at,
                 "endpoint": p.endpoint,
                 "rank": rank, "offers_count": len(offers),
-                "score": _plain(offers[rank - 1].score) if rank else None,
+                "score": plain(offers[rank - 1].score) if rank else None,
                 "jobs_listed": len(jobs),
                 "paid_provider_listed": sum(j.paid_provider for j in jobs),
                 "jobs": [{"job": str(j.address), "status": j.status, "gpu_count": j.gpu_count,
@@ -591,7 +607,10 @@ class Dashboard:
     def validator(self, chain_ok: bool) -> Answer:
         """``GET /v1/dashboard/validator``: this node's health, always 200 so the page can
         show what is down: ``chain_ok`` (the server's probe), ``db_ok``, proofs stored,
-        pending windows, settlement intents by status, the last and the recent settlements
+        pending windows, settlement intents by status (``settled_here``: receipts landed in a
+        transaction this node sent, what the account's ``settlements`` counts, less any the
+        database pruned or held before a reset; ``settled_by_others``: confirmed because
+        another member settled them first), the last and the recent settlements
         (with transaction signatures), evidence counts, its Validator account as read now
         (``account``, null when the chain cannot be read or it is not registered) and the
         rewards reading the node stored (``rewards``)."""
@@ -601,12 +620,15 @@ class Dashboard:
                                    "chain_ok": bool(chain_ok)}
             try:
                 s = self.cache.get(("summary",), self.store.summary)
+                landed = int(self.cache.get(("landed",), lambda: self.store._q(
+                    "SELECT COUNT(*) FROM intents WHERE status='confirmed' "
+                    "AND signature IS NOT NULL")[0][0]))
                 recent = self.store.recent_intents(None, MAX_RECENT_SETTLEMENTS)
                 rewards = stored_rewards(self.store)
                 db_ok = True
             except StoreError as e:
                 log.error("dashboard: %s", e)
-                s, recent, rewards, db_ok = {}, [], None, False
+                s, recent, rewards, db_ok, landed = {}, [], None, False, 0
             proofs = s.get("proofs") or {}
             intents = s.get("intents") or {}
             last = next((i for i in recent if i.status == "confirmed"), None)
@@ -617,6 +639,12 @@ class Dashboard:
                            "rejected": int(proofs.get("rejected", 0))} if db_ok else None,
                 "pending_windows": s.get("pending_windows"),
                 "intents": dict(intents) if db_ok else None,
+                # Receipts are counted like the Validator account's ``settlements`` counts
+                # them: one per receipt landed in a transaction this node sent. A receipt
+                # another member settled first is confirmed here without a transaction.
+                "settled_here": landed if db_ok else None,
+                "settled_by_others": (max(0, int(intents.get("confirmed", 0)) - landed)
+                                      if db_ok else None),
                 "open_intents": (int(intents.get("intended", 0)) + int(intents.get("sent", 0))
                                  if db_ok else None),
                 "last_settlement_at": s.get("last_settlement_at"),

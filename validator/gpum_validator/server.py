@@ -11,8 +11,9 @@ checks are ever stored, so strangers cannot make it lie.
 
 The dashboard (``dashboard.py``, read-only, public): ``GET /v1/jobs/<job>/windows?limit=N``
 (the stored windows, decoded; served from the database alone), ``GET /v1/dashboard/market``,
-``/offers``, ``/jobs/<job>``, ``/providers/<provider>``, ``/validator``, and the pages under
-``/dashboard/`` with their assets (sent with a Content-Security-Policy that allows nothing
+``/offers``, ``/jobs`` and ``/providers`` (lists, filtered by query), ``/jobs/<job>``,
+``/providers/<provider>``, ``/validator``, and the pages under ``/dashboard/`` with their assets
+(a page for a malformed address is an HTML error page, 400) (sent with a Content-Security-Policy that allows nothing
 but this node's own files). JSON answers carry ``Cache-Control: no-store``.
 """
 
@@ -25,7 +26,7 @@ import threading
 import time
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from gpu_market.httpfront import Request, Response
 from solders.pubkey import Pubkey
@@ -38,6 +39,7 @@ from .dashboard import (
     PAGES,
     ApiError,
     Dashboard,
+    error_page,
     load_asset,
     parse_address,
     windows,
@@ -285,14 +287,16 @@ class _Exchange:
         elif self.server.dashboard is not None and (
                 path == "/dashboard" or path.startswith(("/dashboard/", "/v1/dashboard/"))):
             with self.server.dashboard.as_source(self.source):
-                self._dashboard(self.server.dashboard, path, parts)
+                self._dashboard(self.server.dashboard, path, parts, url.query)
         else:
             self._error(404, "not_found", f"no route GET {self.path[:200]}")
 
-    def _dashboard(self, d: Dashboard, path: str, parts: list[str]) -> None:
+    def _dashboard(self, d: Dashboard, path: str, parts: list[str], query: str = "") -> None:
         """The dashboard's JSON routes, its pages and their assets (GET only)."""
         api = {"/v1/dashboard/market": d.market_summary, "/v1/dashboard/offers": d.offers,
-               "/v1/dashboard/validator": lambda: d.validator(self.server.chain_ok())}
+               "/v1/dashboard/validator": lambda: d.validator(self.server.chain_ok()),
+               "/v1/dashboard/jobs": lambda: d.jobs(query),
+               "/v1/dashboard/providers": lambda: d.providers(query)}
         if path in api:
             self._json(*api[path](), headers=_NO_STORE)
         elif len(parts) == 5 and parts[:3] == ["", "v1", "dashboard"] and parts[3] == "jobs":
@@ -304,13 +308,15 @@ class _Exchange:
             self._send(308, b"", "text/plain", headers={"Location": "/dashboard/"})
         elif path == "/dashboard/":
             self._page("market")
-        elif path in ("/dashboard/offers", "/dashboard/validator"):
+        elif path in ("/dashboard/offers", "/dashboard/validator", "/dashboard/jobs",
+                      "/dashboard/providers"):
             self._page(parts[2])
         elif len(parts) == 4 and parts[2] in ("job", "provider"):
             try:
                 parse_address(parts[3], f"the {parts[2]} address")
-            except ApiError as e:
-                self._error(e.status, e.reason, e.message)
+            except ApiError:
+                self._page_error(400, "Not an address", f"not an address: {unquote(parts[3])[:100]} "
+                                 f"(a {parts[2]} address is 32 to 44 base58 characters)")
                 return
             self._page(parts[2])
         elif len(parts) == 4 and parts[2] == "assets" and parts[3] in ASSETS:
@@ -321,10 +327,11 @@ class _Exchange:
 
     def _page(self, name: str) -> None:
         self._send(200, load_asset(PAGES[name]), "text/html; charset=utf-8",
-                   headers={"Cache-Control": "no-cache",
-                            "Content-Security-Policy": CONTENT_SECURITY_POLICY,
-                            "X-Frame-Options": "DENY", "Referrer-Policy": "no-referrer",
-                            **_STATIC_HEADERS})
+                   headers=_PAGE_HEADERS)
+
+    def _page_error(self, status: int, title: str, message: str) -> None:
+        self._send(status, error_page(title, message), "text/html; charset=utf-8",
+                   headers=_PAGE_HEADERS)
 
     def do_POST(self) -> None:  # stdlib name
         routes = {"/v1/proofs": self.server.intake.submit,
@@ -373,3 +380,5 @@ _NO_BODY = object()
 _JSON_STRUCTURE = (b",", b":", b"[", b"{")
 _NO_STORE = {"Cache-Control": "no-store"}
 _STATIC_HEADERS = {"X-Content-Type-Options": "nosniff"}
+_PAGE_HEADERS = {"Cache-Control": "no-cache", "Content-Security-Policy": CONTENT_SECURITY_POLICY,
+                 "X-Frame-Options": "DENY", "Referrer-Policy": "no-referrer", **_STATIC_HEADERS}

@@ -12,12 +12,14 @@ import time
 from dataclasses import replace
 from html.parser import HTMLParser
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import httpx
 import pytest
 from gpu_market.accounts import (
     DEFAULT_MARKET_PARAMS,
+    ClosedJobView,
     GpuSpec,
     JobTerms,
     JobView,
@@ -143,6 +145,28 @@ class DashChain:
         self.now = NOW
         self.down = False
         self.reads: dict[str, int] = {}
+        self.closed: dict[bytes, int] = {}
+        """Closed jobs' tombstones: job -> closed_at."""
+        self.history: dict[bytes, list[tuple[str, list[tuple[str, dict[str, Any]]]]]] = {}
+        """An address's transactions, newest first: (signature, its gpu_market events)."""
+        self.rpc = SimpleNamespace(get_signatures_for_address=self._signatures)
+
+    def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        return fn(*args, **kwargs)
+
+    def _signatures(self, key: Pubkey, limit: int) -> Any:
+        self._io("signatures")
+        return SimpleNamespace(value=[SimpleNamespace(signature=sig, err=None, block_time=None)
+                                      for sig, _ in self.history.get(bytes(key), [])[:limit]])
+
+    def events(self, signature: str) -> list[tuple[str, dict[str, Any]]]:
+        self._io("transaction")
+        return next(ev for txs in self.history.values() for sig, ev in txs if sig == signature)
+
+    def fetch_closed_job(self, job: Pubkey) -> ClosedJobView | None:
+        self._io("closed_job")
+        at = self.closed.get(bytes(job))
+        return None if at is None else ClosedJobView(closed_at=at, address=job)
 
     def _io(self, what: str) -> None:
         self.reads[what] = self.reads.get(what, 0) + 1
@@ -438,6 +462,131 @@ def test_job_not_found_other_market_and_closed(world, chain: FakeChain) -> None:
     assert j["node"]["last_seq"] == 130 and len(j["settlements"]) == 3
 
 
+CLOSE_SIG = "5closeTx"
+
+
+def _closed_world(world: dict[str, Any], *, with_event: bool = True) -> None:
+    """JOB closed: no account, a tombstone, and (``with_event``) its close transaction among
+    the address's newest, after two settlements."""
+    chain = world["chain"]
+    del chain.jobs[JOB]
+    chain.closed[JOB] = T0 + 900
+    closed = {"job": pk(JOB), "user": USER, "refunded": 8_920_000, "surplus_returned": 5,
+              "deposited": 10_000_000, "paid_provider": 1_026_000, "paid_treasury": 48_600,
+              "burned": 0}
+    txs = [("5settle2", [("Settled", {"job": pk(JOB)})]),
+           ("5settle1", [("Settled", {"job": pk(JOB)})])]
+    chain.history[JOB] = ([(CLOSE_SIG, [("JobClosed", closed)])] if with_event else []) + txs
+    world["dashboard"].cache = TTLCache(3600)
+
+
+def test_a_closed_job_keeps_its_receipt(world) -> None:
+    _closed_world(world)
+    j = _ok(world["http"].get(f"/v1/dashboard/jobs/{b58(JOB)}"))
+    assert j["on_chain"] is False and j["chain"] is None
+    r = j["closed"]
+    # deposited = provider + treasury + validators + burned + refunded
+    assert r == {"closed_at": T0 + 900, "signature": CLOSE_SIG, "deposited": 10_000_000,
+                 "paid_provider": 1_026_000, "paid_treasury": 48_600, "paid_validators": 5_400,
+                 "burned": 0, "refunded": 8_920_000, "surplus_returned": 5,
+                 "fees": 48_600 + 5_400, "paid": 1_026_000 + 48_600 + 5_400,
+                 "user": str(USER)}
+    # Found once, kept: a closed job's receipt never changes.
+    reads = dict(world["chain"].reads)
+    world["dashboard"].cache.ttl = 0
+    assert _ok(world["http"].get(f"/v1/dashboard/jobs/{b58(JOB)}"))["closed"] == r
+    assert world["chain"].reads["signatures"] == reads["signatures"] == 1
+
+
+def test_a_closed_job_whose_close_is_out_of_history_says_when_only(world) -> None:
+    _closed_world(world, with_event=False)
+    r = _ok(world["http"].get(f"/v1/dashboard/jobs/{b58(JOB)}"))["closed"]
+    assert r["closed_at"] == T0 + 900 and r["signature"] is None and r["paid"] is None
+    # Looked for again later (not cached as missing).
+    _ok(world["http"].get(f"/v1/dashboard/jobs/{b58(JOB)}"))
+    assert world["chain"].reads["signatures"] == 2
+
+
+def test_a_closed_job_no_node_knows_still_has_its_receipt(world) -> None:
+    other = bytes([77] * 32)
+    chain = world["chain"]
+    chain.closed[other] = T0 + 5
+    chain.history[other] = [("5c", [("JobClosed", {
+        "job": pk(other), "user": USER, "refunded": 0, "surplus_returned": 0,
+        "deposited": 100, "paid_provider": 0, "paid_treasury": 0, "burned": 0})]),
+        ("5x", [("JobCancelled", {"job": pk(other), "refunded": 100, "surplus_returned": 0})])]
+    j = _ok(world["http"].get(f"/v1/dashboard/jobs/{b58(other)}"))
+    # A cancelled job: everything came back, by the cancel; nothing went to validators.
+    assert j["node"] is None and j["closed"]["refunded"] == 100
+    assert j["closed"]["paid_validators"] == 0 and j["closed"]["paid"] == 0
+
+
+def test_an_unknown_job_says_so_in_words(world) -> None:
+    key = b58(bytes([99] * 32))
+    body = _error(world["http"].get(f"/v1/dashboard/jobs/{key}"), 404, "job_not_found")
+    assert body["message"] == f"no job at {key} on this market"
+
+
+def test_the_job_shows_its_containers_state_from_the_newest_proof(world) -> None:
+    j = _ok(world["http"].get(f"/v1/dashboard/jobs/{b58(JOB)}"))
+    newest = world["proofs"][129]  # 131 was rejected
+    assert j["container"] == {"state": "none", "window_end": newest.window_end, "seq": 130,
+                              "source": "window proof"}
+
+
+def test_jobs_list_and_its_filters(world) -> None:
+    chain = world["chain"]
+    other_job = bytes([41] * 32)
+    wallet = pk(bytes([42] * 32))
+    chain.jobs[other_job] = _job(other_job, user=wallet, provider=pk(PROVIDER2),
+                                 status="finishing", created_at=T0 + 50, gpu_count=1)
+    http = world["http"]
+    body = _ok(http.get("/v1/dashboard/jobs"))
+    assert [r["job"] for r in body["jobs"]] == [b58(other_job), b58(JOB)]  # newest first
+    assert (body["count"], body["total"], body["truncated"]) == (2, 2, False)
+    row = body["jobs"][1]
+    assert row == {"job": b58(JOB), "status": "running", "provider": b58(PROVIDER),
+                   "user": str(USER), "gpu_count": 2, "spent": 540 * 2_000,
+                   "escrow": 10_000_000 - 540 * 2_000, "deposited": 10_000_000,
+                   "paid_seconds": 540, "created_at": T0 - 10}
+    pick = lambda q: [r["job"] for r in _ok(http.get(f"/v1/dashboard/jobs?{q}"))["jobs"]]
+    assert pick("state=running") == [b58(JOB)]
+    assert pick("state=finishing") == [b58(other_job)]
+    assert pick(f"provider={b58(PROVIDER2)}") == [b58(other_job)]
+    assert pick(f"user={USER}") == [b58(JOB)]
+    assert pick(f"user={USER}&state=finishing") == []
+    assert pick("state=&provider=&user=") == [b58(other_job), b58(JOB)]  # blank: no filter
+    for q in ("state=lost", "provider=xyz", "user=0OIl", "colour=red", "state=a&state=b"):
+        _error(http.get(f"/v1/dashboard/jobs?{q}"), 400, "bad_request")
+
+
+def test_providers_list_and_its_filters(world) -> None:
+    chain = world["chain"]
+    jailed = bytes([43] * 32)
+    chain.providers[jailed] = _provider(jailed, status="jailed", jailed_until=NOW + 600,
+                                        spec=GpuSpec("H100 SXM", 8, 81_920, "us-west"))
+    http = world["http"]
+    body = _ok(http.get("/v1/dashboard/providers"))
+    rows = body["providers"]
+    assert (body["count"], body["total"]) == (3, 3)  # the other market's is not listed
+    assert rows[-1]["provider"] == b58(jailed) and rows[-1]["rentable"] is False
+    assert {r["provider"] for r in rows[:2]} == {b58(PROVIDER), b58(PROVIDER2)}
+    assert all(r["rentable"] and r["online"] is None for r in rows[:2])  # never probed here
+    assert body["models"] == ["H100 SXM", "RTX 4090", "Simulated H100"]
+    assert body["regions"] == ["eu-west", "us-east", "us-west"]
+    r = next(x for x in rows if x["provider"] == b58(PROVIDER))
+    assert (r["price_per_gpu_hour"], r["gpus_free"], r["gpus_total"]) == (3_600_000, 2, 4)
+    pick = lambda q: sorted(x["provider"] for x in
+                            _ok(http.get(f"/v1/dashboard/providers?{q}"))["providers"])
+    assert pick("model=h100") == sorted([b58(PROVIDER), b58(jailed)])
+    assert pick("region=US") == sorted([b58(PROVIDER2), b58(jailed)])
+    assert pick("status=jailed") == [b58(jailed)]
+    assert pick("model=h100&region=eu") == [b58(PROVIDER)]
+    assert pick("online=true") == [] and pick("online=false") == []  # unknown matches neither
+    for q in ("status=gone", "online=maybe", "gpu=h100"):
+        _error(http.get(f"/v1/dashboard/providers?{q}"), 400, "bad_request")
+
+
 # ----------------------------------------------------------------------------- provider
 
 
@@ -477,6 +626,7 @@ def test_validator(world) -> None:
     assert v["authority"] == b58(ME_PUB) and v["market"] == b58(MARKET)
     assert v["proofs"] == {"accepted": 130, "rejected": 2} and v["jobs"] == 1
     assert v["intents"] == {"intended": 0, "sent": 0, "confirmed": 2, "failed": 1}
+    assert (v["settled_here"], v["settled_by_others"]) == (2, 0)
     assert v["open_intents"] == 0 and v["pending_windows"] == 130 - 120
     assert v["last_settlement"]["signature"] == "5igSeq120"
     assert v["last_settlement"]["job"] == b58(JOB)
@@ -484,6 +634,18 @@ def test_validator(world) -> None:
     assert v["account"]["rewards_earned"] == 300 and v["account"]["settlements"] == 12
     assert v["account"]["status"] == "active" and v["decimals"] == {"payment": 6, "stake": 9}
     assert v["equivocations"] == 1
+
+
+def test_validator_counts_receipts_as_the_chain_does(world) -> None:
+    """The account's ``settlements`` counts receipts landed in this node's transactions; a
+    receipt another member settled first is confirmed here without one and is counted apart."""
+    store = world["store"]
+    intent = store.add_intent(store.accepted_at(JOB, 125), 121, float(NOW - 50))
+    store.mark_intent(intent.id, "confirmed", float(NOW - 40),
+                      error="already settled on chain (last_seq=125)")
+    v = _ok(world["http"].get("/v1/dashboard/validator"))
+    assert v["intents"]["confirmed"] == 3
+    assert (v["settled_here"], v["settled_by_others"]) == (2, 1)
 
 
 def test_validator_page_data_while_the_chain_is_down(world) -> None:
@@ -546,7 +708,8 @@ class _Refs(HTMLParser):
 @pytest.mark.parametrize("path, page", [
     ("/dashboard/", "market"), ("/dashboard/offers", "offers"),
     (f"/dashboard/job/{b58(JOB)}", "job"), (f"/dashboard/provider/{b58(PROVIDER)}", "provider"),
-    ("/dashboard/validator", "validator")])
+    ("/dashboard/validator", "validator"), ("/dashboard/jobs", "jobs"),
+    ("/dashboard/providers", "providers")])
 def test_pages_load_only_the_nodes_own_files(world, path: str, page: str) -> None:
     r = world["http"].get(path)
     assert r.status_code == 200 and r.headers["content-type"] == "text/html; charset=utf-8"
@@ -586,8 +749,15 @@ def test_assets_are_served_with_their_types(world) -> None:
 
 def test_page_routes_refuse_bad_addresses_and_redirect(world) -> None:
     http = world["http"]
-    _error(http.get("/dashboard/job/nope"), 400, "bad_request")
-    _error(http.get("/dashboard/provider/"), 400, "bad_request")
+    for path, shown in (("/dashboard/job/nope", "not an address: nope"),
+                        ("/dashboard/provider/", "not an address: "),
+                        ("/dashboard/job/%3Cb%3Ex", "not an address: &lt;b&gt;x")):
+        r = http.get(path)  # a readable page, not JSON; the input escaped
+        assert r.status_code == 400 and r.headers["content-type"] == "text/html; charset=utf-8"
+        assert r.headers["content-security-policy"] == CONTENT_SECURITY_POLICY
+        assert 'data-page="error"' in r.text and shown in r.text, r.text
+        assert "<b>" not in r.text
+    _error(http.get("/v1/dashboard/jobs/nope"), 400, "bad_request")  # the API keeps its codes
     _error(http.get("/dashboard/unknown"), 404, "not_found")
     r = http.get("/dashboard")
     assert r.status_code == 308 and r.headers["location"] == "/dashboard/"
@@ -686,8 +856,9 @@ def test_chain_reads_are_charged_to_the_asking_source(tmp_path: Path, stored: Pa
                           timeout=10) as c:
             codes = [c.get(f"/v1/dashboard/jobs/{b58(os.urandom(32))}").status_code
                      for _ in range(40)]
-        assert codes[:5] == [404] * 5 and set(codes[5:]) == {429}, codes
-        assert dash_chain.reads["job"] == 5
+        # An unknown job costs two reads: its account, then a closed job's tombstone.
+        assert codes[:2] == [404] * 2 and set(codes[2:]) == {429}, codes
+        assert dash_chain.reads["job"] == 3 and dash_chain.reads["closed_job"] == 2
     finally:
         server.shutdown()
         server.server_close()

@@ -6,6 +6,24 @@ Endpoints (JSON unless noted; every error is ``{"error": "<what to do>"}``)::
     GET  /v1/jobs/<job b58>/workload      the workload's status
     GET  /v1/jobs/<job b58>/logs?tail=N&follow=0|1   text/plain; chunked while following
     GET  /v1/health                       {"ok": true, "worker": <pubkey>, "runtime": ...}
+    POST /v1/jobs/<job b58>/exec          body {"cmd": [...], "tty", "stdin", "nonce"}
+    PUT  /v1/jobs/<job b58>/files?path=DIR&nonce=N   body: a tar archive, into DIR
+    GET  /v1/jobs/<job b58>/files?path=PATH&nonce=N  application/x-tar of PATH
+
+Exec and files (``gpu_market.exec_api`` has the wire format; ``gpum_worker.exec`` runs
+them): only for a Running job whose container runs, only for its user, each signed request
+served once. They sign actions "exec" / "files" with ``exec_api.request_digest`` (method,
+endpoint, container path, nonce, body sha256) in place of the workload hash, and the worker
+remembers every signature it accepted until its timestamp leaves the signing window
+(``exec.ReplayGuard``): a replay is 401. A command without input or terminal answers a
+chunked stream of frames ending in its exit status; one with ``tty`` or ``stdin`` needs
+``Connection: Upgrade`` + ``Upgrade: gpum-exec`` and gets 101, after which the connection
+carries frames both ways (the front's protocol switch, ``Response.feed``: a chunked request
+body cannot reach a handler before it is complete, so a terminal needs the switch). At most
+``max_execs`` sessions run at once (503 beyond), each at most ``exec_deadline_s``. Paths are
+absolute container paths without ``..`` (400 otherwise), used only as ``NAME:PATH`` with
+``podman cp``, which resolves them inside the container's root; an upload is a tar archive
+of at most ``exec_api.MAX_UPLOAD_BYTES`` (413) whose entries stay in their directory (400).
 
 Every ``/v1/jobs`` request is signed by the job's user wallet
 (``gpu_market.workload.sign_request``: headers X-Gpum-Signer / X-Gpum-Timestamp /
@@ -46,6 +64,12 @@ from collections.abc import Callable, Iterator
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from gpu_market.exec_api import (
+    MAX_CMD_BYTES,
+    MAX_UPLOAD_BYTES,
+    check_container_path,
+    request_digest,
+)
 from gpu_market.httpfront import HttpLimits, HttpServer, Request, Response, serve_in_thread
 from gpu_market.workload import (
     MAX_SPEC_BYTES,
@@ -56,11 +80,12 @@ from gpu_market.workload import (
     verify_request,
 )
 
+from . import exec as execs
 from .config import parse_listen
 from .errors import ConfigError
 from .jobs import AssignedJob
 from .keys import decode_pubkey
-from .runtime import LOG_READ_DEADLINE_S, LOG_READ_MAX_BYTES
+from .runtime import LOG_READ_DEADLINE_S, LOG_READ_MAX_BYTES, container_name
 from .workload_store import WorkloadUnavailable
 from .workloads import WorkloadManager
 
@@ -97,8 +122,14 @@ class WorkerApi:
                  worker: str = "", clock: Callable[[], float] = time.time,
                  limits: HttpLimits = API_LIMITS, max_follows: int = 16,
                  log_max_bytes: int = LOG_READ_MAX_BYTES,
-                 log_deadline_s: float = LOG_READ_DEADLINE_S) -> None:
+                 log_deadline_s: float = LOG_READ_DEADLINE_S, max_execs: int = 8,
+                 exec_deadline_s: float = execs.EXEC_DEADLINE_S,
+                 max_download_bytes: int = 4 << 30) -> None:
         self.manager = manager
+        self.replay = execs.ReplayGuard(clock=clock)
+        self.execs = threading.BoundedSemaphore(max_execs)
+        self.exec_deadline_s = exec_deadline_s
+        self.max_download_bytes = max_download_bytes
         self.worker = worker
         self.clock = clock
         self.limits = limits
@@ -174,8 +205,12 @@ class _ApiServer(HttpServer):
 
     def check_body(self, req: Request) -> Response | None:
         """Before any byte of a body is read: a method a route does not take is 405, a
-        POST needs a Content-Length (411) of at most ``MAX_BODY_BYTES`` (413)."""
+        POST or PUT needs a Content-Length (411) of at most ``MAX_BODY_BYTES`` (413; an
+        upload: ``MAX_UPLOAD_BYTES``)."""
         h = req.headers
+        route = urlsplit(req.path).path.rsplit("/", 1)[-1]
+        if req.method == "PUT" and route == "files":
+            return _length_check(h, MAX_UPLOAD_BYTES, "an upload (a tar archive)")
         if req.method == "GET":
             length = h.get("content-length")
             if length is not None and length != "0":
@@ -188,17 +223,9 @@ class _ApiServer(HttpServer):
             return _json(405, {"error": f"{req.method} is not allowed on "
                                         f"{urlsplit(req.path).path}; use {allowed}"},
                          close=True)
-        if h.get("transfer-encoding"):
-            return _json(411, {"error": "send the spec with a Content-Length (no chunked "
-                                        "body)"}, close=True)
-        length_text = h.get("content-length")
-        if length_text is None or not length_text.strip().isdigit():
-            return _json(411, {"error": "Content-Length is required"}, close=True)
-        length = int(length_text)
-        if length > MAX_BODY_BYTES:
-            return _json(413, {"error": f"the body is {length} bytes; a workload spec is at "
-                                        f"most {MAX_BODY_BYTES} bytes"}, close=True)
-        return None
+        if route == "exec":
+            return _length_check(h, MAX_CMD_BYTES, "an exec request")
+        return _length_check(h, MAX_BODY_BYTES, "a workload spec")
 
     def respond(self, req: Request) -> Response:
         try:
@@ -207,6 +234,20 @@ class _ApiServer(HttpServer):
             self.stats["handler_errors"] += 1
             log.exception("worker API: %s %s failed", req.method, req.path[:200])
             return _json(500, {"error": "internal error; see the worker's log"}, close=True)
+
+
+def _length_check(h: dict[str, str], cap: int, what: str) -> Response | None:
+    if h.get("transfer-encoding"):
+        return _json(411, {"error": "send the body with a Content-Length (no chunked "
+                                    "body)"}, close=True)
+    length_text = h.get("content-length")
+    if length_text is None or not length_text.strip().isdigit():
+        return _json(411, {"error": "Content-Length is required"}, close=True)
+    length = int(length_text)
+    if length > cap:
+        return _json(413, {"error": f"the body is {length} bytes; {what} is at most "
+                                    f"{cap} bytes"}, close=True)
+    return None
 
 
 class _Exchange:
@@ -226,9 +267,10 @@ class _Exchange:
                 return _json(200, {"ok": True, "worker": self.api.worker,
                                    "runtime": self.api.manager.runtime_name})
             if len(segs) != 5 or segs[:3] != ["", "v1", "jobs"] \
-                    or segs[4] not in ("workload", "logs"):
+                    or segs[4] not in ("workload", "logs", "exec", "files"):
                 raise ApiError(404, f"no such endpoint: {method} {parts.path}")
-            allowed = ("GET", "POST") if segs[4] == "workload" else ("GET",)
+            allowed = {"workload": ("GET", "POST"), "logs": ("GET",), "exec": ("POST",),
+                       "files": ("GET", "PUT")}[segs[4]]
             if method not in allowed:
                 raise ApiError(405, f"{method} is not allowed on {parts.path}; use "
                                     f"{' or '.join(allowed)}")
@@ -238,6 +280,8 @@ class _Exchange:
                 raise ApiError(400, str(e)) from None
             if segs[4] == "logs":
                 return self._logs(job_key, parse_qs(parts.query))
+            if segs[4] in ("exec", "files"):
+                return _exec_routes(self, job_key, segs[4], parse_qs(parts.query))
             if method == "POST":
                 return self._deliver(job_key)
             return self._status(job_key)
@@ -390,3 +434,113 @@ class _Held:
                 release, self._release = self._release, None
             if release is not None:
                 release()
+
+
+# ----------------------------------------------------------------------------- exec, files
+
+_UPGRADE = "gpum-exec"
+
+
+def _exec_request(body: bytes) -> dict[str, Any]:
+    try:
+        doc = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        raise ApiError(400, "the exec request is not JSON") from None
+    if not isinstance(doc, dict) or set(doc) != {"cmd", "tty", "stdin", "nonce"}:
+        raise ApiError(400, 'send {"cmd": [...], "tty": bool, "stdin": bool, "nonce": hex}')
+    cmd = doc["cmd"]
+    if not isinstance(cmd, list) or not cmd \
+            or not all(isinstance(c, str) and "\x00" not in c for c in cmd):
+        raise ApiError(400, "cmd must be a non-empty list of strings without NUL")
+    if not isinstance(doc["tty"], bool) or not isinstance(doc["stdin"], bool):
+        raise ApiError(400, "tty and stdin must be true or false")
+    return doc
+
+
+def _exec_routes(ex: _Exchange, job_key: bytes, route: str,
+                 query: dict[str, list[str]]) -> Response:
+    """exec and files (module docstring): parse, authenticate once, then run."""
+    api, req = ex.api, ex.req
+    allowed_query = {"path", "nonce"} if route == "files" else set()
+    unknown = sorted(set(query) - allowed_query)
+    if unknown:
+        raise ApiError(400, f"unknown query parameter {unknown[0]!r}")
+    doc: dict[str, Any] = {}
+    path_text = path = ""
+    if route == "exec":
+        doc = _exec_request(req.body)
+        nonce = doc["nonce"]
+        body = req.body
+    else:
+        path_text = query.get("path", [""])[-1]
+        nonce = query.get("nonce", [""])[-1]
+        try:
+            path = check_container_path(path_text)
+        except ValueError as e:
+            raise ApiError(400, str(e)) from None
+        body = req.body if req.method == "PUT" else b""
+    if not isinstance(nonce, str) or not 8 <= len(nonce) <= 64:
+        raise ApiError(400, "a nonce of 8..64 characters is required (a new one each request)")
+    j = ex._job(job_key)
+    ex._auth(route, j, request_digest(req.method, route, path_text, nonce, body))
+    first = api.replay.admit(ex.headers.get("x-gpum-signer", ""),
+                             ex.headers.get("x-gpum-signature", ""),
+                             int(ex.headers.get("x-gpum-timestamp", "0")))
+    if first is False:
+        raise ApiError(401, "this signed request was already served (a replay); sign a new "
+                            "one")
+    if first is None:
+        raise ApiError(503, "too many of your signed requests in the last minutes; retry "
+                            "in a few minutes", retry_after=60)
+    if j.status != "running":
+        raise ApiError(409, f"this job is {j.status}; exec and copies need a Running job")
+    ex._has_workload(j)
+    rt = api.manager.runtime
+    if rt is None or not hasattr(rt, "exec_argv"):
+        raise ApiError(503, "this worker's container runtime cannot run commands in "
+                            "containers")
+    name = container_name(j.job)
+    state = rt.state(name).status
+    if state != "running":
+        raise ApiError(409, f"the job's container is {state}, not running; see `gpum job "
+                            "logs` for why")
+    if req.method == "PUT":
+        try:
+            execs.check_tar(body)
+            execs.copy_in(rt.copy_in_argv(name, path), rt.cli_env(), body)
+        except ValueError as e:
+            raise ApiError(400, f"bad upload: {e}") from None
+        except RuntimeError as e:
+            raise ApiError(409, f"cannot copy into {path} in the container: {e} (does the "
+                                "directory exist?)") from None
+        return _json(200, {"path": path, "bytes": len(body)})
+    if not api.execs.acquire(blocking=False):
+        raise ApiError(503, "too many commands and copies run on this worker; retry later")
+    try:
+        if route == "files":
+            out = execs.open_copy_out(rt.copy_out_argv(name, path), rt.cli_env(),
+                                      max_bytes=api.max_download_bytes,
+                                      deadline_s=api.exec_deadline_s)
+            return Response(200, b"", "application/x-tar", _LOG_HEADERS, True,
+                            stream=_Held(out, api.execs.release))
+        tty, stdin = doc["tty"], doc["stdin"]
+        tokens = {t.strip().lower() for t in ex.headers.get("connection", "").split(",")}
+        upgrade = "upgrade" in tokens and ex.headers.get("upgrade", "").lower() == _UPGRADE
+        if (tty or stdin) and not upgrade:
+            raise ApiError(400, "a command with a terminal or input needs Connection: Upgrade "
+                                f"and Upgrade: {_UPGRADE}")
+        proc = execs.ExecProcess(rt.exec_argv(name, doc["cmd"], tty=tty,
+                                              interactive=tty or stdin),
+                                 rt.cli_env(), tty=tty, stdin=stdin,
+                                 deadline_s=api.exec_deadline_s)
+    except RuntimeError as e:
+        api.execs.release()
+        raise ApiError(404, f"cannot copy {path} out of the container: {e}") from None
+    except BaseException:
+        api.execs.release()
+        raise
+    held = _Held(proc, api.execs.release)
+    if tty or stdin:
+        return Response(101, b"", "", [("Upgrade", _UPGRADE)], True, stream=held,
+                        feed=proc.feed)
+    return Response(200, b"", "application/x-gpum-exec", _LOG_HEADERS, True, stream=held)

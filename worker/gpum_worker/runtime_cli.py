@@ -312,6 +312,32 @@ class _CliRuntime(abc.ABC):
             raise ContainerRuntimeError(f"no container named {name}")
         return LogStream([self.binary, *args], self._env())
 
+    # -- exec and copy (gpum_worker.exec runs these argvs; the paths are inside the
+    # container: ``podman cp`` resolves ``NAME:PATH`` in the container's root only)
+
+    def exec_argv(self, name: str, cmd: Sequence[str], *, tty: bool,
+                  interactive: bool) -> list[str]:
+        """``<binary> exec [-i] [-t] NAME CMD...``: ``cmd`` runs in the job's container."""
+        _check_name(name)
+        if not cmd:
+            raise ValueError("exec needs a command")
+        flags = (["-i"] if interactive else []) + (["-t"] if tty else [])
+        return [self.binary, "exec", *flags, name, *cmd]
+
+    def copy_in_argv(self, name: str, directory: str) -> list[str]:
+        """``<binary> cp - NAME:DIR``: extract the tar archive on stdin into ``directory``."""
+        _check_name(name)
+        return [self.binary, "cp", "-", f"{name}:{directory}"]
+
+    def copy_out_argv(self, name: str, path: str) -> list[str]:
+        """``<binary> cp NAME:PATH -``: a tar archive of ``path`` on stdout."""
+        _check_name(name)
+        return [self.binary, "cp", f"{name}:{path}", "-"]
+
+    def cli_env(self) -> dict[str, str]:
+        """The environment every call of the CLI gets."""
+        return self._env()
+
     def list_job_containers(self, match: Mapping[str, str] | None = None) -> dict[str, str]:
         filters = [f"--filter=label={JOB_LABEL}"]
         for k, v in sorted((match or {}).items()):

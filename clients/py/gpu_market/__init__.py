@@ -6,9 +6,11 @@ Layers, lowest first (no import circles: a test pins it): ``idl`` -> ``codec`` -
 -> ``cli``. The module map is ``clients/py/README.md``.
 
 The public API is ``__all__`` (pinned by ``tests/test_public_api.py``); the contract is
-``docs/sdk-api.md``. Importing the package is cheap: the client, codec and views (which pull
-in anchorpy and solana-py) load on first attribute access, so ``gpu_market.receipt`` and
-``gpu_market.proof`` stay usable on their own.
+``docs/sdk-api.md``. ``gpu_market.deploy(gpu="H100:1", image=..., ports=[8888], hours=2)``
+rents GPUs and runs a container in one call (:mod:`gpu_market.deployment`). Importing the
+package is cheap: the client, codec and views (which pull in anchorpy and solana-py) load on
+first attribute access, so ``gpu_market.receipt`` and ``gpu_market.proof`` stay usable on
+their own.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ __all__ = [
     "Attestation",
     "ChainError",
     "ConfirmationTimeout",
+    "DeployError",
+    "Deployment",
     "GpuMarketClient",
     "GpuMarketError",
     "InvalidAccount",
@@ -36,6 +40,7 @@ __all__ = [
     "SettleItem",
     "TransactionTooLarge",
     "ValidatorView",
+    "deploy",
 ]
 
 _LAZY = {
@@ -55,6 +60,9 @@ _LAZY = {
     "MarketView": "accounts",
     "ProviderView": "accounts",
     "ValidatorView": "accounts",
+    "DeployError": "deployment",
+    "Deployment": "deployment",
+    "deploy": "deployment",
 }
 
 

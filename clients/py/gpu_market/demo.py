@@ -131,7 +131,7 @@ def run_demo(
         worker_api = f"http://127.0.0.1:{free_port()}"
         cli("owner", "provider", "register", "--market", str(market), "--worker-key", worker_pub,
             "--gpu-model", "Simulated H100", "--gpu-count", str(gpus), "--vram-mib", "81920",
-            "--region", "localnet", "--price", "0.001", "--endpoint", worker_api)
+            "--region", "localnet", "--price", "3.6", "--endpoint", worker_api)
         cli("owner", "provider", "stake", "--market", str(market), "1000")
         provider = pda.provider_pda(market, owner.pubkey())
         say(f"provider          {provider} ({gpus} GPUs, staked 1000, worker API {worker_api})")

@@ -26,7 +26,9 @@ cannot starve the handlers. The limits (``HttpLimits``):
   no connection cap, and its requests count against the client it names last in
   ``X-Forwarded-For`` (the address it appended; it must append one);
 * answers go out in one write with ``TCP_NODELAY``; a streamed answer (``Response.stream``)
-  is read by a thread of its own and ends when the client stops reading or goes away.
+  is read by a thread of its own and ends when the client stops reading or goes away;
+* a protocol switch (``Response.feed`` with ``stream``, status 101) carries raw bytes both
+  ways until either side ends; the client's bytes have no deadline (the application bounds it).
 
 An application subclasses ``HttpServer`` and overrides ``respond`` (a handler thread; never
 raises), ``check_body`` (the event loop, before any byte of a body is read: 404/411/413
@@ -194,6 +196,9 @@ class Response:
     headers: list[tuple[str, str]] = field(default_factory=list)
     close: bool = False
     stream: Iterator[bytes] | None = None
+    feed: Callable[[bytes], bool] | None = None
+    """With ``stream``: switch protocols (status 101, no body framing). Called on the event
+    loop with each read of the client's bytes; must not block; False ends the connection."""
 
 
 _PHRASES = {s.value: s.phrase for s in HTTPStatus}
@@ -210,12 +215,16 @@ def _http_date() -> str:
 def encode_response(r: Response, close: bool, server: str = "gpum-validator") -> bytes:
     """The status line, headers and body of ``r`` (a streamed answer: the head only, with
     ``Transfer-Encoding: chunked``)."""
-    length = ("Transfer-Encoding: chunked" if r.stream is not None
-              else f"Content-Length: {len(r.body)}")
     lines = [f"HTTP/1.1 {r.status} {_PHRASES.get(r.status, '')}", f"Server: {server}",
-             f"Date: {_http_date()}", f"Content-Type: {r.ctype}", length]
+             f"Date: {_http_date()}"]
+    if r.feed is None:
+        length = ("Transfer-Encoding: chunked" if r.stream is not None
+                  else f"Content-Length: {len(r.body)}")
+        lines += [f"Content-Type: {r.ctype}", length]
     lines += [f"{k}: {v}" for k, v in r.headers]
-    if close:
+    if r.feed is not None:
+        lines.append("Connection: Upgrade")
+    elif close:
         lines.append("Connection: close")
     head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
     return head if r.stream is not None else head + r.body
@@ -627,7 +636,8 @@ class _Front:
         """Send ``resp.stream`` chunked, then close. A thread of its own reads the iterator
         (it may block for long: a quiet log), at most ``STREAM_QUEUE`` chunks ahead of the
         client; a client that does not read within ``read_timeout_s``, that closes its side
-        or sends anything more, or a server that stops, ends the stream and closes it."""
+        or sends anything more, or a server that stops, ends the stream and closes it.
+        With ``resp.feed``: unframed, the client's bytes to ``feed`` (EOF, False: the end)."""
         stream = resp.stream
         assert stream is not None
         q: asyncio.Queue[bytes | None] = asyncio.Queue(STREAM_QUEUE)
@@ -661,25 +671,31 @@ class _Front:
         try:
             await self._write(writer, resp, True)
             threading.Thread(target=pump, name="http-stream", daemon=True).start()
-            gone = asyncio.ensure_future(reader.read(1))  # EOF (or more): the client is done
+            feed = resp.feed  # without it, EOF (or more) from the client: it is done
+            gone = asyncio.ensure_future(reader.read(1 if feed is None else 1 << 16))
             while True:
-                item = asyncio.ensure_future(q.get())
+                if item is None or item.done():
+                    item = asyncio.ensure_future(q.get())
                 await asyncio.wait({item, gone}, return_when=asyncio.FIRST_COMPLETED)
-                if not item.done():
-                    item.cancel()
-                    return
+                if gone.done():
+                    data = gone.result()
+                    if feed is None or not data or not feed(data):
+                        return
+                    gone = asyncio.ensure_future(reader.read(1 << 16))
+                    continue
                 chunk = item.result()
                 if chunk is None:
                     break
                 if chunk:
-                    writer.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                    writer.write(chunk if feed else b"%x\r\n%s\r\n" % (len(chunk), chunk))
                     if writer.transport.get_write_buffer_size():
                         timer = self._deadline()
                         try:
                             await writer.drain()
                         finally:
                             timer.cancel()
-            writer.write(b"0\r\n\r\n")
+            if feed is None:
+                writer.write(b"0\r\n\r\n")
         finally:
             done.set()
             for pending in (gone, item):

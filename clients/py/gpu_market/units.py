@@ -12,10 +12,12 @@ from fractions import Fraction
 __all__ = [
     "AmountError",
     "DurationError",
+    "format_price_per_hour",
     "format_span",
     "format_ui_amount",
     "nominal_vram_gb",
     "parse_duration",
+    "parse_price_per_hour",
     "parse_seconds",
     "parse_ui_amount",
     "when",
@@ -62,6 +64,35 @@ def format_ui_amount(base: int, decimals: int) -> str:
     if "." in text:
         text = text.rstrip("0").rstrip(".")
     return text
+
+
+# ----------------------------------------------------------------------------- prices
+
+SECONDS_PER_HOUR = 3_600
+
+
+def parse_price_per_hour(text: str, decimals: int) -> int:
+    """A price a person types, in tokens per GPU-hour, as the chain holds it: base units per
+    GPU-second (``"1.1988"`` with 6 decimals -> ``333``). Exact or refused: AmountError when the
+    text is not a positive amount of the mint, or when its base units per hour are not a
+    multiple of 3600 (the chain cannot hold that price), naming the two nearest exact prices."""
+    per_hour = parse_ui_amount(text, decimals)
+    per_second, rest = divmod(per_hour, SECONDS_PER_HOUR)
+    if rest:
+        lower, upper = per_second * SECONDS_PER_HOUR, (per_second + 1) * SECONDS_PER_HOUR
+        exact = (Decimal(per_hour) / SECONDS_PER_HOUR).quantize(Decimal("0.01"))
+        near = [format_ui_amount(v, decimals) for v in (lower, upper) if 0 < v <= U64_MAX]
+        raise AmountError(
+            f"{text.strip()} per GPU-hour is {exact} base units per second, which the chain "
+            f"cannot hold exactly (it keeps whole base units per GPU-second); use "
+            f"{' or '.join(near)}")
+    return per_second
+
+
+def format_price_per_hour(per_second: int, decimals: int) -> str:
+    """A chain price (base units per GPU-second) in tokens per GPU-hour: ``333`` with 6 decimals
+    -> ``"1.1988"``."""
+    return format_ui_amount(int(per_second) * SECONDS_PER_HOUR, decimals)
 
 
 # ----------------------------------------------------------------------------- durations

@@ -726,7 +726,9 @@ def open_secrets(worker_seed: bytes, spec: WorkloadSpec) -> tuple[tuple[str, str
 
 REQUEST_DOMAIN = b"gpum-workload-request-v1\x00"
 REQUEST_MAX_SKEW_S = 300
-ACTIONS = ("deliver", "status", "logs")
+ACTIONS = ("deliver", "status", "logs", "exec", "files")
+"""``exec`` and ``files`` sign ``gpu_market.exec_api.request_digest`` in place of the
+workload hash (the request's own content, with a nonce: each is accepted once)."""
 _H_SIGNER = "X-Gpum-Signer"
 _H_TIMESTAMP = "X-Gpum-Timestamp"
 _H_SIGNATURE = "X-Gpum-Signature"

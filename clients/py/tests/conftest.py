@@ -1,7 +1,8 @@
 """Shared fixtures: the IDL under test and a codec built from it.
 
 Tests use the committed ``idl/gpu_market.json`` (regenerate with ``make idl``). Nothing here
-touches the network or the process environment.
+touches the network. Every test runs with ``gpum``'s files (job history, saved specs, top-up
+ledgers, templates, Solana CLI config) in its own tmp dir, never the user's home.
 """
 
 from __future__ import annotations
@@ -22,6 +23,22 @@ def idl_path() -> Path:
     if not IDL_PATH.exists():
         pytest.fail(f"{IDL_PATH} is missing: run `make idl` in the repository root")
     return IDL_PATH
+
+
+@pytest.fixture(autouse=True)
+def gpum_home(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, idl_path: Path) -> Path:
+    """The environment of every test: the committed IDL, no Solana CLI config, no default market,
+    and ``gpum``'s local files under ``tmp_path / "home"``."""
+    home = tmp_path / "home"
+    monkeypatch.setenv("GPU_MARKET_IDL", str(idl_path))
+    monkeypatch.setenv("GPUM_SOLANA_CONFIG", str(tmp_path / "no-config.yml"))
+    monkeypatch.setenv("GPUM_DATA_DIR", str(home / "data"))
+    monkeypatch.setenv("GPUM_WORKLOADS_DIR", str(home / "workloads"))
+    monkeypatch.setenv("GPUM_TOPUPS_DIR", str(home / "topups"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(home / "config"))
+    monkeypatch.delenv("GPUM_MARKET", raising=False)
+    monkeypatch.delenv("GPUM_DEBUG", raising=False)
+    return home
 
 
 @pytest.fixture(scope="session")

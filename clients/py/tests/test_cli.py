@@ -23,15 +23,6 @@ def keyfile(tmp_path):
     return str(path)
 
 
-@pytest.fixture(autouse=True)
-def isolated(monkeypatch, tmp_path, idl_path):
-    monkeypatch.setenv("GPU_MARKET_IDL", str(idl_path))
-    monkeypatch.setenv("GPUM_SOLANA_CONFIG", str(tmp_path / "no-config.yml"))
-    monkeypatch.setenv("GPUM_DATA_DIR", str(tmp_path / "data"))
-    monkeypatch.delenv("GPUM_MARKET", raising=False)
-    monkeypatch.delenv("GPUM_DEBUG", raising=False)
-
-
 def run(args: list[str]) -> tuple[int, str, str]:
     runner = CliRunner()
     with runner.isolation() as (out, err, *_):
@@ -293,7 +284,7 @@ def test_newer_commands_call_the_sdk(keyfile, recorder):
                   "--validator-min-bond", "2.5"],
                  ["market", "propose-authority", "--market", MARKET, new],
                  ["market", "accept-authority", "--market", MARKET],
-                 ["provider", "update", "--market", MARKET, "--price", "0.000002", "--gpu-count",
+                 ["provider", "update", "--market", MARKET, "--price", "0.0072", "--gpu-count",
                   "4", "--not-accepting-jobs"],
                  ["provider", "rotate-key", "--market", MARKET, new, "--expires-at", "9"],
                  ["provider", "unstake", "--market", MARKET, "1.5"],
@@ -562,18 +553,19 @@ def test_job_create_max_price(monkeypatch, keyfile, offline_chain):
     monkeypatch.setattr(GpuMarketClient, "min_deposit", lambda self, m, p, n: 60_000)
     created = _creating(monkeypatch)
     args = ["--output", "json", *CREATE, "--deposit", "1", "--job-id", "7", "-k", keyfile]
-    code, out, err = run([*args, "--max-price", "0.0015"])  # UI units per GPU-second, as --price
+    code, out, err = run([*args, "--max-price", "5.4"])  # UI units per GPU-hour, as offers shows
     assert (code, err) == (0, "")
     assert json.loads(out)["max_price_per_gpu_second"] == "0.0015"
+    assert json.loads(out)["max_price_per_gpu_hour"] == "5.4"
     assert created[-1][-1]["max_price_per_gpu_second"] == 1_500
     code, _, err = run([*args, "--max-price", "abc"])
     assert code == 2
     assert_one_line_error(err, "'--max-price'", "not a number")
     created.clear()
-    code, _, err = run([*args, "--max-price", "0.0009"])  # the provider asks more already
+    code, _, err = run([*args, "--max-price", "3.24"])  # the provider asks more already
     assert code == 1
-    assert_one_line_error(err, "is now 0.001, above your --max-price 0.0009", "nothing was charged",
-                          "--max-price 0.001 or more")  # fmt: skip
+    assert_one_line_error(err, "per GPU-hour is now 3.6, above your --max-price 3.24",
+                          "nothing was charged", "--max-price 3.6 or more")  # fmt: skip
     assert created == []
 
 
@@ -595,8 +587,8 @@ def test_job_create_price_raised_before_it_landed(monkeypatch, keyfile, offline_
     monkeypatch.setattr(GpuMarketClient, "create_job", front_run)
     code, _, err = run([*CREATE, "--deposit", "1", "-k", keyfile])
     assert code == 1
-    assert_one_line_error(err, "is now 0.002, above your --max-price 0.001", "no job was created",
-                          "`gpum provider status`", "--max-price 0.002 or more")  # fmt: skip
+    assert_one_line_error(err, "is now 7.2, above your --max-price 3.6", "no job was created",
+                          "`gpum provider status`", "--max-price 7.2 or more")  # fmt: skip
 
 
 def test_job_create_unknown_provider(monkeypatch, keyfile, offline_chain):

@@ -32,15 +32,6 @@ def fake_validator(authority: Pubkey, status: str = "active", unclaimed: int = 2
                          1_000_000, unclaimed, 1, Pubkey.new_unique())  # fmt: skip
 
 
-@pytest.fixture(autouse=True)
-def isolated(monkeypatch, tmp_path, idl_path):
-    monkeypatch.setenv("GPU_MARKET_IDL", str(idl_path))
-    monkeypatch.setenv("GPUM_SOLANA_CONFIG", str(tmp_path / "no-config.yml"))
-    monkeypatch.setenv("GPUM_DATA_DIR", str(tmp_path / "data"))
-    monkeypatch.delenv("GPUM_MARKET", raising=False)
-    monkeypatch.delenv("GPUM_DEBUG", raising=False)
-
-
 @pytest.fixture
 def keyfile(tmp_path):
     path = tmp_path / "id.json"

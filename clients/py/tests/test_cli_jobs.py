@@ -17,15 +17,6 @@ M = Pubkey.from_string(MARKET)
 URL = "http://127.0.0.1:8899"
 
 
-@pytest.fixture(autouse=True)
-def isolated(monkeypatch, tmp_path, idl_path):
-    monkeypatch.setenv("GPU_MARKET_IDL", str(idl_path))
-    monkeypatch.setenv("GPUM_SOLANA_CONFIG", str(tmp_path / "no-config.yml"))
-    monkeypatch.setenv("GPUM_DATA_DIR", str(tmp_path / "data"))
-    monkeypatch.delenv("GPUM_MARKET", raising=False)
-    monkeypatch.delenv("GPUM_DEBUG", raising=False)
-
-
 @pytest.fixture
 def user(tmp_path):
     kp = Keypair()
@@ -181,10 +172,10 @@ def test_check_name():
             check_name(bad)
 
 
-def test_a_corrupt_history_is_one_line(user, chain, tmp_path):
+def test_a_corrupt_history_is_one_line(user, chain, gpum_home):
     _kp, keyfile = user
-    (tmp_path / "data").mkdir()
-    (tmp_path / "data" / "jobs.json").write_text("{not json")
+    (gpum_home / "data").mkdir(parents=True)
+    (gpum_home / "data" / "jobs.json").write_text("{not json")
     code, _, err = run(["job", "status", "train", "-k", keyfile])
     assert code == 1
     assert_one_line_error(err, "cannot read the job history", "move it away")

@@ -84,13 +84,7 @@ WINDOWS = [{"seq": s, "window_start": NOW - 8 + 2 * s, "window_end": NOW - 6 + 2
 
 
 @pytest.fixture(autouse=True)
-def isolated(monkeypatch, tmp_path, idl_path):
-    monkeypatch.setenv("GPU_MARKET_IDL", str(idl_path))
-    monkeypatch.setenv("GPUM_SOLANA_CONFIG", str(tmp_path / "no-config.yml"))
-    monkeypatch.setenv("GPUM_WORKLOADS_DIR", str(tmp_path / "specs"))
-    monkeypatch.setenv("GPUM_TOPUPS_DIR", str(tmp_path / "topups"))
-    monkeypatch.delenv("GPUM_MARKET", raising=False)
-    monkeypatch.delenv("GPUM_DEBUG", raising=False)
+def no_waiting(monkeypatch):
     monkeypatch.setattr(cli_run, "_sleep", lambda s: None)
     monkeypatch.setattr(cli_watch, "_sleep", lambda s: None)
     monkeypatch.setattr(cli_run, "_probe", lambda offers, left: {
@@ -545,7 +539,7 @@ def test_watch_runs_until_the_job_ends(chain) -> None:
     assert rounds[-1]["runway_seconds"] is None and rounds[-1]["running_seconds"] == 29
 
 
-def test_watch_tops_up_within_the_budget_and_remembers_it(chain, keyfile, tmp_path) -> None:
+def test_watch_tops_up_within_the_budget_and_remembers_it(chain, keyfile, gpum_home) -> None:
     # 27 s of runway, below 30 s: top up to 60 s = 120000 - 54000 = 66000, budget 0.1.
     code, out, err = watch("--once", "-k", keyfile, "--auto-top-up-below", "30s",
                            "--budget", "0.1")
@@ -556,7 +550,7 @@ def test_watch_tops_up_within_the_budget_and_remembers_it(chain, keyfile, tmp_pa
                                                                "signature": "SiGtop"}],
                                 "error": None}  # fmt: skip
     assert chain.calls == [("top_up", JOB, 66_000)]
-    state = json.loads((tmp_path / "topups" / f"{JOB}.json").read_text())
+    state = json.loads((gpum_home / "topups" / f"{JOB}.json").read_text())
     assert state == {"version": 1, "spent": {str(JOB): 66_000}}
     # A second run of watch remembers what was spent: only 0.034 is left of the budget.
     code, out, _ = watch("--once", "-k", keyfile, "--auto-top-up-below", "30s", "--budget", "0.1")

@@ -69,6 +69,15 @@ class App(HttpServer):
                 self.slow.wait(5)
             src.put(b"hello\n")
             return Response(200, b"", "text/plain", stream=src)
+        if req.path == "/echo":  # a protocol switch: what the client sends comes back upper
+            src = Source()
+            self.sources.append(src)
+
+            def feed(data: bytes) -> bool:
+                src.put(data.upper())
+                return data != b"stop"
+
+            return Response(101, b"", "", [("Upgrade", "echo")], stream=src, feed=feed)
         return Response(200, b"ok", "text/plain")
 
 
@@ -139,3 +148,32 @@ def test_an_answer_whose_client_left_while_it_was_made_is_closed(app: App) -> No
             time.sleep(0.01)
     app.slow.set()  # the answer is made after its client left
     _wait(app.sources[0].closed, "the unsent stream closed")
+
+
+def test_a_protocol_switch_carries_bytes_both_ways_until_either_ends(app: App) -> None:
+    with socket.create_connection(("127.0.0.1", app.server_port), timeout=5) as s:
+        s.sendall(b"GET /echo HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\n"
+                  b"Upgrade: echo\r\n\r\n")
+        head = b""
+        while b"\r\n\r\n" not in head:
+            head += s.recv(4096)
+        head, _, rest = head.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 101")
+        assert b"Connection: Upgrade" in head and b"Upgrade: echo" in head
+        assert b"Content-Length" not in head and b"Transfer-Encoding" not in head
+        time.sleep(2.5)  # longer than read_timeout_s: a quiet client is not dropped
+        s.sendall(b"abc")
+        got = rest
+        while len(got) < 3:
+            got += s.recv(4096)
+        assert got == b"ABC"  # unframed
+        s.sendall(b"stop")  # feed says the end: the connection closes, the source too
+        _wait(app.sources[0].closed, "the source closed when feed ended it")
+    with socket.create_connection(("127.0.0.1", app.server_port), timeout=5) as s:
+        s.sendall(b"GET /echo HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert s.recv(4096).startswith(b"HTTP/1.1 101")
+        app.sources[1].close()  # the application ends it: the client sees EOF, no chunk end
+        data = b""
+        while chunk := s.recv(4096):
+            data += chunk
+        assert data == b""

@@ -11,7 +11,7 @@ EXPECTED = [
     "PROGRAM_ID", "DEFAULT_MARKET_PARAMS", "AccountNotFound", "Attestation", "ChainError",
     "ConfirmationTimeout", "GpuMarketClient", "GpuMarketError", "InvalidAccount", "JobView",
     "MarketView", "ProviderView", "RpcUnavailable", "SdkError", "SettleItem",
-    "TransactionTooLarge", "ValidatorView",
+    "TransactionTooLarge", "ValidatorView", "deploy", "Deployment", "DeployError",
 ]  # fmt: skip
 
 

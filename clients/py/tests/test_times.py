@@ -11,7 +11,7 @@ from gpu_market.accounts import Unbonding
 from gpu_market.units import format_span, when
 from solders.pubkey import Pubkey
 from test_cli import CHAIN_NOW, MARKET, run
-from test_cli_committee import chain, fake_validator, isolated, offline_chain  # noqa: F401
+from test_cli_committee import chain, fake_validator, offline_chain  # noqa: F401
 
 
 @pytest.mark.parametrize("delta, text", [

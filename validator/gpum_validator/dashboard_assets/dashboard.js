@@ -134,6 +134,15 @@
     score: (v) => (typeof v === "number" ? v.toFixed(3) : String(v)),
     mib: (v) => `${num(Math.round(v / 1024))} GiB`,
     truncated: (v) => (v ? "More offers exist; the best 200 are shown." : ""),
+    "truncated-jobs": (v) => (v ? "the newest 200 are shown." : "all are shown."),
+    ago: (v) => {
+      const span = document.createElement("span");
+      const s = Math.round(Date.now() / 1000 - v);
+      span.textContent = s >= 0 ? `${duration(s)} ago` : `in ${duration(-s)}`;
+      span.title = timeText(v);
+      return span;
+    },
+    online: (v) => (v ? badge("online", "ok") : badge("offline", "down")),
   };
 
   function rawText(v) {
@@ -191,9 +200,14 @@
   function fillTable(role, rows, emptyText, columns) {
     const body = document.querySelector(`[data-role="${role}"] tbody`);
     if (!body) return;
+    // Each cell carries its column's name: a phone shows a row as a card of "name value" lines.
+    const heads = [...body.closest("table").querySelectorAll("thead th")].map((th) => th.textContent);
     const trs = rows.map((row) => {
       const tr = document.createElement("tr");
-      for (const c of columns(row)) tr.appendChild(c);
+      columns(row).forEach((c, i) => {
+        c.dataset.label = heads[i] || "";
+        tr.appendChild(c);
+      });
       return tr;
     });
     if (!trs.length) {
@@ -215,12 +229,14 @@
 
   // ------------------------------------------------------------------ charts
 
+  // fixed: the y-range whatever the values; minSpan: the least span of a y-range (a flat
+  // 77-78 °C line stays a line, not a cliff); fromZero: the range starts at 0.
   const CHARTS = {
     util: { value: (g) => (g.util_gpu_avg_bp == null ? null : g.util_gpu_avg_bp / 100),
             unit: "%", fixed: [0, 100] },
-    temp: { value: (g) => g.temp_max_c, unit: "°C" },
+    temp: { value: (g) => g.temp_max_c, unit: "°C", minSpan: 20 },
     power: { value: (g) => (g.power_avg_mw == null ? null : g.power_avg_mw / 1000), unit: "W",
-             fromZero: true },
+             fromZero: true, minSpan: 10 },
   };
   const W = 420;
   const H = 190;
@@ -235,15 +251,33 @@
 
   function range(values, spec) {
     if (spec.fixed) return { lo: spec.fixed[0], hi: spec.fixed[1], step: (spec.fixed[1] - spec.fixed[0]) / 4 };
-    if (!values.length) return { lo: 0, hi: 1, step: 0.25 };
+    if (!values.length) return { lo: 0, hi: spec.minSpan || 1, step: (spec.minSpan || 1) / 4 };
     let min = Math.min(...values);
-    const max = Math.max(...values);
+    let max = Math.max(...values);
     if (spec.fromZero) min = 0;
+    const span = spec.minSpan || 0;
+    if (max - min < span) { // centre the values in a range of at least minSpan
+      const mid = (max + min) / 2;
+      min = spec.fromZero ? 0 : Math.max(0, mid - span / 2);
+      max = min + span;
+    }
     const step = niceStep((max - min) / 4 || Math.abs(max) / 4 || 1);
     const lo = Math.floor(min / step) * step;
     let hi = Math.ceil(max / step) * step;
     if (hi <= lo) hi = lo + step;
     return { lo, hi, step };
+  }
+
+  // A time on the x-axis, UTC, as precise as the span needs: "14:05:20" within 10 minutes,
+  // "14:05" within a day, else "Nov 27 14:05".
+  function timeTick(t, span) {
+    const iso = new Date(Math.round(t) * 1000).toISOString();
+    if (span <= 600) return iso.slice(11, 19);
+    const hm = iso.slice(11, 16);
+    if (span <= 86400) return hm;
+    const d = new Date(Math.round(t) * 1000);
+    const month = d.toLocaleString("en-US", { month: "short", timeZone: "UTC" });
+    return `${month} ${d.getUTCDate()} ${hm}`;
   }
 
   function svg(tag, attrs) {
@@ -267,12 +301,16 @@
     const values = series.flat().filter((v) => v !== null);
     const { lo, hi, step } = range(values, spec);
     const n = windows.length;
-    const x = (i) => PAD.left + (n <= 1 ? (W - PAD.left - PAD.right) / 2
-      : (i * (W - PAD.left - PAD.right)) / (n - 1));
+    // x is time: each window at its end, the axis from the first window's start.
+    const t0 = n ? windows[0].window_start : 0;
+    const t1 = n ? windows[n - 1].window_end : 1;
+    const x = (i) => PAD.left + (n < 1 || t1 <= t0 ? (W - PAD.left - PAD.right) / 2
+      : ((windows[i].window_end - t0) * (W - PAD.left - PAD.right)) / (t1 - t0));
     const y = (v) => PAD.top + (1 - (v - lo) / (hi - lo)) * (H - PAD.top - PAD.bottom);
     const root = svg("svg", { viewBox: `0 0 ${W} ${H}`, class: "chart", role: "img",
-                              "aria-label": `${kind} per window`, "data-field": `chart.${kind}`,
-                              "data-raw": n });
+                              "aria-label": `${kind} over time (UTC)`,
+                              "data-field": `chart.${kind}`, "data-raw": n,
+                              "data-lo": lo, "data-hi": hi });
     for (let v = lo; v <= hi + step / 1000; v += step) {
       root.appendChild(svg("line", { x1: PAD.left, x2: W - PAD.right, y1: y(v), y2: y(v),
                                      class: "grid-line" }));
@@ -282,10 +320,14 @@
       root.appendChild(label);
     }
     if (n) {
-      const ends = [[0, "start"], [n - 1, "end"]];
-      for (const [i, anchor] of n > 1 ? ends : [[0, "middle"]]) {
-        const label = svg("text", { x: x(i), y: H - 6, "text-anchor": anchor, class: "axis-label" });
-        label.textContent = `#${windows[i].seq}`;
+      root.dataset.t0 = t0;
+      root.dataset.t1 = t1;
+      const ticks = [[t0, "start"], [(t0 + t1) / 2, "middle"], [t1, "end"]];
+      for (const [t, anchor] of ticks) {
+        const at = PAD.left + ((t - t0) * (W - PAD.left - PAD.right)) / Math.max(1, t1 - t0);
+        const label = svg("text", { x: at, y: H - 6, "text-anchor": anchor,
+                                    class: "axis-label x-label" });
+        label.textContent = timeTick(t, t1 - t0);
         root.appendChild(label);
       }
       windows.forEach((w, i) => {
@@ -387,6 +429,7 @@
 
   async function job() {
     const addr = addressFromPath();
+    setField("job", addr, "address");
     const [j, w] = await Promise.all([
       getJSON(`/v1/dashboard/jobs/${encodeURIComponent(addr)}`),
       getJSON(`/v1/jobs/${encodeURIComponent(addr)}/windows?limit=${WINDOWS}`, true),
@@ -394,7 +437,10 @@
     decimals = j.decimals;
     fill(j);
     if (!j.on_chain) setField("chain.status", "closed", "status");
-    show("closed", !j.on_chain);
+    show("closed", !j.on_chain && !!j.closed);
+    show("receipt", !!j.closed);
+    // A closed job has no live figures: its receipt stands for them.
+    for (const el of document.querySelectorAll('[data-role="live"]')) el.hidden = !j.on_chain && !!j.closed;
     fillTable("settlements", j.settlements, "This node has not settled this job.", (s) => {
       const f = (name) => `settlements.${s.seq}.${name}`;
       return [
@@ -458,7 +504,96 @@
     });
   }
 
-  const LOADERS = { market, offers, job, provider, validator };
+  // The page's filters: read from the URL's query, sent as-is to the JSON API (which checks
+  // them), written back into the form.
+  function filterQuery() {
+    const form = document.querySelector('[data-role="filters"]');
+    const q = new URLSearchParams(location.search);
+    const out = new URLSearchParams();
+    for (const el of form ? form.elements : []) {
+      if (!el.name) continue;
+      const v = q.get(el.name) || "";
+      if (document.activeElement !== el) el.value = v;
+      if (v) out.set(el.name, v);
+    }
+    const s = out.toString();
+    return s ? `?${s}` : "";
+  }
+
+  function setupFilters() {
+    const form = document.querySelector('[data-role="filters"]');
+    if (!form) return;
+    const apply = (ev) => {
+      if (ev) ev.preventDefault();
+      const q = new URLSearchParams();
+      for (const el of form.elements) if (el.name && el.value.trim()) q.set(el.name, el.value.trim());
+      const s = q.toString();
+      history.replaceState(null, "", `${location.pathname}${s ? `?${s}` : ""}`);
+      LOADERS[page]().then(() => {
+        document.querySelector('[data-role="error"]').hidden = true;
+      }, showError);
+    };
+    form.addEventListener("submit", apply);
+    for (const el of form.querySelectorAll("select")) el.addEventListener("change", apply);
+  }
+
+  async function jobs() {
+    const l = await getJSON(`/v1/dashboard/jobs${filterQuery()}`);
+    decimals = l.decimals;
+    fill(l);
+    const none = l.total ? "No job matches these filters." : "No job of this market is on chain.";
+    fillTable("jobs", l.jobs, none, (r) => {
+      const f = (name) => `jobs.${r.job}.${name}`;
+      const prov = cell(r.provider, "text", f("provider"), "mono");
+      prov.replaceChildren(link(providerHref(r.provider), short(r.provider), r.provider));
+      const user = cell(r.user, "text", f("user"), "mono");
+      user.replaceChildren(link(`/dashboard/jobs?user=${encodeURIComponent(r.user)}`, short(r.user), r.user));
+      return [
+        cell(r.job, "job", f("job"), "mono"), cell(r.status, "status", f("status")), prov, user,
+        cell(r.gpu_count, "int", f("gpu_count"), "num"),
+        cell(r.spent, "amount", f("spent"), "num"), cell(r.escrow, "amount", f("escrow"), "num"),
+        cell(r.created_at, "time", f("created_at")),
+      ];
+    });
+  }
+
+  function fillOptions(role, values) {
+    const list = document.querySelector(`[data-role="${role}"]`);
+    if (!list) return;
+    list.replaceChildren(...values.map((v) => {
+      const o = document.createElement("option");
+      o.value = v;
+      return o;
+    }));
+  }
+
+  async function providers() {
+    const l = await getJSON(`/v1/dashboard/providers${filterQuery()}`);
+    decimals = l.decimals;
+    fill(l);
+    fillOptions("models", l.models);
+    fillOptions("regions", l.regions);
+    const none = l.total ? "No provider matches these filters." : "No provider in this market yet.";
+    fillTable("providers", l.providers, none, (r) => {
+      const f = (name) => `providers.${r.provider}.${name}`;
+      const who = cell(r.provider, "text", f("provider"), "mono");
+      who.replaceChildren(link(providerHref(r.provider), short(r.provider), r.provider));
+      const free = cell(r.gpus_free, "int", f("gpus_free"), "num");
+      free.append(` / ${num(r.gpus_total)}`);
+      const live = cell(r.online, "online", f("online"));
+      if (r.online === null) live.textContent = "unknown";
+      return [
+        who, cell(r.status, "status", f("status")), live, cell(r.gpu_model, "text", f("gpu_model")),
+        free, cell(r.vram_mib, "mib", f("vram_mib"), "num"), cell(r.region, "text", f("region")),
+        cell(r.price_per_gpu_hour, "amount", f("price_per_gpu_hour"), "num"),
+        cell(r.stake, "stake", f("stake"), "num"),
+        cell(r.jobs_completed, "int", f("jobs_completed"), "num"),
+        cell(r.slashes, "int", f("slashes"), "num"),
+      ];
+    });
+  }
+
+  const LOADERS = { market, offers, job, provider, validator, jobs, providers };
 
   // ------------------------------------------------------------------ wiring
 
@@ -478,14 +613,33 @@
     });
   }
 
+  // A 4xx answer is final (no job at the address, a bad filter): said in place of the tables,
+  // which never stay "loading…"; anything else is a banner and the next refresh retries.
   function showError(err) {
+    const message = err && err.message ? err.message : String(err);
+    const final = err instanceof ApiError && err.status >= 400 && err.status < 500 &&
+      err.status !== 429;
+    const box = document.querySelector('[data-role="notfound"]');
+    if (final && box && (err.status === 404 || err.status === 400)) {
+      document.querySelector('[data-role="notfound-message"]').textContent = message;
+      box.hidden = false;
+      show("job-body", false);
+      show("closed", false);
+      show("receipt", false);
+      setField("chain.status", err.status === 404 ? "not found" : "bad address", "status");
+    }
+    const inBox = final && box && !box.hidden;
+    for (const td of document.querySelectorAll("tbody tr.empty td")) {
+      if (td.textContent === "loading…") td.textContent = final ? message : "not loaded yet";
+    }
     const banner = document.querySelector('[data-role="error"]');
-    banner.textContent = err && err.message ? err.message : String(err);
+    banner.textContent = message;
     banner.dataset.code = (err && err.code) || "";
-    banner.hidden = false;
+    banner.hidden = inBox; // said once, in the page's own panel
   }
 
   async function tick() {
+    if (!LOADERS[page]) return; // the error page shows what the server said, nothing to load
     try {
       await LOADERS[page]();
       document.querySelector('[data-role="error"]').hidden = true;
@@ -503,5 +657,6 @@
 
   for (const a of document.querySelectorAll(`[data-nav="${page}"]`)) a.classList.add("active");
   setupLookup();
+  setupFilters();
   tick();
 })();

@@ -19,9 +19,11 @@ One module per command group, as ``gpum --help`` lists them:
   its workload commands (``job deliver``, ``job logs``, the ``--image`` options) are in
   :mod:`~gpu_market.cli.workload`, ``job watch`` in :mod:`~gpu_market.cli.watch`; ``job
   list``, ``job stop``, ``job close``, ``job cancel`` and job names (``--name``) in
-  :mod:`~gpu_market.cli.job_control`;
+  :mod:`~gpu_market.cli.job_control`; ``job exec`` and ``job cp`` in
+  :mod:`~gpu_market.cli.exec`;
 - :mod:`~gpu_market.cli.offers`: ``gpum offers``;
-- :mod:`~gpu_market.cli.run`: ``gpum run``;
+- :mod:`~gpu_market.cli.run`: ``gpum run``; its ``--template`` and ``-f/--file``, and ``gpum
+  templates``, in :mod:`~gpu_market.cli.task_file`;
 - :mod:`~gpu_market.cli.base`: what they all share (common options and :class:`Env`, argument
   types, ``--output`` formatting, keypair and URL resolution, small chain reads).
 
@@ -45,7 +47,7 @@ import os
 
 import click
 
-from . import job, market, offers, provider, run, validator
+from . import job, market, offers, provider, run, task_file, validator
 from .base import Env, common, load_keypair, one_line, resolve_url
 
 __all__ = ["cli", "load_keypair", "main", "resolve_url"]
@@ -63,6 +65,7 @@ cli.add_command(validator.validator)
 cli.add_command(job.job)
 cli.add_command(offers.offers)
 cli.add_command(run.run)
+cli.add_command(task_file.templates)
 
 
 PROGRAM_ERROR_HINTS = {

@@ -20,7 +20,8 @@ import click
 from solders.pubkey import Pubkey
 
 from ..constants import MAX_COMMITTEE, MAX_QUORUM
-from ..units import format_ui_amount
+from ..units import SECONDS_PER_HOUR, format_price_per_hour, format_ui_amount
+from . import exec as cli_exec
 from . import job_control
 from . import workload as cli_workload
 from .base import JOB, PUBKEY, CliError, Env, emit_dated
@@ -108,6 +109,8 @@ def job() -> None:
 job.add_command(cli_workload.job_deliver)
 job.add_command(cli_workload.job_logs)
 job.add_command(job_watch)
+job.add_command(cli_exec.job_exec)
+job.add_command(cli_exec.job_cp)
 for _command in (job_control.job_list, job_control.job_stop, job_control.job_close,
                  job_control.job_cancel):  # fmt: skip
     job.add_command(_command)
@@ -121,9 +124,9 @@ for _command in (job_control.job_list, job_control.job_stop, job_control.job_clo
 @click.option("--gpu-count", type=click.IntRange(1, 256), default=1, show_default=True)
 @click.option("--deposit", required=True, help="Escrow deposit, payment-mint UI units.")
 @click.option("--max-price", default=None,
-              help="Highest price per GPU-second you accept, payment-mint UI units (default: "
-                   "the provider's price now); the job is refused if the provider's price is "
-                   "above it when the transaction lands.")  # fmt: skip
+              help="Highest price per GPU-hour you accept, payment-mint UI units, as `gpum "
+                   "offers` shows it (default: the provider's price now); the job is refused if "
+                   "the provider's price is above it when the transaction lands.")  # fmt: skip
 @click.option("--job-id", type=click.IntRange(0, 2**64 - 1), default=None,
               help="Default: current unix time in milliseconds.")  # fmt: skip
 @click.option("--committee", default=None, metavar="AUTHORITY[,AUTHORITY...]",
@@ -152,7 +155,9 @@ def job_create(env: Env, market: Pubkey, provider_: Pubkey, gpu_count: int, depo
         raise CliError(f"provider {provider_} does not exist on {env.client.url}; pass the "
                        "provider account address (see `gpum provider status`)")  # fmt: skip
     price = p.price_per_gpu_second
-    limit = price if max_price is None else _amount(max_price, decimals, "'--max-price'", True)
+    limit = price  # the highest whole price per GPU-second within --max-price per GPU-hour:
+    if max_price is not None:
+        limit = _amount(max_price, decimals, "'--max-price'", True) // SECONDS_PER_HOUR
     if price > limit:
         raise CliError(_price_above_limit(price, limit, decimals))
     need = env.client.min_deposit(market, provider_, gpu_count)
@@ -186,6 +191,7 @@ def job_create(env: Env, market: Pubkey, provider_: Pubkey, gpu_count: int, depo
                                           decimals)) from None  # fmt: skip
     remember_job(env, address, market, job_id, name)
     data = {"job": str(address), **({"name": name} if name else {}), "job_id": job_id,
+            "max_price_per_gpu_hour": format_price_per_hour(limit, decimals),
             "max_price_per_gpu_second": format_ui_amount(limit, decimals),
             "committee": [str(k) for k in members], "quorum": quorum,
             "signature": str(sig)}  # fmt: skip
@@ -198,10 +204,10 @@ def job_create(env: Env, market: Pubkey, provider_: Pubkey, gpu_count: int, depo
 
 def _price_above_limit(price: int | None, limit: int, decimals: int) -> str:
     """The one-line answer to ``PriceAboveLimit`` (checked before sending, or on chain)."""
-    now = "above" if price is None else f"{format_ui_amount(price, decimals)}, above"
-    accept = "" if price is None else f" {format_ui_amount(price, decimals)}"
-    return (f"the provider's price per GPU-second is now {now} your --max-price "
-            f"{format_ui_amount(limit, decimals)}; no job was created and nothing was charged: "
+    now = "above" if price is None else f"{format_price_per_hour(price, decimals)}, above"
+    accept = "" if price is None else f" {format_price_per_hour(price, decimals)}"
+    return (f"the provider's price per GPU-hour is now {now} your --max-price "
+            f"{format_price_per_hour(limit, decimals)}; no job was created and nothing was charged: "
             f"check it with `gpum provider status` and pass --max-price{accept} or more to "
             "accept it")
 
@@ -223,9 +229,19 @@ def job_status(env: Env, job_address: Pubkey) -> None:
         escrow = None
     terms = _params_dict(j.terms)
     terms["rate_per_second"] = format_ui_amount(j.terms.rate_per_second, d)
+    if env.output != "json":
+        del terms["rate_per_second"]  # a person reads rate_per_hour
+    workload = cli_workload.workload_summary(env, j)
+    ended: dict[str, Any] = {}
+    if workload is not None and workload.get("end_reason"):
+        ended["ended"] = f"{j.status} - {workload['end_reason']}"
+    if workload is not None and workload.get("logs_kept_until"):
+        ended["logs_kept_until"] = workload.pop("logs_kept_until")
     data: dict[str, Any] = {
         "job": str(job_address),
         "status": j.status,
+        **ended,
+        "rate_per_hour": format_price_per_hour(j.terms.rate_per_second, d),
         "user": str(j.user),
         "provider": str(j.provider),
         "gpu_count": j.gpu_count,
@@ -254,11 +270,10 @@ def job_status(env: Env, job_address: Pubkey) -> None:
         data["grace_ends_at"] = j.grace_ends_at  # close / complete strictly after
     if j.expirable_after is not None:
         data["expirable_after"] = j.expirable_after  # expire strictly after
-    workload = cli_workload.workload_summary(env, j)
     if workload is not None:
         data["workload"] = workload
     emit_dated(env, data, _now(env), ("last_window_end", "created_at", "started_at", "ended_at",
-                                      "grace_ends_at", "expirable_after"))
+                                      "grace_ends_at", "expirable_after", "logs_kept_until"))
 
 
 def _job_action(name: str, method: str, doc: str, precheck: bool = False) -> None:

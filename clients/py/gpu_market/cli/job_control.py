@@ -30,11 +30,8 @@ __all__ = ["check_job_name", "job_cancel", "job_close", "job_list", "job_stop", 
 
 _sleep = time.sleep
 _monotonic = time.monotonic
-POLL_SECONDS = 2.0
 PROGRESS_EVERY = 30.0
 """Seconds between ``job stop``'s progress lines when stderr is not a terminal."""
-STOP_MARGIN_SECONDS = 120
-"""``job stop`` without ``--timeout`` waits the job's grace and this much more."""
 ENDPOINT_TIMEOUT = 3.0
 """Seconds ``job list`` gives each worker to report a running job's published ports."""
 
@@ -124,33 +121,12 @@ def require_settlement_over(env: Env, job_address: Pubkey, command: str) -> Any:
 
 def _close(env: Env, job_address: Pubkey, j: Any) -> None:
     """Close ``j`` (settlement over), keep its receipt in the history and print it."""
-    from .. import pda
-    from ..errors import AccountNotFound
-    from ..job_history import HistoryError, receipt_of
+    from ..deployment import close_with_receipt
 
-    try:
-        escrow = env.client.token_balance(pda.escrow_pda(job_address, env.client.program_id))
-    except AccountNotFound:
-        escrow = 0
-    sig = env.client.close_job(env.keypair, job_address)
-    refunded_now = escrow
-    try:  # the chain's own account of the refund, when the transaction's logs are readable
-        for name, fields in env.client.events(sig):
-            if name == "JobClosed":
-                refunded_now = fields["refunded"] + fields["surplus_returned"]
-    except Exception as e:  # noqa: BLE001 - the pre-close escrow balance is the refund too
-        click.echo(f"warning: cannot read the close's events ({' '.join(str(e).split())}); "
-                   "the refund shown is the escrow's balance before the close", err=True)  # fmt: skip
-    receipt = receipt_of(j, refunded_now)
-    closed_at = int(time.time())
-    url = resolve_url(env.url)
-    history = _history()
-    try:
-        name = history.name_of(job_address, url)
-        history.record_closed(j, url=url, receipt=receipt, closed_at=closed_at, signature=str(sig))
-    except HistoryError as e:
-        name = None
-        click.echo(f"warning: the receipt is not kept: {e}", err=True)
+    closed = close_with_receipt(env.client, env.keypair, job_address, j)
+    for warning in closed.warnings:
+        click.echo(f"warning: {warning}", err=True)
+    receipt, sig, name, closed_at = closed.receipt, closed.signature, closed.name, closed.closed_at
     d = _Decimals(env)(j.market)
     if env.output == "json":
         env.emit({"job": str(job_address), "name": name, "status": "closed",
@@ -216,20 +192,17 @@ def job_stop(env: Env, job_address: Pubkey, timeout: str | None) -> None:
             limit = parse_duration(timeout)
         except ValueError as e:
             raise click.BadParameter(str(e), param_hint="'--timeout'") from None
+    from ..deployment import DeployError, Hooks, cli_flag, stop_job
+
     kp = env.keypair
-    j = _job_view(env, job_address)
-    if j.user != kp.pubkey():
-        raise CliError(f"job {job_address} belongs to {j.user}, not to your keypair "
-                       f"{kp.pubkey()}: pass its user's --keypair")  # fmt: skip
+    _job_view(env, job_address)
     say = _Progress(env.output == "text")
-    if j.status == "open":
-        env.client.cancel_job(kp, job_address)
-        say(f"job {job_address} was not accepted yet: cancelled (full refund)")
-    elif j.status == "running":
-        env.client.finish_job(kp, job_address)
-        say(f"job {job_address} finished: billing stopped")
+    hooks = Hooks(sleep=lambda s: _sleep(s), monotonic=lambda: _monotonic(), flag=cli_flag)
     try:
-        j = _wait_settlement_over(env, job_address, limit, say)
+        j = stop_job(env.client, kp, job_address, limit=limit, hooks=hooks, say=say,
+                     tick=say.tick)  # fmt: skip
+    except DeployError as e:
+        raise CliError(str(e)) from None
     except KeyboardInterrupt:
         raise CliError(f"interrupted: job {job_address} is {_job_view(env, job_address).status}; "
                        f"`gpum job stop {job_address}` again closes it once its grace is over "
@@ -267,31 +240,6 @@ class _Progress:
         if self.open:
             click.echo("", err=True)
             self.open = False
-
-
-def _wait_settlement_over(env: Env, job_address: Pubkey, limit: int | None, say: _Progress) -> Any:
-    """The job's view once no settlement is possible (its grace over, by the chain's clock);
-    CliError at ``limit`` seconds (default: the grace plus ``STOP_MARGIN_SECONDS``)."""
-    start = _monotonic()
-    while True:
-        j = _job_view(env, job_address)
-        now = _now(env)
-        if j.settlement_over(now):
-            return j
-        grace_end = j.grace_ends_at
-        if grace_end is None:  # open or running: the cancel or finish above did not take
-            raise CliError(f"job {job_address} is {j.status}: it cannot be closed yet; run "
-                           f"`gpum job stop {job_address}` again")  # fmt: skip
-        if limit is None:
-            limit = j.terms.grace_seconds + STOP_MARGIN_SECONDS
-        waited = _monotonic() - start
-        if waited >= limit:
-            raise CliError(f"job {job_address} is finished (billing stopped) but its settlement "
-                           f"grace ends at {when(grace_end, now)}: run `gpum job stop "
-                           f"{job_address}` again then to close it and get the refund")  # fmt: skip
-        say.tick(f"waiting for the settlement grace to end at {when(grace_end, now)} "
-                 "(receipts up to the finish still settle)")  # fmt: skip
-        _sleep(max(0.1, min(POLL_SECONDS, limit - waited, grace_end - now + 1)))
 
 
 # ----------------------------------------------------------------------------- list

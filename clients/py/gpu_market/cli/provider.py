@@ -4,17 +4,34 @@ endpoint or availability, rotate the worker key, unstake and withdraw, and show 
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 from solders.pubkey import Pubkey
 
-from ..units import format_ui_amount
-from .base import PUBKEY, CliError, Env, withdraw_released
+from ..units import format_price_per_hour, format_ui_amount, when
+from .base import PUBKEY, CliError, Env, emit_dated, withdraw_released
 from .base import common as _common
 from .base import market_option as _market_option
 from .base import market_view as _market
+from .base import now as _now
 from .base import parse_amount as _amount
 
 __all__ = ["provider"]
+
+PRICE_HELP = ("Price per GPU-hour, in payment-mint tokens (e.g. 1.8). It must come to a whole "
+              "number of base units per GPU-second, the unit the chain keeps; another price is "
+              "refused, naming the two nearest that do.")
+
+
+def _price(text: str, decimals: int) -> int:
+    """``--price`` (tokens per GPU-hour) as the chain keeps it, base units per GPU-second."""
+    from ..units import AmountError, parse_price_per_hour
+
+    try:
+        return parse_price_per_hour(text, decimals)
+    except AmountError as e:
+        raise click.BadParameter(str(e), param_hint="'--price'") from None
 
 
 @click.group()
@@ -30,7 +47,7 @@ def provider() -> None:
 @click.option("--gpu-count", type=click.IntRange(1, 256), required=True)
 @click.option("--vram-mib", type=click.IntRange(0, 2**32 - 1), required=True)
 @click.option("--region", default="", help="e.g. 'eu-west' (<= 16 bytes).")
-@click.option("--price", required=True, help="Price per GPU-second, payment-mint UI units.")
+@click.option("--price", required=True, help=PRICE_HELP)
 @click.option("--worker-key-expires-at", type=click.IntRange(0), default=0, help="Unix time; 0 = never.")
 @click.option("--endpoint", default="", help="Your worker's public API URL (gpum-worker "
               "--api-listen), where users deliver workloads and read logs; without it you "
@@ -54,7 +71,7 @@ def provider_register(env: Env, market: Pubkey, worker_key: Pubkey, gpu_model: s
             raise click.BadParameter(str(e), param_hint=hint) from None
     kp = env.keypair
     m = _market(env, market)
-    price_base = _amount(price, env.client.mint_decimals(m.payment_mint), "'--price'")
+    price_base = _price(price, env.client.mint_decimals(m.payment_mint))
     spec = {"gpu_model": gpu_model, "gpu_count": gpu_count, "vram_mib": vram_mib, "region": region}
     sig = env.client.register_provider(kp, worker_key, spec, price_base, market,
                                        worker_key_expires_at, endpoint=endpoint)
@@ -86,8 +103,12 @@ def provider_stake(env: Env, market: Pubkey, amount: str) -> None:
 @_market_option
 @click.option("--owner", type=PUBKEY, default=None, help="Provider owner (default: your keypair).")
 def provider_status(env: Env, market: Pubkey, owner: Pubkey | None) -> None:
-    """Show a provider's spec, status, stake and reputation."""
-    from .. import pda
+    """Show a provider: whether a new job can rent it and if not why, its rentable GPUs,
+    price per GPU-hour, stake, unbonding and its release date, earnings and reputation. Its
+    worker is asked GET /v1/health (3 s at most)."""
+    from .. import pda, tokens
+    from ..accounts import effective_params
+    from ..errors import AccountNotFound
 
     owner = owner or env.keypair.pubkey()
     address = pda.provider_pda(market, owner, env.client.program_id)
@@ -97,32 +118,119 @@ def provider_status(env: Env, market: Pubkey, owner: Pubkey | None) -> None:
     m = _market(env, market)
     sd = env.client.mint_decimals(m.stake_mint)
     pdec = env.client.mint_decimals(m.payment_mint)
-    env.emit(
-        {
-            "provider": str(address),
-            "owner": str(p.owner),
-            "worker_key": str(p.worker_key),
-            "worker_key_expires_at": p.worker_key_expires_at or "never",
-            "retired_worker_keys": [f"{r.key} (retired at {r.retired_at})"
-                                    for r in p.retired_worker_keys],
-            "status": p.status if p.jailed_until is None else f"jailed until {p.jailed_until}",
-            "gpu_model": p.spec.gpu_model,
-            "gpus": f"{p.gpus_in_use}/{p.spec.gpu_count} in use",
-            "vram_mib": p.spec.vram_mib,
-            "region": p.spec.region,
-            "price_per_gpu_second": format_ui_amount(p.price_per_gpu_second, pdec),
-            "stake": format_ui_amount(p.stake, sd),
-            "unbonding": format_ui_amount(p.unbonding.amount, sd),
-            "verified_seconds": p.reputation.verified_seconds,
-            "jobs_completed": p.reputation.jobs_completed,
-        }
-    )
+    now = _now(env)
+    min_stake = effective_params(m, now).min_stake_per_gpu
+    worker = _worker_health(p)
+    why = not_rentable_reasons(p, market_paused=m.paused, min_stake_per_gpu=min_stake, now=now,
+                               stake_decimals=sd, worker_problem=worker)
+    backed = p.free_gpus if min_stake <= 0 else p.stake // min_stake - p.gpus_in_use
+    rentable = 0 if why else max(0, min(p.free_gpus, backed))
+    payment_account = tokens.ata(p.owner, m.payment_mint)
+    try:
+        balance: int | None = env.client.token_balance(payment_account)
+    except AccountNotFound:
+        balance = None
+    live = env.client.list_jobs(provider=address)
+    earned_live = sum(j.paid_provider for j in live)
+    data: dict[str, Any] = {
+        "provider": str(address),
+        "owner": str(p.owner),
+        "rentable": "yes" if not why else "no",
+        "why_not_rentable": why if env.output == "json" else "; ".join(why) or "-",
+        "gpus": f"{rentable}/{p.spec.gpu_count} rentable now, {p.gpus_in_use} in use",
+        "status": p.status,
+        "worker": worker or ("online" if p.endpoint else "none (no endpoint: rents bare GPUs "
+                                                         "only, runs no workloads)"),
+        "endpoint": p.endpoint or "-",
+        "worker_key": str(p.worker_key),
+        "worker_key_expires_at": p.worker_key_expires_at or "never",
+        "retired_worker_keys": [f"{r.key} (retired {when(r.retired_at, now)})"
+                                for r in p.retired_worker_keys],
+        "gpu_model": p.spec.gpu_model,
+        "vram_mib": p.spec.vram_mib,
+        "region": p.spec.region,
+        "price_per_gpu_hour": format_price_per_hour(p.price_per_gpu_second, pdec),
+        "stake": format_ui_amount(p.stake, sd),
+        "stake_needed_for_all_gpus": format_ui_amount(min_stake * p.spec.gpu_count, sd),
+        "unbonding": format_ui_amount(p.unbonding.amount, sd),
+        "unbonding_release_at": p.unbonding.release_at if p.unbonding.amount else 0,
+        "earned_by_jobs_not_closed": f"{format_ui_amount(earned_live, pdec)} "
+                                     f"({len(live)} job(s); the chain keeps no total for closed "
+                                     "jobs)",
+        "payment_account": str(payment_account),
+        "payment_account_balance": "-" if balance is None else format_ui_amount(balance, pdec),
+        "verified_job_hours": f"{p.reputation.verified_seconds / 3600:.2f}",
+        "jobs_completed": p.reputation.jobs_completed,
+        "jobs_failed": p.reputation.jobs_failed,
+        "slashes": p.reputation.slashes,
+    }
+    if p.jailed_until is not None:
+        data["jailed_until"] = p.jailed_until
+    if not why and rentable < p.free_gpus:
+        need = min_stake * (p.gpus_in_use + p.free_gpus) - p.stake
+        data["stake_note"] = (f"the stake {format_ui_amount(p.stake, sd)} backs {rentable} of the "
+                              f"{p.free_gpus} GPU(s) not in use: `gpum provider stake "
+                              f"{format_ui_amount(need, sd)}` to rent them all")
+    if env.output == "json":
+        data.update(price_per_gpu_second=p.price_per_gpu_second, rentable_gpus=rentable,
+                    gpus_total=p.spec.gpu_count, gpus_in_use=p.gpus_in_use,
+                    earned_by_jobs_not_closed=earned_live,
+                    payment_account_balance=balance)  # fmt: skip
+    emit_dated(env, data, now, ("jailed_until", "worker_key_expires_at", "unbonding_release_at"))
+
+
+def _worker_health(p: Any) -> str:
+    """Why the provider's worker is not healthy ("" when it answers as its current key, or
+    when there is no endpoint to ask)."""
+    if not p.endpoint:
+        return ""
+    from ..net import BoundedClient
+    from ..offers import probe_worker
+
+    with BoundedClient() as http:
+        why = probe_worker(http, p.endpoint, p.worker_key)
+    return f"offline: {why}" if why else ""
+
+
+def not_rentable_reasons(p: Any, *, market_paused: bool, min_stake_per_gpu: int, now: int,
+                         stake_decimals: int, worker_problem: str = "") -> list[str]:
+    """Why ``create_job`` would refuse a new one-GPU job on provider ``p`` now, or a job would
+    never start (an expired worker key accepts none; an offline worker runs none), each with
+    what to do; [] when it is rentable."""
+    out = []
+    if market_paused:
+        out.append("the market is paused by its authority: no job can be created")
+    if p.status == "paused":
+        out.append("you stopped taking jobs: `gpum provider update --accepting-jobs` resumes")
+    elif p.status == "jailed":
+        until = p.jailed_until or 0
+        if until > now:
+            out.append(f"jailed after an equivocation slash until {when(until, now)}; then "
+                       "`gpum provider update --accepting-jobs`")
+        else:
+            out.append(f"jailed until {when(until, now)}: `gpum provider update "
+                       "--accepting-jobs` returns it to the market")
+    if p.free_gpus == 0:
+        out.append(f"all {p.spec.gpu_count} GPU(s) are in use")
+    elif min_stake_per_gpu > 0 and p.stake < min_stake_per_gpu * (p.gpus_in_use + 1):
+        need = min_stake_per_gpu * (p.gpus_in_use + 1) - p.stake
+        out.append(f"the stake {format_ui_amount(p.stake, stake_decimals)} backs "
+                   f"{p.stake // min_stake_per_gpu} GPU(s) at the market's min_stake_per_gpu "
+                   f"{format_ui_amount(min_stake_per_gpu, stake_decimals)} and "
+                   f"{p.gpus_in_use} are in use: `gpum provider stake "
+                   f"{format_ui_amount(need, stake_decimals)}` or more")
+    if p.worker_key_expires_at and now > p.worker_key_expires_at:
+        out.append(f"the worker key expired {when(p.worker_key_expires_at, now)} and accepts no "
+                   "job: `gpum provider rotate-key NEW_WORKER_KEY`")
+    if worker_problem:
+        out.append(f"the worker is {worker_problem}: a job would not start")
+    return out
 
 
 @provider.command("update")
 @_common
 @_market_option
-@click.option("--price", default=None, help="Price per GPU-second, payment-mint UI units.")
+@click.option("--price", default=None, help=PRICE_HELP)
 @click.option("--gpu-model", default=None, help="<= 32 bytes.")
 @click.option("--gpu-count", type=click.IntRange(1, 256), default=None)
 @click.option("--vram-mib", type=click.IntRange(0, 2**32 - 1), default=None)
@@ -158,7 +266,7 @@ def provider_update(env: Env, market: Pubkey, price: str | None, gpu_model: str 
     kp = env.keypair
     price_base = None
     if price is not None:
-        price_base = _amount(price, env.client.mint_decimals(_market(env, market).payment_mint), "'--price'")
+        price_base = _price(price, env.client.mint_decimals(_market(env, market).payment_mint))
     address = pda.provider_pda(market, kp.pubkey(), env.client.program_id)
     sig = env.client.update_provider(kp, address, price_base, spec or None, accepting_jobs,
                                      endpoint=endpoint)

@@ -17,14 +17,16 @@ for the cancel; when the delivery fails, the time runs out while the job is stil
 user presses Ctrl-C, the Open job is cancelled (the whole deposit back in the same
 transaction) and the refund printed; a job already Running is left running and the error names
 the command that stops it (``gpum job stop JOB``).
+
+The flow itself (offer, liveness, deposit, create, delivery, wait, cancel) is the SDK's
+:mod:`gpu_market.deployment`, which ``gpu_market.deploy(...)`` runs too; this module adds the
+options, the committee and job-name choices, the progress line and the output.
 """
 
 from __future__ import annotations
 
-import math
 import sys
 import time
-from collections.abc import Sequence
 from decimal import Decimal
 from fractions import Fraction
 from typing import Any
@@ -32,9 +34,11 @@ from typing import Any
 import click
 from solders.pubkey import Pubkey
 
+from .. import deployment as sdk
 from ..constants import MAX_QUORUM
+from ..deployment import CANCEL_RESERVE_S, DELIVER_ATTEMPT_S, DeployError, parse_gpu, parse_hours
 from ..runway import format_duration
-from ..units import U64_MAX, format_ui_amount, parse_duration
+from ..units import format_ui_amount
 from . import workload as cli_workload
 from .base import (
     PUBKEY,
@@ -51,223 +55,26 @@ from .base import (
 from .base import parse_amount as _amount
 from .job import choose_committee
 from .job_control import check_job_name, name_option, remember_job
+from .task_file import task_options
 
-__all__ = ["parse_gpu", "parse_hours", "run"]
+__all__ = ["CANCEL_RESERVE_S", "DELIVER_ATTEMPT_S", "parse_gpu", "parse_hours", "run"]
 
 SECONDS_PER_HOUR = 3600
-POLL_SECONDS = 1.0
-"""How often ``gpum run`` looks at the job and its container while waiting."""
-WAITING_STATES = ("pending", "starting", "restarting")
-"""Workload states ``gpum run`` keeps waiting through."""
-CANCEL_RESERVE_S = 5.0
-"""The part of ``--timeout`` (at most a quarter of it) kept for cancelling the job."""
-DELIVER_ATTEMPT_S = 10.0
-"""The longest one delivery attempt or status read may take."""
 _sleep = time.sleep  # tests replace it
 _monotonic = time.monotonic
 
 
-def _probe(offers: Sequence[Any], deadline: float) -> dict[Any, Any]:
+def _probe(offers: Any, deadline: float) -> dict[Any, Any]:
     """Liveness of ``offers``' workers within ``deadline`` seconds in all (tests replace it)."""
-    from ..offers import PROBE_DEADLINE_S, PROBE_TOTAL_S, probe_liveness
-
-    left = max(0.1, deadline)
-    return probe_liveness(offers, deadline=min(PROBE_DEADLINE_S, left),
-                          total=min(PROBE_TOTAL_S, left))  # fmt: skip
+    return sdk.probe_workers(offers, deadline)
 
 
-# ----------------------------------------------------------------------------- argument parsing
-
-
-def parse_gpu(text: str) -> tuple[str, int]:
-    """``"H100:2"`` -> ``("H100", 2)``: the GPU model (matched as a case-insensitive substring
-    of the provider's model, ``_`` = space) and how many GPUs, 1..256. ValueError otherwise."""
-    model, sep, count = str(text).rpartition(":")
-    model = model.strip()
-    if not sep or not model:
-        raise ValueError(f"{text!r} is not MODEL:COUNT, e.g. H100:1 or 'RTX 4090:2'")
-    try:
-        n = int(count.strip())
-    except ValueError:
-        raise ValueError(f"the GPU count {count.strip()!r} in {text!r} is not a whole number") from None
-    if not 1 <= n <= 256:
-        raise ValueError(f"the GPU count in {text!r} must be 1..256")
-    return model, n
-
-
-def parse_hours(text: str) -> Fraction:
-    """``"1.5"`` (hours) or a duration (``"90m"``, ``"1h30m"``, ``"2d"``) -> seconds, exact.
-    ValueError for anything but a positive duration."""
-    seconds = parse_duration(text, "h")
-    if seconds <= 0:
-        raise ValueError(f"{text!r}: give a positive number of hours or a duration, e.g. 2, "
-                         "0.5, 90m or 1h30m")
-    return seconds
-
-
-# ----------------------------------------------------------------------------- gpum run
-
-
-def _why_no_offer(offers: Sequence[Any], market: Pubkey, model: str, gpus: int,
-                  limit: int | None, hour_limit_text: str | None, decimals: int) -> str:  # fmt: skip
-    """One line naming the first constraint (model, GPU count, runs containers, price) that
-    leaves no offer, in that order."""
-    from ..offers import best_offer
-
-    if not offers:
-        return (f"no offers in market {market}: no Active provider has a free GPU now (see "
-                "`gpum offers`)")
-    matching = [o for o in offers if best_offer([o], gpus=1, gpu_model=model) is not None]
-    if not matching:
-        models = sorted({o.gpu_model for o in offers})
-        return (f"no offer has a GPU model matching {model!r}; models offered: "
-                f"{', '.join(repr(m) for m in models)} (see `gpum offers`)")
-    roomy = [o for o in matching if o.gpus_free >= gpus]
-    if not roomy:
-        most = max(o.gpus_free for o in matching)
-        return (f"no {model} offer has {gpus} free GPU(s); the most any has is {most}: ask "
-                f"for fewer with --gpu {model}:{most}, or try later")
-    runs = [o for o in roomy if o.runs_workloads]
-    if not runs:
-        return (f"{len(roomy)} {model} offer(s) have {gpus} free GPU(s) but none runs "
-                "containers (publishes a worker endpoint); rent bare GPUs with `gpum job "
-                "create` instead")
-    if limit is None:  # only a jailed provider could be left out: list_offers drops those
-        return f"no offer fits --gpu {model}:{gpus} (see `gpum offers`)"
-    cheapest = min(o.price_per_gpu_second for o in runs)
-    return (f"the cheapest matching offer costs "
-            f"{format_ui_amount(cheapest * SECONDS_PER_HOUR, decimals)} per GPU-hour, above "
-            f"your --max-price {hour_limit_text}; raise --max-price or try later")
-
-
-def _named_offer(env: Env, provider: Pubkey, params: Any, chain_now: int, model: str, gpus: int,
-                 limit: int | None, hour_limit_text: str | None, decimals: int) -> Any:  # fmt: skip
-    """The Offer of ``--provider``; CliError naming what rules it out."""
-    from ..offers import Offer, best_offer
-
-    p = env.client.fetch_provider(provider)
-    if p is None:
-        raise CliError(f"provider {provider} does not exist on {env.client.url}; pass a provider "
-                       "account address (see `gpum offers`)")  # fmt: skip
-    if p.status != "active":
-        raise CliError(f"provider {provider} is {p.status} and takes no jobs; choose another "
-                       "(see `gpum offers`)")  # fmt: skip
-    if p.worker_key_expires_at != 0 and chain_now > p.worker_key_expires_at:
-        raise CliError(f"provider {provider}'s worker key expired at {p.worker_key_expires_at}; "
-                       "it takes no jobs until it rotates it")  # fmt: skip
-    offer = Offer.from_provider(p, min_stake_per_gpu=params.min_stake_per_gpu)
-    if best_offer([offer], gpus=1, gpu_model=model) is None:
-        raise CliError(f"provider {provider} offers {offer.gpu_model!r}, which does not match "
-                       f"--gpu {model}")  # fmt: skip
-    if offer.gpus_free < gpus:
-        raise CliError(f"provider {provider} has {offer.gpus_free} free GPU(s) backed by stake; "
-                       f"you asked for {gpus}")  # fmt: skip
-    if not offer.runs_workloads:
-        raise CliError(f"provider {provider} publishes no worker endpoint, so it runs no "
-                       "containers; choose another (see `gpum offers workloads=true`)")  # fmt: skip
-    if limit is not None and offer.price_per_gpu_second > limit:
-        raise CliError(f"provider {provider} charges "
-                       f"{format_ui_amount(offer.price_per_gpu_hour(), decimals)} per GPU-hour, "
-                       f"above your --max-price {hour_limit_text}; raise --max-price or choose "
-                       "another provider")  # fmt: skip
-    return offer
-
-
-def _alive_offer(offers: Sequence[Any], left: float, *, gpus: int, gpu_model: str,
-                 limit: int | None) -> Any:  # fmt: skip
-    """The best offer among ``offers`` that fits and whose worker answers ``/v1/health`` (all
-    that fit are probed in parallel within ``left`` seconds); None when none fits at all;
-    CliError naming the providers and what failed when every one that fits is down."""
-    from ..offers import best_offer, with_liveness
-
-    def fits(o: Any) -> bool:
-        return best_offer([o], gpus=gpus, gpu_model=gpu_model, max_price_per_gpu_second=limit,
-                          needs_workloads=True) is not None  # fmt: skip
-
-    candidates = [o for o in offers if fits(o)]
-    if not candidates:
-        return None
-    live = with_liveness(candidates, _probe(candidates, left))
-    up = [o for o in live if o.online is not False]
-    if up:
-        return best_offer(up, gpus=gpus, gpu_model=gpu_model, max_price_per_gpu_second=limit,
-                          needs_workloads=True)  # fmt: skip
-    down = "; ".join(f"{o.provider} at {o.endpoint}: {o.liveness_error}" for o in live[:3])
-    raise CliError(f"{len(live)} offer(s) fit, but no provider's worker answers its health check "
-                   f"({down}); nothing was sent and no money moved: try later, or see `gpum "
-                   "offers --all`")  # fmt: skip
-
-
-def _require_alive(offer: Any, left: float) -> None:
-    """CliError naming the provider, its endpoint and what failed unless its worker answers
-    ``/v1/health`` within ``left`` seconds."""
-    live = _probe([offer], left).get(offer.provider)
-    if live is not None and live.online is False:
-        raise CliError(f"provider {offer.provider}'s worker at {offer.endpoint} failed its health "
-                       f"check: {live.error}; nothing was sent and no money moved: choose "
-                       "another provider (`gpum offers`) or try later")  # fmt: skip
-
-
-class _Abandon(CliError):
-    """The job was created but will not run as asked: cancel it while it is Open."""
-
-
-def _deliver(env: Env, job: Pubkey, spec: Any, endpoint: str, deadline: float) -> dict[str, Any]:
-    """Post the spec to the worker, retrying an unreachable worker, 503 and 404 (it has not
-    seen a job created moments ago yet) with backoff until ``deadline`` (monotonic); _Abandon
-    with the last error when it is not delivered by then or the worker refuses it."""
-    from ..workload_api import WorkerApiError, deliver_workload
-
-    attempt = 0
-    while True:
-        left = deadline - _monotonic()
-        try:
-            return deliver_workload(endpoint, bytes(job), spec, bytes(env.keypair),
-                                    timeout=max(0.1, min(DELIVER_ATTEMPT_S, left)),
-                                    retries=0)  # fmt: skip
-        except WorkerApiError as e:
-            wait = min(0.5 * 2**attempt, 5.0, deadline - _monotonic())
-            if e.status not in (None, 404, 503) or wait <= 0:
-                raise _Abandon(f"the workload was not delivered to {endpoint} "
-                               f"({attempt + 1} attempt(s) within --timeout): {e}") from None  # fmt: skip
-        _sleep(wait)
-        attempt += 1
-
-
-def _abandon(env: Env, job: Pubkey, decimals: int) -> str:
-    """Cancel ``job`` if it is still Open (the whole deposit back to the user); a sentence
-    saying what happened to it and, for a Running job, the command that stops it."""
-    from ..errors import GpuMarketError, SdkError
-
-    j = env.client.fetch_job(job)
-    if j is None:
-        return f"job {job} does not exist (never created, or closed): no deposit is held"
-    if j.status == "open":
-        try:
-            sig = env.client.cancel_job(env.keypair, job)
-        except (GpuMarketError, SdkError) as e:
-            j = env.client.fetch_job(job)
-            if j is None or j.status != "running":
-                return (f"cancelling job {job} failed ({e}): run `gpum job cancel {job}` for a "
-                        "full refund")  # fmt: skip
-        else:
-            after = env.client.fetch_job(job)
-            refunded = after.refunded if after is not None and after.refunded else j.deposited
-            return (f"job {job} cancelled: {format_ui_amount(refunded, decimals)} refunded in "
-                    f"full (transaction {sig}); `gpum job close {job}` returns its rent")  # fmt: skip
-    if j.status == "running":
-        return f"job {job} is running and billing: stop it with `gpum job stop {job}`"
-    return f"job {job} is {j.status}: see `gpum job status {job}`"
-
-
-def _ports(status: dict[str, Any]) -> tuple[list[str], list[str]]:
-    """``(endpoints "host:port", mappings "host:port -> port/proto")`` of a worker's status."""
-    endpoints, mappings = [], []
-    for pt in status.get("ports") or ():
-        hostport = f"{pt.get('host')}:{pt.get('host_port')}"
-        endpoints.append(hostport)
-        mappings.append(f"{hostport} -> {pt.get('port')}/{pt.get('protocol')}")
-    return endpoints, mappings
+def _hooks(progress: Any) -> sdk.Hooks:
+    """The SDK flow's clock, sleep, probe and progress: this module's (replaceable) ones, and
+    messages naming the command's options."""
+    return sdk.Hooks(sleep=lambda s: _sleep(s), monotonic=lambda: _monotonic(),
+                     probe=lambda offers, left: _probe(offers, left), progress=progress,
+                     flag=sdk.cli_flag)  # fmt: skip
 
 
 class _Progress:
@@ -293,76 +100,13 @@ class _Progress:
             click.echo("", err=True)
 
 
-def _wait_running(env: Env, job: Pubkey, provider: Pubkey, endpoint: str, timeout: int,
-                  progress: _Progress, deadline: float) -> dict[str, Any]:  # fmt: skip
-    """The worker's workload status once the job is Running and its container runs (or exited
-    cleanly); CliError when the job or the container fails, or at ``deadline`` (monotonic;
-    _Abandon while the job is still Open)."""
-    from ..workload_api import WorkerApiError, workload_status
-
-    start = _monotonic()
-    last_error = ""
-    status: dict[str, Any] = {}
-    try:
-        while True:
-            waited = int(_monotonic() - start)
-            j = env.client.fetch_job(job)
-            if j is None:
-                raise CliError(f"job {job} no longer exists (closed); nothing runs")
-            if j.status == "declined":
-                raise CliError(f"provider {provider} declined job {job}; `gpum job close {job}` "
-                               "refunds the whole deposit")  # fmt: skip
-            if j.status not in ("open", "running"):
-                raise CliError(f"job {job} is {j.status} before its container ran; see `gpum job "
-                               f"status {job}`")  # fmt: skip
-            if j.status == "open":
-                progress.show(f"waiting for provider {provider} to accept job {job} ({waited} s)")
-            else:
-                try:
-                    left = max(0.1, deadline - _monotonic())
-                    status = workload_status(endpoint, bytes(job), j.workload_hash,
-                                             bytes(env.keypair),
-                                             timeout=min(DELIVER_ATTEMPT_S, left))  # fmt: skip
-                    last_error = ""
-                except WorkerApiError as e:
-                    status, last_error = {}, str(e)
-                state = status.get("state")
-                if state == "running":
-                    return status
-                if state == "exited" and status.get("exit_code") == 0:
-                    return status
-                if state == "exited":
-                    raise CliError(f"the container of job {job} exited with code "
-                                   f"{status.get('exit_code')} before it was seen running; read "
-                                   f"its output with `gpum job logs {job}`; `gpum job stop "
-                                   f"{job}` stops paying")  # fmt: skip
-                if state in ("failed", "stopped"):
-                    raise CliError(f"the provider's worker could not run the container of job "
-                                   f"{job}: {status.get('error') or state}; failed windows bill "
-                                   f"nothing, and the worker retries: `gpum job status {job}` "
-                                   f"to follow it, `gpum job stop {job}` to stop")  # fmt: skip
-                shown = state or "status unknown"
-                progress.show(f"job {job} is running; container {shown} ({waited} s)")
-            if _monotonic() >= deadline:
-                tail = f" (last answer from the worker: {last_error})" if last_error else ""
-                if j.status == "open":
-                    raise _Abandon(f"provider {provider} did not accept job {job} within "
-                                   f"--timeout {timeout} s{tail}")  # fmt: skip
-                raise CliError(f"job {job} is {j.status} but its container is not running after "
-                               f"{timeout} s{tail}; follow it with `gpum job status {job}`, or "
-                               f"stop paying with `gpum job stop {job}`")  # fmt: skip
-            _sleep(max(0.0, min(POLL_SECONDS, deadline - _monotonic())))
-    finally:
-        progress.done()
-
-
 @click.command("run")
 @common
 @market_option
-@click.option("--gpu", required=True, metavar="MODEL:COUNT", callback=parse_callback(parse_gpu, "'--gpu'"),
+@click.option("--gpu", metavar="MODEL:COUNT", callback=parse_callback(parse_gpu, "'--gpu'"),
               help="GPU model (a substring of the provider's, case-insensitive) and count, "
                    "e.g. H100:1.")  # fmt: skip
-@click.option("--hours", required=True, metavar="HOURS", callback=parse_callback(parse_hours, "'--hours'"),
+@click.option("--hours", metavar="HOURS", callback=parse_callback(parse_hours, "'--hours'"),
               help="Time to prepay, hours or a duration (2, 0.5, 90m, 1h30m, 2d): the deposit "
                    "is price x GPUs x hours (at least one window); "
                    "top it up later with `gpum job top-up` or `gpum job watch`.")  # fmt: skip
@@ -387,6 +131,7 @@ def _wait_running(env: Env, job: Pubkey, provider: Pubkey, endpoint: str, timeou
 @click.option("--dry-run", is_flag=True, default=False,
               help="Show the offer, committee, deposit and cost per hour; send nothing.")
 @name_option
+@task_options
 @cli_workload.workload_options
 def run(env: Env, market: Pubkey, gpu: tuple[str, int], hours: Fraction, max_price: str | None,
         provider_: Pubkey | None, committee: str | None, quorum: int | None, job_id: int | None,
@@ -401,19 +146,30 @@ def run(env: Env, market: Pubkey, gpu: tuple[str, int], hours: Fraction, max_pri
     cannot be delivered, the provider does not accept within --timeout, or you press Ctrl-C,
     the job (still Open) is cancelled and the whole deposit refunded; a job already running is
     left running and the error says how to stop it (`gpum job stop JOB`)."""
-    from .. import pda
-    from ..accounts import effective_params, min_deposit
-    from ..errors import GpuMarketError
-    from ..offers import list_offers
-    from ..workload import spec_hash
-
     if workload is None:
         raise click.UsageError("gpum run needs --image IMAGE (to rent GPUs without a container, "
                                "use `gpum job create`)")  # fmt: skip
     model, gpus = gpu
     seconds = hours
+    try:
+        _run(env, market, model, gpus, seconds, max_price, provider_, committee, quorum, job_id,
+             wait_timeout, dry_run, name, workload)  # fmt: skip
+    except DeployError as e:
+        raise CliError(str(e)) from None
+
+
+def _run(env: Env, market: Pubkey, model: str, gpus: int, seconds: Fraction, max_price: str | None,
+         provider_: Pubkey | None, committee: str | None, quorum: int | None, job_id: int | None,
+         wait_timeout: int, dry_run: bool, name: str | None, workload: dict[str, Any]) -> None:  # fmt: skip
+    """``gpum run`` once its options are parsed: the SDK's flow (:mod:`gpu_market.deployment`)
+    with the CLI's workload options, committee choice, job names, output and progress."""
+    from ..accounts import effective_params
+    from ..workload import spec_hash
+
     deadline = _monotonic() + wait_timeout
     work_deadline = deadline - min(CANCEL_RESERVE_S, wait_timeout / 4)
+    progress = _Progress(env.output == "text")
+    hooks = _hooks(progress)
     m = market_view(env, market)
     decimals = env.client.mint_decimals(m.payment_mint)
     chain_now = now(env)
@@ -424,31 +180,11 @@ def run(env: Env, market: Pubkey, gpu: tuple[str, int], hours: Fraction, max_pri
         per_hour = _amount(max_price, decimals, "'--max-price'", True)
         limit = per_hour // SECONDS_PER_HOUR  # the highest whole price per GPU-second within it
         hour_limit_text = format_ui_amount(per_hour, decimals)
-    if provider_ is not None:
-        offer = _named_offer(env, provider_, params, chain_now, model, gpus, limit,
-                             hour_limit_text, decimals)  # fmt: skip
-        _require_alive(offer, work_deadline - _monotonic())
-    else:
-        offers = list_offers(env.client, market)
-        offer = _alive_offer(offers, work_deadline - _monotonic(), gpus=gpus, gpu_model=model,
-                             limit=limit)  # fmt: skip
-        if offer is None:
-            raise CliError(_why_no_offer(offers, market, model, gpus, limit, hour_limit_text,
-                                         decimals))  # fmt: skip
-    p = env.client.fetch_provider(offer.provider)
-    if p is None:
-        raise CliError(f"provider {offer.provider} disappeared while choosing it; run again")
-    price = p.price_per_gpu_second
-    if limit is not None and price > limit:
-        raise CliError(f"provider {offer.provider} just raised its price to "
-                       f"{format_ui_amount(price * SECONDS_PER_HOUR, decimals)} per GPU-hour, "
-                       f"above your --max-price {hour_limit_text}; nothing was sent: run again")  # fmt: skip
-    rate = price * gpus
-    deposit = max(math.ceil(rate * seconds), min_deposit(params, price, gpus))
-    if deposit > U64_MAX:
-        raise click.BadParameter(f"{float(seconds / SECONDS_PER_HOUR):g} hours at this price is "
-                                 "more than a token amount can hold; ask for fewer",
-                                 param_hint="'--hours'")  # fmt: skip
+    plan = sdk.plan_offer(env.client, market, params, chain_now, model=model, gpus=gpus,
+                          seconds=seconds, limit=limit, hour_limit_text=hour_limit_text,
+                          decimals=decimals, provider=provider_,
+                          left=work_deadline - _monotonic(), hooks=hooks)  # fmt: skip
+    offer, p, price, rate, deposit = plan.offer, plan.provider, plan.price, plan.rate, plan.deposit
     spec = cli_workload.build_spec(workload, p)
     members, quorum = choose_committee(env, market, m, offer, committee, quorum)
     kp = env.keypair
@@ -478,39 +214,17 @@ def run(env: Env, market: Pubkey, gpu: tuple[str, int], hours: Fraction, max_pri
     if dry_run:
         env.emit({"dry_run": True, **data, "balance": format_ui_amount(balance, decimals)})
         return
+    from .. import pda
+
     job_id = int(time.time() * 1000) if job_id is None else job_id
-    address = pda.job_pda(market, kp.pubkey(), job_id, env.client.program_id)
     workload_hash = spec_hash(spec)
-    cli_workload.save_spec(address, spec)
-    max_price_per_second = price if limit is None else limit
-    try:
-        sig, address = env.client.create_job(kp, market, offer.provider, job_id, gpus, deposit,
-                                             committee=members, quorum=quorum,
-                                             max_price_per_gpu_second=max_price_per_second,
-                                             workload_hash=workload_hash)  # fmt: skip
-    except GpuMarketError as e:
-        if e.name != "PriceAboveLimit":
-            raise
-        raise CliError(f"provider {offer.provider} raised its price before the job landed; no "
-                       "job was created and nothing was charged: run again (with a higher "
-                       "--max-price if needed)") from None  # fmt: skip
-    except KeyboardInterrupt:
-        raise CliError(f"interrupted while creating the job; {_abandon(env, address, decimals)}"
-                       ) from None  # fmt: skip
+    cli_workload.save_spec(pda.job_pda(market, kp.pubkey(), job_id, env.client.program_id), spec)
+    sig, address = sdk.create(env.client, kp, market, plan, job_id, gpus, members, quorum,
+                              workload_hash, decimals, hooks.flag)  # fmt: skip
     remember_job(env, address, market, job_id, name)
-    progress = _Progress(env.output == "text")
-    try:
-        progress.show(f"job {address} created; delivering the workload to {p.endpoint}")
-        _deliver(env, address, spec, p.endpoint, work_deadline)
-        status = _wait_running(env, address, offer.provider, p.endpoint, wait_timeout, progress,
-                               work_deadline)  # fmt: skip
-    except _Abandon as e:
-        progress.done()
-        raise CliError(f"{e.message}; {_abandon(env, address, decimals)}") from None
-    except KeyboardInterrupt:
-        progress.done()
-        raise CliError(f"interrupted; {_abandon(env, address, decimals)}") from None
-    endpoints, mappings = _ports(status)
+    status = sdk.start(env.client, kp, address, spec, offer.provider, p.endpoint, wait_timeout,
+                       work_deadline, decimals, hooks)  # fmt: skip
+    endpoints, mappings = sdk.ports(status)
     env.emit({"job": str(address), "job_id": job_id, "name": name, **data, "signature": str(sig),
               "workload_hash": workload_hash.hex(), "state": status.get("state"),
               "endpoints": endpoints, "ports": mappings})  # fmt: skip

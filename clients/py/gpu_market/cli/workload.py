@@ -27,7 +27,7 @@ from typing import Any
 import click
 from solders.pubkey import Pubkey
 
-from .base import JOB, CliError, Env, common, job_view
+from .base import JOB, PUBKEY, CliError, Env, common, job_view
 
 __all__ = ["build_spec", "deliver_saved", "job_deliver", "job_logs", "save_spec",
            "workload_options", "workload_summary"]
@@ -225,9 +225,16 @@ def job_deliver(env: Env, job_address: Pubkey, spec_file: str | None) -> None:
               "state": answer.get("state")})
 
 
+STATUS_TIMEOUT = 3.0
+"""Seconds ``job status`` gives the provider's worker to report the workload (the chain stays
+the source of truth for the job's state)."""
+
+
 def workload_summary(env: Env, j: Any) -> dict[str, Any] | None:
     """``job status``'s ``workload`` entry: the hash, and the container's state and published
-    ports from the provider's worker (only the job's user may ask; errors become text)."""
+    ports from the provider's worker (only the job's user may ask; errors become text); once the
+    job is ending or ended, ``end_reason`` and ``logs_kept_until`` (Unix s) as the worker
+    reports them."""
     from ..workload_api import WorkerApiError, workload_status
 
     if j.workload_hash == bytes(32):
@@ -241,7 +248,8 @@ def workload_summary(env: Env, j: Any) -> dict[str, Any] | None:
         out["state"] = "unknown: the provider publishes no worker endpoint"
         return out
     try:
-        s = workload_status(p.endpoint, bytes(j.address), j.workload_hash, bytes(env.keypair))
+        s = workload_status(p.endpoint, bytes(j.address), j.workload_hash, bytes(env.keypair),
+                            timeout=STATUS_TIMEOUT)  # fmt: skip
     except WorkerApiError as e:
         out["state"] = "unknown"
         out["error"] = str(e)
@@ -249,7 +257,57 @@ def workload_summary(env: Env, j: Any) -> dict[str, Any] | None:
     out.update({k: s.get(k) for k in ("state", "exit_code", "error", "runtime")})
     out["ports"] = [f"{pt['host']}:{pt['host_port']} -> {pt['port']}/{pt['protocol']}"
                     for pt in s.get("ports") or ()]
+    for key in ("job_status", "ended", "end_reason", "logs_kept_until"):
+        if s.get(key):
+            out[key] = s[key]
     return out
+
+
+def _logs_source(env: Env, job: Pubkey, provider: Pubkey | None) -> tuple[Pubkey, bytes]:
+    """``(provider, workload_hash)`` to sign ``job logs`` with: the job's own while it is on
+    chain, whatever its state; for a closed job (the chain keeps only a tombstone) the hash of
+    the spec saved at creation and the provider named by ``--provider`` or the local history."""
+    from ..workload import WorkloadSpecError, spec_from_json, spec_hash
+
+    j = env.client.fetch_job(job)
+    if j is not None:
+        if j.workload_hash == bytes(32):
+            raise CliError(f"job {job} has no workload (it was created without --image)")
+        if env.keypair.pubkey() != j.user:
+            raise CliError(f"only the job's user ({j.user}) may read its logs; pass --keypair "
+                           "with that wallet")  # fmt: skip
+        return provider or j.provider, j.workload_hash
+    if env.client.fetch_closed_job(job) is None:
+        raise CliError(f"job {job} does not exist (wrong --url?)")
+    path = _spec_path(job)
+    try:
+        workload_hash = spec_hash(spec_from_json(path.read_bytes()))
+    except FileNotFoundError:
+        raise CliError(f"job {job} is closed and no spec of it is saved at {path} (set "
+                       "GPUM_WORKLOADS_DIR to where `gpum job create` saved it): its logs "
+                       "cannot be asked for") from None  # fmt: skip
+    except (OSError, WorkloadSpecError) as e:
+        raise CliError(f"job {job} is closed and its saved spec at {path} is unreadable: {e}") from None
+    if provider is None:
+        provider = _history_provider(env, job)
+    if provider is None:
+        raise CliError(f"job {job} is closed and the local job history does not name its "
+                       "provider: pass --provider PROVIDER")  # fmt: skip
+    return provider, workload_hash
+
+
+def _history_provider(env: Env, job: Pubkey) -> Pubkey | None:
+    from ..job_history import HistoryError, JobHistory
+    from .base import resolve_url
+
+    try:
+        record = JobHistory().records(resolve_url(env.url)).get(str(job)) or {}
+    except HistoryError:
+        return None
+    try:
+        return Pubkey.from_string(record["provider"])
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 @click.command("logs")
@@ -257,22 +315,27 @@ def workload_summary(env: Env, j: Any) -> dict[str, Any] | None:
 @click.argument("job_address", metavar="JOB", type=JOB)
 @click.option("--follow", "-f", is_flag=True, help="Keep streaming until the container stops.")
 @click.option("--tail", type=click.IntRange(0), default=None, help="Only the last N lines.")
-def job_logs(env: Env, job_address: Pubkey, follow: bool, tail: int | None) -> None:
-    """Print the job container's output, from the provider's worker (your wallet signs)."""
+@click.option("--provider", "provider_", type=PUBKEY, default=None,
+              help="The job's provider account, for a closed job the local history does not "
+                   "know.")  # fmt: skip
+def job_logs(env: Env, job_address: Pubkey, follow: bool, tail: int | None,
+             provider_: Pubkey | None) -> None:
+    """Print the job container's output, from the provider's worker (your wallet signs).
+
+    A job that ended (escrow ran dry, finished, failed, closed) keeps its last logs on the
+    worker for a while; after that the worker's reason is printed."""
     from ..workload_api import WorkerApiError, stream_logs
 
-    j = job_view(env, job_address)
-    if j.workload_hash == bytes(32):
-        raise CliError(f"job {job_address} has no workload (it was created without --image)")
-    if env.keypair.pubkey() != j.user:
-        raise CliError(f"only the job's user ({j.user}) may read its logs; pass --keypair with "
-                       "that wallet")  # fmt: skip
-    endpoint = _provider_endpoint(env, j.provider)
+    provider, workload_hash = _logs_source(env, job_address, provider_)
+    endpoint = _provider_endpoint(env, provider)
     out = sys.stdout.buffer
     try:
-        for chunk in stream_logs(endpoint, bytes(job_address), j.workload_hash,
+        for chunk in stream_logs(endpoint, bytes(job_address), workload_hash,
                                  bytes(env.keypair), tail=tail, follow=follow):  # fmt: skip
             out.write(chunk)
             out.flush()
     except WorkerApiError as e:
+        if e.status == 410:
+            raise CliError(f"the logs of job {job_address} are gone: "
+                           f"{e.server_error or 'the job has ended'}") from None
         raise CliError(str(e)) from None
