@@ -296,9 +296,10 @@ def net(tmp_path_factory: pytest.TempPathFactory,
     user, owner, worker, validator = (m.kps[n] for n in ("user", "owner", "worker", "validator"))
     procs = Processes(workdir)
     try:
+        wport = free_port()  # the worker's API: the dashboard probes its /v1/health
         client.register_provider(owner, worker.pubkey(), {
             "gpu_model": "Simulated H100", "gpu_count": GPUS, "vram_mib": 81920,
-            "region": "localnet"}, PRICE, market)
+            "region": "localnet"}, PRICE, market, endpoint=f"http://127.0.0.1:{wport}")
         client.stake(owner, market, STAKE)
         provider = pda.provider_pda(market, owner.pubkey())
         vport = free_port()
@@ -313,7 +314,7 @@ def net(tmp_path_factory: pytest.TempPathFactory,
             "--key", str(workdir / "worker.json"), "--db", str(workdir / "outbox.sqlite"),
             "--window-seconds", str(WINDOW), "--poll-seconds", "1", "--rpc-url", url,
             "--program-id", str(client.program_id), "--market", str(market),
-            "--provider", str(provider)])
+            "--provider", str(provider), "--api-listen", f"127.0.0.1:{wport}"])
         n = Net(workdir, procs, url, client, user, validator, market, provider, job, vport, db,
                 chromium)
         n.wait("two settlements of the job", lambda: len(n.confirmed()) >= 2
@@ -356,6 +357,10 @@ def test_offers_page_lists_the_provider(net: Net) -> None:
     assert page.number(f"{row}.price_per_gpu_hour") == PRICE * 3600
     assert page.fields[f"{row}.gpu_model"] == "Simulated H100"
     assert page.fields[f"{row}.status"] == "active"
+    # The node probed the worker's /v1/health: online, seen just now.
+    assert page.fields[f"{row}.online"] == "true", page.fields
+    assert abs(page.number(f"{row}.last_seen") - time.time()) < 120
+    assert page.number("offline") == 0
 
 
 def test_job_page_shows_status_cost_runway_charts_and_settlements(net: Net) -> None:
@@ -459,6 +464,9 @@ def test_providers_page_lists_and_filters(net: Net) -> None:
     assert page.number(f"{row}.price_per_gpu_hour") == PRICE * 3600
     assert page.number(f"{row}.gpus_free") == GPUS - 1
     assert net.render("/dashboard/providers?model=a100").number("count") == 0
+    assert page.fields[f"{row}.online"] == "true"
+    assert net.render("/dashboard/providers?online=true").number("count") == 1
+    assert net.render("/dashboard/providers?online=false").number("count") == 0
 
 
 def test_offers_page_fits_a_phone(net: Net) -> None:

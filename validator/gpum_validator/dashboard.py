@@ -27,6 +27,9 @@ Guarantees:
   ``chain.ReadBudget``, under ``gpum-validator run``): past it the answer is 429
   ``chain_read_budget`` (retryable) and nothing is read, so one source naming fresh
   addresses cannot spend the node's RPC quota.
+* **Bounded probes.** Offers carry their worker's liveness (``online``, ``checked_at``,
+  ``last_seen``) from ``dashboard_liveness.ProbeCache``: each worker probed at most once per
+  30 s, in one background thread, a deadline per refresh; a request never probes itself.
 * **This market only.** A job or provider of another market answers 404, so the node is
   not a general-purpose chain proxy.
 * Errors are the node's usual body ``{"error", "message", "retry"}``: 400 ``bad_request``
@@ -59,7 +62,7 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from gpu_market.accounts import effective_params
-from gpu_market.offers import list_offers, sort_offers
+from gpu_market.offers import list_offers, sort_offers, with_liveness
 from gpu_market.proof import WORKLOAD_STATE_NAMES, ProofDecodeError, decode_proof
 from gpu_market.runway import runway_of
 from solders.pubkey import Pubkey
@@ -70,9 +73,11 @@ from .dashboard_lists import (
     closed_receipt,
     jobs_list,
     parse_address,
+    parse_filters,
     plain,
     providers_list,
 )
+from .dashboard_liveness import ProbeCache, liveness_json
 from .errors import (
     UNAVAILABLE_RETRY_AFTER_SECONDS,
     ChainUnavailable,
@@ -285,6 +290,7 @@ def offer_json(offer: Any, rank: int) -> dict[str, Any]:
     out = {name: plain(getattr(offer, name)) for name in OFFER_FIELDS}
     out["price_per_gpu_hour"] = plain(offer.price_per_gpu_hour())
     out["rank"] = rank
+    out.update(liveness_json(offer))
     return out
 
 
@@ -380,8 +386,12 @@ class Dashboard:
     def __init__(self, client: Any, store: Store, market: bytes, authority: bytes, *,
                  ttl: float = DEFAULT_TTL_SECONDS, clock: Callable[[], float] = time.time,
                  monotonic: Callable[[], float] = time.monotonic,
-                 reads: ReadBudget | None = None) -> None:
+                 reads: ReadBudget | None = None, probe: bool = True,
+                 liveness: ProbeCache | None = None) -> None:
         self.client = client
+        self.liveness = liveness or (ProbeCache(clock=clock) if probe else None)
+        """The workers' health probes (``dashboard_liveness``); None: never probed, every
+        provider's ``online`` is null."""
         self.reads = reads
         """Chain reads each request source may cause (None: unlimited)."""
         self._source = threading.local()
@@ -436,6 +446,37 @@ class Dashboard:
                           lambda: sort_offers(list_offers(self.client, self.market,
                                                           include_full=True), "rank")) or []
 
+    def _live_offers(self) -> list[Any]:
+        """``_offer_list`` with each worker's liveness stamped on (the probes' cached
+        answers, ``dashboard_liveness``), offline providers last; an offline one's
+        ``last_seen`` is its newest online probe here or the end of the last window settled
+        for its jobs on chain (one cached read of the market's jobs)."""
+        offers = self._offer_list()
+        if self.liveness is None or not offers:
+            return offers
+        live = self.liveness.lookup(offers)
+        ends: dict[bytes, int] | None = None
+
+        def last_seen(o: Any) -> int | None:
+            nonlocal ends
+            if ends is None:
+                ends = {}
+                try:
+                    jobs = self._read(("market_jobs",), "the market's jobs",
+                                      lambda: self.client.list_jobs(market=self.market)) or []
+                except ChainUnavailable as e:
+                    log.warning("dashboard: %s", e)
+                    jobs = []
+                for j in jobs:
+                    if j.last_window_end:
+                        k = bytes(j.provider)
+                        ends[k] = max(ends.get(k, 0), int(j.last_window_end))
+            probes = self.liveness
+            seen = [t for t in (probes.seen_online(o.provider) if probes else None,
+                                ends.get(bytes(o.provider))) if t]
+            return max(seen, default=None)
+        return with_liveness(offers, live, last_seen=last_seen)
+
     # -- windows --------------------------------------------------------------------
 
     def windows(self, job_b58: str, query: str = "") -> Answer:
@@ -473,16 +514,25 @@ class Dashboard:
             }
         return answer(body)
 
-    def offers(self) -> Answer:
-        """``GET /v1/dashboard/offers``: the offers of the market's Active providers
-        (``gpu_market.offers``, those with no GPU free included), best rank first, at most
-        ``MAX_OFFERS`` (``truncated`` says when there are more; ``count`` is all of them)."""
+    def offers(self, query: str = "") -> Answer:
+        """``GET /v1/dashboard/offers?all=true``: the offers of the market's Active providers
+        (``gpu_market.offers``, those with no GPU free included), best rank first, each with
+        its worker's liveness (``online``: true / false / null = no endpoint or not probed
+        yet, ``checked_at``, ``last_seen``). Offline providers rank last and are left out
+        unless ``all=true`` (``offline`` counts them). At most ``MAX_OFFERS``
+        (``truncated`` says when there are more; ``count`` is all those matching)."""
         def body() -> dict[str, Any]:
+            show_all = parse_filters(query, ("all",)).get("all", "false").lower()
+            if show_all not in ("true", "false"):
+                raise ApiError(400, "bad_request", "all must be true or false")
             m = self._market_view()
-            offers = self._offer_list()
+            ranked = self._live_offers()
+            offers = [o for o in ranked if show_all == "true" or o.online is not False]
             shown = offers[:MAX_OFFERS]
             return {"market": str(self.market), "read_at": self._now(),
                     "decimals": self._decimals(m), "count": len(offers),
+                    "offline": sum(1 for o in ranked if o.online is False),
+                    "all": show_all == "true", "probing": self.liveness is not None,
                     "truncated": len(offers) > len(shown),
                     "offers": [offer_json(o, i) for i, o in enumerate(shown, start=1)]}
         return answer(body)
@@ -569,7 +619,7 @@ class Dashboard:
                               lambda: self.client.list_jobs(provider=key,
                                                             market=self.market)) or []
             jobs = sorted(jobs, key=lambda j: (j.created_at, bytes(j.address)), reverse=True)
-            offers = self._offer_list()
+            offers = self._live_offers()
             rank = next((i for i, o in enumerate(offers, start=1)
                          if _b58(o.provider) == str(key)), None)
             rep = p.reputation
@@ -593,6 +643,8 @@ class Dashboard:
                 "endpoint": p.endpoint,
                 "rank": rank, "offers_count": len(offers),
                 "score": plain(offers[rank - 1].score) if rank else None,
+                **(liveness_json(offers[rank - 1]) if rank else
+                   {"online": None, "checked_at": None, "last_seen": None}),
                 "jobs_listed": len(jobs),
                 "paid_provider_listed": sum(j.paid_provider for j in jobs),
                 "jobs": [{"job": str(j.address), "status": j.status, "gpu_count": j.gpu_count,

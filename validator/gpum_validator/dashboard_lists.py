@@ -11,8 +11,10 @@ many accounts or a transaction's history).
   (``providers_list``): every Provider account of the market whatever its status (the offers
   page shows only rentable ones), filtered by a case-insensitive substring of the GPU model
   or region, the status (active / jailed / ...) and liveness. ``online`` is the provider's
-  worker's answer to its health probe when the offers carry one (``gpu_market.offers``),
-  else null ("unknown"): ``online=...`` then matches nothing.
+  worker's answer to the dashboard's health probe (``dashboard_liveness``: cached 30 s,
+  probed off the request path), ``last_seen`` / ``checked_at`` unix seconds; null
+  ("unknown") for a provider that is not rentable, has no worker endpoint or is not probed
+  yet: ``online=true`` / ``online=false`` match neither.
 * A closed job's receipt (``closed_receipt``): ``close_job`` leaves a ``ClosedJob`` tombstone
   (its ``closed_at``) and emits ``JobClosed`` (deposited, paid to the provider and the
   treasury, burned, refunded now, surplus returned). The receipt is read from the newest
@@ -145,7 +147,7 @@ def providers_list(d: Dashboard, query: str) -> dict[str, Any]:
         raise ApiError(400, "bad_request", "online must be true or false")
     providers = d._read(("providers",), "the market's providers",
                         lambda: list_providers(d.client, d.market)) or []
-    offers = {_b58(o.provider): o for o in d._offer_list()}
+    offers = {_b58(o.provider): o for o in d._live_offers()}
     now = d._now()
     rows = []
     for p in providers:
@@ -158,6 +160,7 @@ def providers_list(d: Dashboard, query: str) -> dict[str, Any]:
             "vram_mib": p.spec.vram_mib, "region": p.spec.region,
             "price_per_gpu_hour": p.price_per_gpu_second * 3600, "stake": p.stake,
             "online": live, "last_seen": getattr(o, "last_seen", None) if o else None,
+            "checked_at": getattr(o, "checked_at", None) if o else None,
             "rentable": o is not None,
             "score": plain(o.score) if o is not None else None,
             "jobs_completed": p.reputation.jobs_completed,

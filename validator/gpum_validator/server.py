@@ -293,7 +293,7 @@ class _Exchange:
 
     def _dashboard(self, d: Dashboard, path: str, parts: list[str], query: str = "") -> None:
         """The dashboard's JSON routes, its pages and their assets (GET only)."""
-        api = {"/v1/dashboard/market": d.market_summary, "/v1/dashboard/offers": d.offers,
+        api = {"/v1/dashboard/market": d.market_summary, "/v1/dashboard/offers": lambda: d.offers(query),
                "/v1/dashboard/validator": lambda: d.validator(self.server.chain_ok()),
                "/v1/dashboard/jobs": lambda: d.jobs(query),
                "/v1/dashboard/providers": lambda: d.providers(query)}

@@ -251,7 +251,8 @@ def world(tmp_path: Path, stored: Path, chain: FakeChain):
     store = SQLiteStore(tmp_path / "v.sqlite")
     intake = Intake(cfg(), store, chain, clock=lambda: float(NOW))
     dash_chain = DashChain()
-    dashboard = Dashboard(dash_chain, store, MARKET, ME_PUB, ttl=3600)
+    # No probe: its workers' endpoints are not served (test_dashboard_liveness.py probes).
+    dashboard = Dashboard(dash_chain, store, MARKET, ME_PUB, ttl=3600, probe=False)
     chain_up = [True]
     server = ValidatorHTTPServer(("127.0.0.1", 0), intake, store, lambda: chain_up[0],
                                  dashboard=dashboard)
@@ -382,7 +383,8 @@ def test_offers_best_rank_first_with_every_field(world) -> None:
     assert set(first) == {"provider", "owner", "gpu_model", "gpus_free", "gpus_total",
                           "vram_mib", "region", "price_per_gpu_second", "stake",
                           "verified_hours", "jobs_completed", "jobs_failed", "slashes",
-                          "jailed", "score", "endpoint", "price_per_gpu_hour", "rank"}
+                          "jailed", "score", "endpoint", "price_per_gpu_hour", "rank",
+                          "online", "checked_at", "last_seen"}
     # The cheaper provider ranks first although it has no GPU free (full ones are listed).
     assert (first["provider"], first["rank"], first["gpus_free"]) == (b58(PROVIDER2), 1, 0)
     assert (second["provider"], second["rank"], second["gpus_free"]) == (b58(PROVIDER), 2, 2)

@@ -79,6 +79,25 @@
     return `${new Date(v * 1000).toISOString().replace("T", " ").slice(0, 19)} UTC`;
   }
 
+  // "2026-11-27 13:40 UTC (12 min ago)", one part a line: when a provider was last seen alive.
+  function seenText(v) {
+    const s = Math.max(0, Math.round(Date.now() / 1000 - v));
+    let ago = "just now";
+    if (s >= 86400) ago = `${Math.floor(s / 86400)} d ago`;
+    else if (s >= 3600) ago = `${Math.floor(s / 3600)} h ago`;
+    else if (s >= 60) ago = `${Math.floor(s / 60)} min ago`;
+    const span = document.createElement("span");
+    span.className = "seen";
+    span.title = timeText(v);
+    const when = timeText(v);
+    const time = document.createElement("span");
+    time.textContent = `${when.slice(11, 16)} UTC`;
+    const small = document.createElement("small");
+    small.textContent = `(${ago})`;
+    span.append(when.slice(0, 10), " ", time, " ", small);
+    return span;
+  }
+
   const short = (s) => (s && s.length > 14 ? `${s.slice(0, 6)}…${s.slice(-6)}` : s || "—");
 
   function badge(text, status) {
@@ -143,6 +162,7 @@
       return span;
     },
     online: (v) => (v ? badge("online", "ok") : badge("offline", "down")),
+    seen: seenText,
   };
 
   function rawText(v) {
@@ -403,11 +423,27 @@
     fill(m);
   }
 
+  // The online cell: online / offline, or why it is not known.
+  function liveCell(r, field, unknown) {
+    const td = cell(r.online, "online", field);
+    if (r.online === null) td.textContent = unknown;
+    return td;
+  }
+
+  function seenCell(r, field) {
+    const td = cell(r.last_seen, "seen", field);
+    if (r.last_seen === null && r.online === false) td.textContent = "never";
+    return td;
+  }
+
   async function offers() {
-    const o = await getJSON("/v1/dashboard/offers");
+    const o = await getJSON(`/v1/dashboard/offers${filterQuery()}`);
     decimals = o.decimals;
     fill(o);
-    fillTable("offers", o.offers, "No provider offers GPUs in this market yet.", (r) => {
+    show("offline-hint", o.offline > 0 && !o.all);
+    const none = o.offline && !o.all ? "No provider online offers GPUs; tick show offline to see the others."
+      : "No provider offers GPUs in this market yet.";
+    fillTable("offers", o.offers, none, (r) => {
       const f = (name) => `offers.${r.provider}.${name}`;
       const who = cell(r.provider, "text", f("provider"), "mono");
       who.replaceChildren(link(providerHref(r.provider), short(r.provider), r.provider));
@@ -423,7 +459,17 @@
         cell(r.verified_hours, "int", f("verified_hours"), "num"), jobs,
         cell(r.slashes, "int", f("slashes"), "num"), cell(r.score, "score", f("score"), "num"),
         cell(r.jailed ? "jailed" : "active", "status", f("status")),
+        liveCell(r, f("online"), r.endpoint ? "checking" : "no worker"),
+        seenCell(r, f("last_seen")),
       ];
+    });
+    markOffline("offers", o.offers);
+  }
+
+  function markOffline(role, rows) {
+    const trs = document.querySelectorAll(`[data-role="${role}"] tbody tr`);
+    rows.forEach((r, i) => {
+      if (trs[i]) trs[i].classList.toggle("offline", r.online === false);
     });
   }
 
@@ -513,7 +559,8 @@
     for (const el of form ? form.elements : []) {
       if (!el.name) continue;
       const v = q.get(el.name) || "";
-      if (document.activeElement !== el) el.value = v;
+      if (el.type === "checkbox") el.checked = v === el.value;
+      else if (document.activeElement !== el) el.value = v;
       if (v) out.set(el.name, v);
     }
     const s = out.toString();
@@ -526,7 +573,10 @@
     const apply = (ev) => {
       if (ev) ev.preventDefault();
       const q = new URLSearchParams();
-      for (const el of form.elements) if (el.name && el.value.trim()) q.set(el.name, el.value.trim());
+      for (const el of form.elements) {
+        if (el.type === "checkbox" && !el.checked) continue;
+        if (el.name && el.value.trim()) q.set(el.name, el.value.trim());
+      }
       const s = q.toString();
       history.replaceState(null, "", `${location.pathname}${s ? `?${s}` : ""}`);
       LOADERS[page]().then(() => {
@@ -534,7 +584,7 @@
       }, showError);
     };
     form.addEventListener("submit", apply);
-    for (const el of form.querySelectorAll("select")) el.addEventListener("change", apply);
+    for (const el of form.querySelectorAll("select, input[type=checkbox]")) el.addEventListener("change", apply);
   }
 
   async function jobs() {
@@ -580,8 +630,7 @@
       who.replaceChildren(link(providerHref(r.provider), short(r.provider), r.provider));
       const free = cell(r.gpus_free, "int", f("gpus_free"), "num");
       free.append(` / ${num(r.gpus_total)}`);
-      const live = cell(r.online, "online", f("online"));
-      if (r.online === null) live.textContent = "unknown";
+      const live = liveCell(r, f("online"), "unknown");
       return [
         who, cell(r.status, "status", f("status")), live, cell(r.gpu_model, "text", f("gpu_model")),
         free, cell(r.vram_mib, "mib", f("vram_mib"), "num"), cell(r.region, "text", f("region")),
@@ -589,8 +638,10 @@
         cell(r.stake, "stake", f("stake"), "num"),
         cell(r.jobs_completed, "int", f("jobs_completed"), "num"),
         cell(r.slashes, "int", f("slashes"), "num"),
+        seenCell(r, f("last_seen")),
       ];
     });
+    markOffline("providers", l.providers);
   }
 
   const LOADERS = { market, offers, job, provider, validator, jobs, providers };
