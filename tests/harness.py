@@ -7,7 +7,11 @@ admin's treasury account and a market with the given parameters (index 0 of its 
 markets of one chain never meet). ``tests/conftest.py`` hands it to the tests through the
 ``market_factory`` fixture, which closes the clients it made.
 
-``Network`` is the base of each module's world (its processes and client);
+``Network`` is the base of each module's world (its processes and client); ``CliNetwork``
+the base of a world the tests drive through the ``gpum`` CLI, and ``WorkerNetwork`` of one
+with a provider whose real worker runs podman: ``worker_network`` starts that world
+(``start_worker_network``: provider, validator node, worker), ``register_provider``,
+``start_validator`` and ``start_worker`` its parts.
 ``start_validator_node`` starts a module's one validator node; ``podman_setup``
 and ``remove_containers`` prepare and clean up the container runtime of modules that run
 workloads. ``wait_until``
@@ -17,18 +21,21 @@ and says what the test waited for, and their logs, when it gives up.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import time
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, TypeVar
 
 from gpu_market import pda, tokens
 from gpu_market.client import GpuMarketClient
 from gpu_market.demo import CONTAINERS_CONF
-from gpu_market.processes import Processes, tool, wait_http, write_keypair
+from gpu_market.errors import AccountNotFound
+from gpu_market.processes import Processes, free_port, tool, wait_http, write_keypair
 from gpum_worker.localimage import build_busybox_image
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
@@ -68,6 +75,170 @@ class Network:
     procs: Processes
     url: str
     client: GpuMarketClient
+
+
+@dataclass
+class CliNetwork(Network):
+    """A world whose tests drive the ``gpum`` CLI: the market's parties (``kps[name]`` the
+    keypair, ``keys[name]`` its file) and the market. What differs between modules is said by
+    the class attributes of their subclass."""
+
+    keys: dict[str, Path]
+    kps: dict[str, Keypair]
+    market: Pubkey
+
+    ENV: ClassVar[tuple[tuple[str, str], ...]] = (("GPUM_WORKLOADS_DIR", "saved-specs"),)
+    """(variable, folder under ``workdir``): the environment added to every ``gpum`` run."""
+    OUTPUT: ClassVar[str] = "json"
+    """``--output`` of every ``gpum`` run unless it says otherwise ("": none)."""
+    KEYPAIR_AFTER: ClassVar[int | None] = None
+    """``--keypair`` goes after this many of the arguments (None: after all of them)."""
+    GPUM_TIMEOUT: ClassVar[float] = 120
+    FAILED: ClassVar[str] = "gpum {args} failed:\n{stderr}\nworker log:\n{log}"
+    """The message of a failed ``gpum`` run (``{args}``, ``{code}``, ``{stderr}``, ``{log}``:
+    the worker log's tail)."""
+    WAIT_TIMEOUT: ClassVar[float] = 60
+
+    @property
+    def validator(self) -> Pubkey:
+        return self.kps["validator"].pubkey()
+
+    def env(self) -> dict[str, str]:
+        return {**os.environ, **{k: str(self.workdir / v) for k, v in self.ENV}}
+
+    def argv(self, who: str, *args: str, output: str | None = None) -> list[str]:
+        out = self.OUTPUT if output is None else output
+        at = len(args) if self.KEYPAIR_AFTER is None else self.KEYPAIR_AFTER
+        return [tool("gpum"), "--url", self.url, *(["--output", out] if out else []), *args[:at],
+                "--keypair", str(self.keys[who]), *args[at:]]  # fmt: skip
+
+    def run_gpum(self, who: str, *args: str, ok: bool = True, output: str | None = None,
+                 timeout: float | None = None) -> subprocess.CompletedProcess[str]:  # fmt: skip
+        """``gpum ARGS`` as ``who``; AssertionError (``FAILED``) if it fails and ``ok``."""
+        r = subprocess.run(self.argv(who, *args, output=output), capture_output=True, text=True,
+                           timeout=self.GPUM_TIMEOUT if timeout is None else timeout,
+                           env=self.env(), check=False)  # fmt: skip
+        if ok and r.returncode != 0:
+            log = self.procs.tail("worker", 30) if "{log}" in self.FAILED else ""
+            raise AssertionError(self.FAILED.format(args=" ".join(args), code=r.returncode,
+                                                    stderr=r.stderr, log=log))  # fmt: skip
+        return r
+
+    def gpum(self, who: str, *args: str, ok: bool = True, output: str | None = None,
+             timeout: float | None = None) -> tuple[int, str, str]:  # fmt: skip
+        r = self.run_gpum(who, *args, ok=ok, output=output, timeout=timeout)
+        return r.returncode, r.stdout, r.stderr
+
+    def gpum_json(self, who: str, *args: str, timeout: float | None = None) -> dict[str, Any]:
+        """The last line of ``gpum --output json ARGS``'s output."""
+        r = self.run_gpum(who, *args, output="json", timeout=timeout)
+        return json.loads(r.stdout.strip().splitlines()[-1])
+
+    def token_balance(self, account: Pubkey) -> int:
+        try:
+            return self.client.token_balance(account)
+        except AccountNotFound:
+            return 0
+
+    def balance(self, who: str) -> int:
+        """``who``'s payment-token balance."""
+        mint = self.client.fetch_market(self.market).payment_mint
+        return self.token_balance(tokens.ata(self.kps[who].pubkey(), mint))
+
+    def wait(self, what: str, fn: Callable[[], Any], timeout: float | None = None) -> Any:
+        return wait_until(what, fn, self.WAIT_TIMEOUT if timeout is None else timeout,
+                          check=self.procs.check_alive,
+                          diag=lambda: self.procs.tail("worker", 40))  # fmt: skip
+
+
+@dataclass
+class WorkerNetwork(CliNetwork):
+    """A ``CliNetwork`` with provider ``provider`` whose worker (``worker``, process "worker")
+    serves its API on 127.0.0.1:``worker_port`` and runs podman (``podman_env``); ``jobs``
+    the jobs whose containers are removed after the module."""
+
+    provider: Pubkey = field(kw_only=True)
+    worker_port: int = field(kw_only=True)
+    podman_env: dict[str, str] = field(kw_only=True)
+    jobs: list[Pubkey] = field(default_factory=list, kw_only=True)
+    worker: subprocess.Popen | None = field(default=None, kw_only=True)
+
+
+W = TypeVar("W", bound=WorkerNetwork)
+
+
+def register_provider(net: CliNetwork, owner: str, worker_key: Pubkey, *, gpus: int,
+                      price: str = "3.6", endpoint: str | None = None) -> Pubkey:  # fmt: skip
+    """Registers ``owner``'s provider of ``gpus`` simulated H100s (``--endpoint`` where given)
+    and stakes 1000 for it; returns its address."""
+    market = str(net.market)
+    net.gpum(owner, "provider", "register", "--market", market, "--worker-key", str(worker_key),
+             "--gpu-model", "Simulated H100", "--gpu-count", str(gpus), "--vram-mib", "81920",
+             "--price", price, *(["--endpoint", endpoint] if endpoint else []))  # fmt: skip
+    net.gpum(owner, "provider", "stake", "--market", market, "1000")
+    return pda.provider_pda(net.market, net.kps[owner].pubkey())
+
+
+def start_validator(net: CliNetwork, port: int) -> None:
+    """Registers party "validator" (bond 500) with its endpoint on 127.0.0.1:``port`` and
+    starts its node there (``--settle-every 2``, database ``validator.sqlite``)."""
+    net.gpum("validator", "validator", "register", "--market", str(net.market), "--endpoint",
+             f"http://127.0.0.1:{port}", "--bond", "500")  # fmt: skip
+    start_validator_node(net.procs, net.url, net.keys["validator"], net.market, port,
+                         net.workdir / "validator.sqlite", "--settle-every", "2")  # fmt: skip
+
+
+def start_worker(net: CliNetwork, provider: Pubkey, port: int, *, name: str = "worker",
+                 key: str = "worker", gpus: int = 4, window: int = 2, poll_seconds: float = 1,
+                 publish_host: bool = True) -> subprocess.Popen:  # fmt: skip
+    """Starts ``gpum-worker run --simulate`` of ``provider`` (process ``name``, keypair of party
+    ``key``, database ``outbox.sqlite``) with podman and its API on 127.0.0.1:``port``; returns
+    once it answers ``/v1/health``."""
+    p = net.procs.start(name, [
+        tool("gpum-worker"), "run", "--simulate", "--gpus", str(gpus), "--seed", "1",
+        "--key", str(net.keys[key]), "--db", str(net.workdir / "outbox.sqlite"),
+        "--window-seconds", str(window), "--poll-seconds", str(poll_seconds),
+        "--rpc-url", net.url, "--program-id", str(net.client.program_id),
+        "--market", str(net.market), "--provider", str(provider),
+        "--api-listen", f"127.0.0.1:{port}", "--runtime", "podman",
+        "--containers-conf", str(net.workdir / "containers.conf"),
+        *(["--publish-host", "127.0.0.1"] if publish_host else [])])  # fmt: skip
+    wait_http(f"http://127.0.0.1:{port}/v1/health", timeout=60)
+    return p
+
+
+def start_worker_network(cls: type[W], workdir: Path, m: Market, procs: Processes,
+                         jobs: list[Pubkey], image: str, *, owner: str = "owner", gpus: int = 4,
+                         window: int = 2, price: str = "3.6", **fields: Any) -> W:  # fmt: skip
+    """The world of a ``WorkerNetwork`` subclass ``cls`` (its own ``fields`` given): podman
+    with ``image`` built, ``owner``'s provider (party "worker" its worker key, ``gpus`` GPUs at
+    ``price``, its worker's API its endpoint) staked, the validator node, and the worker."""
+    worker_port, vport = free_port(), free_port()
+    net = cls(workdir, procs, m.url, m.client, m.keys, m.kps, m.address,
+              provider=pda.provider_pda(m.address, m.kps[owner].pubkey()),
+              worker_port=worker_port, podman_env=podman_setup(workdir, image), jobs=jobs,
+              **fields)  # fmt: skip
+    register_provider(net, owner, m.kps["worker"].pubkey(), gpus=gpus, price=price,
+                      endpoint=f"http://127.0.0.1:{worker_port}")  # fmt: skip
+    start_validator(net, vport)
+    net.worker = start_worker(net, net.provider, worker_port, gpus=gpus, window=window)
+    return net
+
+
+@contextmanager
+def worker_network(cls: type[W], workdir: Path, m: Market, image: str,
+                   **kw: Any) -> Iterator[W]:  # fmt: skip
+    """``start_worker_network`` for a module's fixture: its processes stopped and its jobs'
+    containers removed after."""
+    procs = Processes(workdir)
+    net = None
+    try:
+        net = start_worker_network(cls, workdir, m, procs, [], image, **kw)
+        yield net
+    finally:
+        procs.stop_all()
+        if net is not None:
+            remove_containers(net.jobs, net.podman_env)
 
 
 def create_market(url: str, workdir: Path, names: Iterable[str], params: Mapping[str, Any], *,

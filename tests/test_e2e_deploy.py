@@ -20,18 +20,9 @@ from pathlib import Path
 
 import httpx
 import pytest
-from gpu_market import pda, tokens
-from gpu_market.processes import Processes, free_port, tool, wait_http
+from gpu_market.processes import Processes
 from gpum_worker.localimage import INDEX_HTML
-from harness import (
-    Market,
-    Network,
-    podman_setup,
-    remove_containers,
-    start_validator_node,
-    wait_until,
-)
-from solders.keypair import Keypair
+from harness import Market, WorkerNetwork, start_worker_network, wait_until, worker_network
 from solders.pubkey import Pubkey
 
 pytestmark = pytest.mark.e2e
@@ -59,17 +50,8 @@ SCRIPT = (README_SCRIPT
 
 
 @dataclass
-class Net(Network):
-    keys: dict[str, Path]
-    kps: dict[str, Keypair]
-    market: Pubkey
-    provider: Pubkey
-    podman_env: dict[str, str]
-    jobs: list[Pubkey]
-
-    def balance(self, who: str) -> int:
-        mint = self.client.fetch_market(self.market).payment_mint
-        return self.client.token_balance(tokens.ata(self.kps[who].pubkey(), mint))
+class Net(WorkerNetwork):
+    OUTPUT = ""
 
     def script_env(self) -> dict[str, str]:
         config = self.workdir / "solana-config.yml"
@@ -80,34 +62,7 @@ class Net(Network):
 def start_world(workdir: Path, m: Market, procs: Processes, created: list[Pubkey]) -> Net:
     """Provider P with a podman worker, validator V: the network of this module (and of
     ``bench/deploy_latency.py``)."""
-    worker_port, vport = free_port(), free_port()
-    net = Net(workdir, procs, m.url, m.client, m.keys, m.kps, m.address,
-              pda.provider_pda(m.address, m.kps["owner"].pubkey()), podman_setup(workdir, IMAGE),
-              created)  # fmt: skip
-
-    def gpum(who: str, *args: str) -> None:
-        subprocess.run([tool("gpum"), "--url", m.url, *args, "--keypair", str(m.keys[who])],
-                       check=True, capture_output=True, timeout=120)  # fmt: skip
-
-    market = str(m.address)
-    gpum("owner", "provider", "register", "--market", market, "--worker-key",
-         str(m.kps["worker"].pubkey()), "--gpu-model", "Simulated H100", "--gpu-count", "4",
-         "--vram-mib", "81920", "--price", "3.6", "--endpoint", f"http://127.0.0.1:{worker_port}")
-    gpum("owner", "provider", "stake", "--market", market, "1000")
-    gpum("validator", "validator", "register", "--market", market, "--endpoint",
-         f"http://127.0.0.1:{vport}", "--bond", "500")  # fmt: skip
-    start_validator_node(procs, m.url, m.keys["validator"], m.address, vport,
-                         workdir / "validator.sqlite", "--settle-every", "2")  # fmt: skip
-    procs.start("worker", [
-        tool("gpum-worker"), "run", "--simulate", "--gpus", "4", "--seed", "1",
-        "--key", str(m.keys["worker"]), "--db", str(workdir / "outbox.sqlite"),
-        "--window-seconds", str(WINDOW), "--poll-seconds", "1", "--rpc-url", m.url,
-        "--program-id", str(m.client.program_id), "--market", market,
-        "--provider", str(net.provider), "--api-listen", f"127.0.0.1:{worker_port}",
-        "--runtime", "podman", "--containers-conf", str(workdir / "containers.conf"),
-        "--publish-host", "127.0.0.1"])  # fmt: skip
-    wait_http(f"http://127.0.0.1:{worker_port}/v1/health", timeout=60)
-    return net
+    return start_worker_network(Net, workdir, m, procs, created, IMAGE, window=WINDOW)
 
 
 WORLD_PARAMS = {"window_seconds": WINDOW, "max_missed_windows": 2, "min_stake_per_gpu": 100,
@@ -122,16 +77,8 @@ def net(tmp_path_factory: pytest.TempPathFactory,
     workdir: Path = tmp_path_factory.mktemp("deploy")
     m = market_factory(workdir, ["owner", "user", "validator", "worker"], WORLD_PARAMS,
                        **WORLD_FUNDS)  # fmt: skip
-    procs = Processes(workdir)
-    created: list[Pubkey] = []
-    net = None
-    try:
-        net = start_world(workdir, m, procs, created)
+    with worker_network(Net, workdir, m, IMAGE, window=WINDOW) as net:
         yield net
-    finally:
-        procs.stop_all()
-        if net is not None:
-            remove_containers(created, net.podman_env)
 
 
 def test_the_readme_script_rents_prints_the_endpoint_reads_logs_and_stops(net: Net) -> None:

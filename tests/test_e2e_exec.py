@@ -19,17 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from gpu_market import pda
-from gpu_market.processes import Processes, free_port, tool, wait_http
-from harness import (
-    Market,
-    Network,
-    podman_setup,
-    remove_containers,
-    start_validator_node,
-    wait_until,
-)
-from solders.keypair import Keypair
+from gpu_market.processes import tool
+from harness import Market, WorkerNetwork, worker_network
 from solders.pubkey import Pubkey
 
 pytestmark = pytest.mark.e2e
@@ -39,89 +30,40 @@ IMAGE = "localhost/gpum-busybox:1"
 
 
 @dataclass
-class World(Network):
-    keys: dict[str, Path]
-    kps: dict[str, Keypair]
-    market: Pubkey
-    provider: Pubkey
-    validator: Pubkey
-    worker_port: int
-    podman_env: dict[str, str]
-    jobs: list[Pubkey]
-
-    def argv(self, who: str, *args: str) -> list[str]:
-        return [tool("gpum"), "--url", self.url, *args[:2], "--keypair", str(self.keys[who]),
-                *args[2:]]
-
-    def gpum(self, who: str, *args: str, ok: bool = True) -> subprocess.CompletedProcess[str]:
-        env = {**os.environ, "GPUM_WORKLOADS_DIR": str(self.workdir / "saved-specs")}
-        r = subprocess.run(self.argv(who, *args), capture_output=True, text=True, timeout=120,
-                           env=env, check=False)
-        if ok and r.returncode != 0:
-            raise AssertionError(f"gpum {' '.join(args)} failed ({r.returncode}):\n{r.stderr}\n"
-                                 f"worker log:\n{self.procs.tail('worker', 30)}")
-        return r
-
-    def wait(self, what: str, fn: Callable[[], object], timeout: float = 90) -> object:
-        return wait_until(what, fn, timeout, check=self.procs.check_alive,
-                          diag=lambda: self.procs.tail("worker", 40))
+class World(WorkerNetwork):
+    OUTPUT = ""
+    KEYPAIR_AFTER = 2
+    FAILED = "gpum {args} failed ({code}):\n{stderr}\nworker log:\n{log}"
+    WAIT_TIMEOUT = 90
 
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory,
           market_factory: Callable[..., Market]) -> Iterator[World]:
     workdir: Path = tmp_path_factory.mktemp("exec")
-    podman_env = podman_setup(workdir, IMAGE)
     m = market_factory(workdir, ["owner", "user", "other", "validator", "worker"], {
         "window_seconds": WINDOW, "max_missed_windows": 2, "min_stake_per_gpu": 100,
         "validator_min_bond": 100, "unbonding_seconds": 0},
         stake=dict.fromkeys(("owner", "validator"), 10_000 * 10**6),
         payment=dict.fromkeys(("user", "other"), 1_000 * 10**6))
-    procs = Processes(workdir)
-    created: list[Pubkey] = []
-    try:
-        worker_port, vport = free_port(), free_port()
-        w = World(workdir, procs, m.url, m.client, m.keys, m.kps, m.address,
-                  pda.provider_pda(m.address, m.kps["owner"].pubkey()),
-                  m.kps["validator"].pubkey(), worker_port, podman_env, created)
-        w.gpum("owner", "provider", "register", "--market", str(w.market), "--worker-key",
-               str(w.kps["worker"].pubkey()), "--gpu-model", "Simulated H100", "--gpu-count", "4",
-               "--vram-mib", "81920", "--price", "3.6", "--endpoint",
-               f"http://127.0.0.1:{worker_port}")
-        w.gpum("owner", "provider", "stake", "--market", str(w.market), "1000")
-        w.gpum("validator", "validator", "register", "--market", str(w.market), "--endpoint",
-               f"http://127.0.0.1:{vport}", "--bond", "500")
-        start_validator_node(procs, w.url, w.keys["validator"], w.market, vport,
-                             workdir / "validator.sqlite", "--settle-every", "2")
-        procs.start("worker", [
-            tool("gpum-worker"), "run", "--simulate", "--gpus", "4", "--seed", "1",
-            "--key", str(workdir / "worker.json"), "--db", str(workdir / "outbox.sqlite"),
-            "--window-seconds", str(WINDOW), "--poll-seconds", "1", "--rpc-url", w.url,
-            "--program-id", str(w.client.program_id), "--market", str(w.market),
-            "--provider", str(w.provider), "--api-listen", f"127.0.0.1:{worker_port}",
-            "--runtime", "podman", "--containers-conf", str(workdir / "containers.conf"),
-            "--publish-host", "127.0.0.1"])
-        wait_http(f"http://127.0.0.1:{worker_port}/v1/health", timeout=60)
+    with worker_network(World, workdir, m, IMAGE, window=WINDOW) as w:
         yield w
-    finally:
-        procs.stop_all()
-        remove_containers(created, podman_env)
 
 
 @pytest.fixture(scope="module")
 def job(world: World) -> Pubkey:
-    r = world.gpum("user", "job", "create", "--output", "json", "--market", str(world.market),
-                   "--provider", str(world.provider), "--gpu-count", "1", "--deposit", "20",
-                   "--committee", str(world.validator), "--quorum", "1", "--image", IMAGE,
-                   "--cmd", '["/bin/sh", "-c"]',
-                   "--arg", "trap 'exit 0' TERM; while true; do sleep 1; done")
+    r = world.run_gpum("user", "job", "create", "--output", "json", "--market", str(world.market),
+                       "--provider", str(world.provider), "--gpu-count", "1", "--deposit", "20",
+                       "--committee", str(world.validator), "--quorum", "1", "--image", IMAGE,
+                       "--cmd", '["/bin/sh", "-c"]',
+                       "--arg", "trap 'exit 0' TERM; while true; do sleep 1; done")
     j = Pubkey.from_string(json.loads(r.stdout.strip().splitlines()[-1])["job"])
     world.jobs.append(j)
 
     last: list[str] = []
 
     def running() -> bool:
-        r = world.gpum("user", "job", "exec", str(j), "--", "true", ok=False)
+        r = world.run_gpum("user", "job", "exec", str(j), "--", "true", ok=False)
         last[:] = [r.stderr]
         return r.returncode == 0
 
@@ -134,10 +76,10 @@ def job(world: World) -> Pubkey:
 
 def test_exec_prints_output_and_exits_with_the_commands_status(world: World,
                                                                job: Pubkey) -> None:
-    r = world.gpum("user", "job", "exec", str(job), "--", "echo", "hi")
+    r = world.run_gpum("user", "job", "exec", str(job), "--", "echo", "hi")
     assert r.stdout == "hi\n" and r.returncode == 0
-    r = world.gpum("user", "job", "exec", str(job), "--", "sh", "-c", "echo oops >&2; exit 3",
-                   ok=False)
+    r = world.run_gpum("user", "job", "exec", str(job), "--", "sh", "-c", "echo oops >&2; exit 3",
+                       ok=False)
     assert r.returncode == 3 and r.stderr == "oops\n"
     # Input piped with -i.
     env = {**os.environ}
@@ -146,7 +88,7 @@ def test_exec_prints_output_and_exits_with_the_commands_status(world: World,
                        env=env, check=False)
     assert p.returncode == 0 and p.stdout.strip() == "12", p.stderr
     # Only the job's user.
-    r = world.gpum("other", "job", "exec", str(job), "--", "id", ok=False)
+    r = world.run_gpum("other", "job", "exec", str(job), "--", "id", ok=False)
     assert r.returncode == 1 and "only the job's user" in r.stderr
 
 
@@ -155,17 +97,17 @@ def test_cp_round_trip(world: World, job: Pubkey, tmp_path: Path) -> None:
     (src / "nested").mkdir(parents=True)
     (src / "hello.txt").write_text("hello from here\n")
     (src / "nested" / "blob").write_bytes(os.urandom(100_000))
-    world.gpum("user", "job", "exec", str(job), "--", "mkdir", "-p", "/scratch")
-    world.gpum("user", "job", "cp", str(src), f"{job}:/scratch/x")
-    r = world.gpum("user", "job", "exec", str(job), "--", "cat", "/scratch/x/hello.txt")
+    world.run_gpum("user", "job", "exec", str(job), "--", "mkdir", "-p", "/scratch")
+    world.run_gpum("user", "job", "cp", str(src), f"{job}:/scratch/x")
+    r = world.run_gpum("user", "job", "exec", str(job), "--", "cat", "/scratch/x/hello.txt")
     assert r.stdout == "hello from here\n"
-    world.gpum("user", "job", "exec", str(job), "--", "sh", "-c", "echo made there > /scratch/x/out")
+    world.run_gpum("user", "job", "exec", str(job), "--", "sh", "-c", "echo made there > /scratch/x/out")
     back = tmp_path / "back"
-    world.gpum("user", "job", "cp", f"{job}:/scratch/x", str(back))
+    world.run_gpum("user", "job", "cp", f"{job}:/scratch/x", str(back))
     assert (back / "hello.txt").read_text() == "hello from here\n"
     assert (back / "out").read_text() == "made there\n"
     assert (back / "nested" / "blob").read_bytes() == (src / "nested" / "blob").read_bytes()
-    r = world.gpum("user", "job", "cp", str(src), f"{job}:/scratch/../../etc", ok=False)
+    r = world.run_gpum("user", "job", "cp", str(src), f"{job}:/scratch/../../etc", ok=False)
     assert r.returncode == 1 and ".." in r.stderr
 
 

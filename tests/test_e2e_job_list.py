@@ -10,25 +10,14 @@ module's tmp dir (``GPUM_DATA_DIR``).
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-from gpu_market import pda, tokens
-from gpu_market.errors import AccountNotFound
-from gpu_market.processes import Processes, free_port, tool, wait_http
-from harness import (
-    Market,
-    Network,
-    podman_setup,
-    remove_containers,
-    start_validator_node,
-    wait_until,
-)
+from gpu_market import pda
+from harness import Market, WorkerNetwork, register_provider, worker_network
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 
@@ -39,41 +28,8 @@ IMAGE = "localhost/gpum-busybox:1"
 
 
 @dataclass
-class Net(Network):
-    keys: dict[str, Path]
-    kps: dict[str, Keypair]
-    market: Pubkey
-    provider: Pubkey
-    podman_env: dict[str, str]
-    jobs: list[Pubkey]
-
-    def env(self) -> dict[str, str]:
-        return {**os.environ, "GPUM_WORKLOADS_DIR": str(self.workdir / "saved-specs"),
-                "GPUM_DATA_DIR": str(self.workdir / "data")}
-
-    def gpum(self, who: str, *args: str, json_out: bool = True,
-             timeout: float = 120) -> tuple[int, str, str]:  # fmt: skip
-        argv = [tool("gpum"), "--url", self.url, *(["--output", "json"] if json_out else []),
-                *args, "--keypair", str(self.keys[who])]  # fmt: skip
-        r = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=self.env(),
-                           check=False)  # fmt: skip
-        if r.returncode != 0:
-            raise AssertionError(f"gpum {' '.join(args)} failed:\n{r.stderr}\nworker log:\n"
-                                 f"{self.procs.tail('worker', 30)}")  # fmt: skip
-        return r.returncode, r.stdout, r.stderr
-
-    def gpum_json(self, who: str, *args: str, timeout: float = 120) -> dict[str, Any]:
-        return json.loads(self.gpum(who, *args, timeout=timeout)[1].strip().splitlines()[-1])
-
-    def balance(self, who: str) -> int:
-        mint = self.client.fetch_market(self.market).payment_mint
-        return self.token_balance(tokens.ata(self.kps[who].pubkey(), mint))
-
-    def token_balance(self, account: Pubkey) -> int:
-        try:
-            return self.client.token_balance(account)
-        except AccountNotFound:
-            return 0
+class Net(WorkerNetwork):
+    ENV = (*WorkerNetwork.ENV, ("GPUM_DATA_DIR", "data"))
 
     def books(self) -> tuple[int, int, int]:
         """(provider owner's payment balance, the market's fee vault, payment-mint supply)."""
@@ -81,55 +37,20 @@ class Net(Network):
         return (self.balance("owner"), self.token_balance(m.fee_vault),
                 self.client.mint_supply(m.payment_mint))
 
-    def wait(self, what: str, fn: Callable[[], Any], timeout: float = 60) -> Any:
-        return wait_until(what, fn, timeout, check=self.procs.check_alive,
-                          diag=lambda: self.procs.tail("worker", 40))  # fmt: skip
-
 
 @pytest.fixture(scope="module")
 def net(tmp_path_factory: pytest.TempPathFactory,
         market_factory: Callable[..., Market]) -> Iterator[Net]:  # fmt: skip
     workdir: Path = tmp_path_factory.mktemp("job-list")
-    podman_env = podman_setup(workdir, IMAGE)
     m = market_factory(workdir, ["owner", "idle", "user", "validator", "worker"], {
         "window_seconds": WINDOW, "max_missed_windows": 2, "min_stake_per_gpu": 100,
         "validator_min_bond": 100, "unbonding_seconds": 0},
         stake={"owner": 10_000 * 10**6, "idle": 10_000 * 10**6, "validator": 10_000 * 10**6},
         payment={"user": 1_000 * 10**6})  # fmt: skip
-    procs = Processes(workdir)
-    created: list[Pubkey] = []
-    try:
-        worker_port, vport = free_port(), free_port()
-        net = Net(workdir, procs, m.url, m.client, m.keys, m.kps, m.address,
-                  pda.provider_pda(m.address, m.kps["owner"].pubkey()), podman_env, created)  # fmt: skip
-        market = str(m.address)
-        net.gpum("owner", "provider", "register", "--market", market, "--worker-key",
-                 str(m.kps["worker"].pubkey()), "--gpu-model", "Simulated H100", "--gpu-count", "4",
-                 "--vram-mib", "81920", "--price", "3.6", "--endpoint",
-                 f"http://127.0.0.1:{worker_port}")  # fmt: skip
-        net.gpum("owner", "provider", "stake", "--market", market, "1000")
+    with worker_network(Net, workdir, m, IMAGE, window=WINDOW) as net:
         # a provider without a worker: its jobs stay Open
-        net.gpum("idle", "provider", "register", "--market", market, "--worker-key",
-                 str(Keypair().pubkey()), "--gpu-model", "Simulated H100", "--gpu-count", "1",
-                 "--vram-mib", "81920", "--price", "3.6")  # fmt: skip
-        net.gpum("idle", "provider", "stake", "--market", market, "1000")
-        net.gpum("validator", "validator", "register", "--market", market, "--endpoint",
-                 f"http://127.0.0.1:{vport}", "--bond", "500")  # fmt: skip
-        start_validator_node(procs, m.url, m.keys["validator"], m.address, vport,
-                             workdir / "validator.sqlite", "--settle-every", "2")  # fmt: skip
-        procs.start("worker", [
-            tool("gpum-worker"), "run", "--simulate", "--gpus", "4", "--seed", "1",
-            "--key", str(m.keys["worker"]), "--db", str(workdir / "outbox.sqlite"),
-            "--window-seconds", str(WINDOW), "--poll-seconds", "1", "--rpc-url", m.url,
-            "--program-id", str(m.client.program_id), "--market", market,
-            "--provider", str(net.provider),
-            "--api-listen", f"127.0.0.1:{worker_port}", "--runtime", "podman",
-            "--containers-conf", str(workdir / "containers.conf"), "--publish-host", "127.0.0.1"])
-        wait_http(f"http://127.0.0.1:{worker_port}/v1/health", timeout=60)
+        register_provider(net, "idle", Keypair().pubkey(), gpus=1)
         yield net
-    finally:
-        procs.stop_all()
-        remove_containers(created, podman_env)
 
 
 def _create(net: Net, deposit: str, *extra: str, provider: Pubkey | None = None) -> Pubkey:
@@ -166,7 +87,7 @@ def test_list_names_and_stop_with_a_receipt_that_matches_the_chain(net: Net) -> 
     for r, deposit in ((w, 1_000_000), (p, 500_000)):  # every base unit is spent or left
         assert r["deposited"] == deposit and r["spent"] + r["escrow_left"] == deposit
         assert r["runs_dry_at"] == listing["chain_time"] + r["runway_seconds"]
-    _, text, _ = net.gpum("user", "job", "list", json_out=False)
+    _, text, _ = net.gpum("user", "job", "list", output="")
     assert "web" in text and str(plain) in text and "RUNWAY" in text
 
     # A name is usable wherever an address is; stop finishes, waits out the grace, closes.
@@ -186,7 +107,7 @@ def test_list_names_and_stop_with_a_receipt_that_matches_the_chain(net: Net) -> 
 
     # The other job stops in text mode: progress on stderr, the receipt in tokens on stdout.
     before_stop = net.balance("user")
-    _, text, err = net.gpum("user", "job", "stop", str(plain), json_out=False, timeout=180)
+    _, text, err = net.gpum("user", "job", "stop", str(plain), output="", timeout=180)
     assert "billing stopped" in err and "waiting for the settlement grace to end at" in err
     assert f"job {plain} closed" in text and "refunded:" in text and "fees" in text
 
@@ -206,7 +127,7 @@ def test_list_names_and_stop_with_a_receipt_that_matches_the_chain(net: Net) -> 
     assert owner - books[0] == both["paid_provider"] > 0
     assert vault - books[1] == both["paid_validators"] + both["paid_treasury"]
     assert books[2] - supply == both["burned"]
-    _, text, _ = net.gpum("user", "job", "list", "--all", json_out=False)
+    _, text, _ = net.gpum("user", "job", "list", "--all", output="")
     assert any(line.startswith("web") and "1" in line for line in text.splitlines())
 
 

@@ -26,11 +26,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from gpu_market import pda, tokens
+from gpu_market import pda
 from gpu_market.offers import list_offers
-from gpu_market.processes import JsonServer, Processes, free_port, tool, wait_http
-from harness import Market, Network, podman_setup
-from solders.keypair import Keypair
+from gpu_market.processes import JsonServer, Processes, free_port
+from harness import CliNetwork, Market, podman_setup, register_provider, start_worker
 from solders.pubkey import Pubkey
 
 pytestmark = pytest.mark.e2e
@@ -40,10 +39,10 @@ TIMEOUT = 20
 
 
 @dataclass
-class World(Network):
-    keys: dict[str, Path]
-    kps: dict[str, Keypair]
-    market: Pubkey
+class World(CliNetwork):
+    ENV = (("GPUM_WORKLOADS_DIR", "specs"),)
+    FAILED = "gpum {args} failed:\n{stderr}"
+
     a: Pubkey
     b: Pubkey
     a_endpoint: str
@@ -51,25 +50,15 @@ class World(Network):
     worker_a: subprocess.Popen
     deliveries: list[str]
 
-    def gpum(self, who: str, *args: str, ok: bool = True, timeout: float = 120,
-             output: str = "json") -> tuple[int, str, str, float]:  # fmt: skip
-        argv = [tool("gpum"), "--url", self.url, "--output", output, *args,
-                "--keypair", str(self.keys[who])]
-        env = {**os.environ, "GPUM_WORKLOADS_DIR": str(self.workdir / "specs")}
+    def timed(self, who: str, *args: str, ok: bool = True, timeout: float = 120,
+              output: str = "json") -> tuple[int, str, str, float]:  # fmt: skip
+        """``gpum`` and the seconds it took."""
         start = time.monotonic()
-        r = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env,
-                           check=False)
-        took = time.monotonic() - start
-        if ok and r.returncode != 0:
-            raise AssertionError(f"gpum {' '.join(args)} failed:\n{r.stderr}")
-        return r.returncode, r.stdout, r.stderr, took
+        code, out, err = self.gpum(who, *args, ok=ok, output=output, timeout=timeout)
+        return code, out, err, time.monotonic() - start
 
     def offers(self, *args: str) -> list[dict[str, Any]]:
         return json.loads(self.gpum("user", "offers", "--market", str(self.market), *args)[1])
-
-    def balance(self) -> int:
-        mint = self.client.fetch_market(self.market).payment_mint
-        return self.client.token_balance(tokens.ata(self.kps["user"].pubkey(), mint))
 
     def user_jobs(self) -> list[Any]:
         return self.client.list_jobs(user=self.kps["user"].pubkey(), market=self.market)
@@ -107,21 +96,12 @@ def world(tmp_path_factory: pytest.TempPathFactory,
                       f"http://127.0.0.1:{port_a}", stub.url, None, deliveries)  # type: ignore[arg-type]
         for owner, worker, price, endpoint in (("owner_a", "worker_a", "1.8", world.a_endpoint),
                                                ("owner_b", "worker_b", "3.6", stub.url)):
-            world.gpum(owner, "provider", "register", "--market", str(m.address), "--worker-key",
-                       str(m.kps[worker].pubkey()), "--gpu-model", "Simulated H100",
-                       "--gpu-count", "2", "--vram-mib", "81920", "--price", price,
-                       "--endpoint", endpoint)
-            world.gpum(owner, "provider", "stake", "--market", str(m.address), "1000")
+            register_provider(world, owner, m.kps[worker].pubkey(), gpus=2, price=price,
+                              endpoint=endpoint)  # fmt: skip
         world.gpum("validator", "validator", "register", "--market", str(m.address),
                    "--endpoint", stub.url, "--bond", "500")
-        world.worker_a = procs.start("worker_a", [
-            tool("gpum-worker"), "run", "--simulate", "--gpus", "2", "--seed", "1",
-            "--key", str(m.keys["worker_a"]), "--db", str(workdir / "outbox.sqlite"),
-            "--window-seconds", "2", "--poll-seconds", "1", "--rpc-url", m.url,
-            "--program-id", str(m.client.program_id), "--market", str(m.address),
-            "--provider", str(world.a), "--api-listen", f"127.0.0.1:{port_a}",
-            "--runtime", "podman", "--containers-conf", str(workdir / "containers.conf")])
-        wait_http(f"{world.a_endpoint}/v1/health", timeout=60)
+        world.worker_a = start_worker(world, world.a, port_a, name="worker_a", key="worker_a",
+                                      gpus=2, window=2, publish_host=False)  # fmt: skip
         yield world
     finally:
         procs.stop_all()
@@ -145,24 +125,23 @@ def test_a_provider_whose_worker_stops_is_hidden_then_shown_last_and_refused(wor
     assert [r["provider"] for r in world.offers("--all", "online=false")] == [str(world.a)]
     sdk = list_offers(world.client, world.market, probe=True)
     assert [(o.provider, o.online) for o in sdk] == [(world.b, True), (world.a, False)]
-    _, text, _, _ = world.gpum("user", "offers", "--market", str(world.market),
-                                output="text")
+    _, text, _ = world.gpum("user", "offers", "--market", str(world.market), output="text")
     assert "1 offline provider(s) hidden" in text and "--all" in text
     # Renting A is refused before any transaction: the user's tokens do not move.
-    before = world.balance()
-    code, _, err, took = world.gpum(
+    before = world.balance("user")
+    code, _, err, took = world.timed(
         "user", "run", "--market", str(world.market), "--gpu", "h100:1", "--hours", "0.01",
         "--image", IMAGE, "--provider", str(world.a), "--timeout", str(TIMEOUT), ok=False)
     assert code == 1 and took < TIMEOUT
     assert f"provider {world.a}'s worker at {world.a_endpoint} failed its health check" in err
     assert "no money moved" in err
-    assert world.balance() == before and world.user_jobs() == []
+    assert world.balance("user") == before and world.user_jobs() == []
 
 
 def test_a_failed_delivery_cancels_the_job_and_refunds_it_in_full_within_the_timeout(
         world: World) -> None:  # fmt: skip
-    before = world.balance()
-    code, _, err, took = world.gpum(
+    before = world.balance("user")
+    code, _, err, took = world.timed(
         "user", "run", "--market", str(world.market), "--gpu", "h100:1", "--hours", "0.01",
         "--image", IMAGE, "--timeout", str(TIMEOUT), ok=False)
     # A is down, so B (alive, but refusing every delivery) was chosen; run gave up in time.
@@ -174,4 +153,4 @@ def test_a_failed_delivery_cancels_the_job_and_refunds_it_in_full_within_the_tim
     assert job.provider == world.b and job.status == "cancelled"
     assert job.refunded == job.deposited > 0
     assert f"job {job.address} cancelled: " in err and "refunded in full" in err
-    assert world.balance() == before
+    assert world.balance("user") == before

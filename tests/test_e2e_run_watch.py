@@ -10,8 +10,6 @@ validator). The image is built locally from Debian's busybox-static (no registry
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from decimal import Decimal
@@ -20,18 +18,8 @@ from typing import Any
 
 import httpx
 import pytest
-from gpu_market import pda, tokens
-from gpu_market.processes import Processes, free_port, tool, wait_http
 from gpum_worker.localimage import INDEX_HTML
-from harness import (
-    Market,
-    Network,
-    podman_setup,
-    remove_containers,
-    start_validator_node,
-    wait_until,
-)
-from solders.keypair import Keypair
+from harness import Market, WorkerNetwork, worker_network
 from solders.pubkey import Pubkey
 
 pytestmark = pytest.mark.e2e
@@ -47,81 +35,21 @@ def _base(ui: str) -> int:
 
 
 @dataclass
-class Net(Network):
-    keys: dict[str, Path]
-    kps: dict[str, Keypair]
-    market: Pubkey
-    provider: Pubkey
-    validator: Pubkey
-    podman_env: dict[str, str]
-    jobs: list[Pubkey]
-
-    def env(self) -> dict[str, str]:
-        return {**os.environ, "GPUM_WORKLOADS_DIR": str(self.workdir / "saved-specs"),
-                "GPUM_TOPUPS_DIR": str(self.workdir / "topups")}
-
-    def gpum(self, who: str, *args: str, ok: bool = True, timeout: float = 120) -> tuple[int, str, str]:
-        argv = [tool("gpum"), "--url", self.url, "--output", "json", *args,
-                "--keypair", str(self.keys[who])]
-        r = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=self.env(),
-                           check=False)
-        if ok and r.returncode != 0:
-            raise AssertionError(f"gpum {' '.join(args)} failed:\n{r.stderr}\nworker log:\n"
-                                 f"{self.procs.tail('worker', 30)}")
-        return r.returncode, r.stdout, r.stderr
-
-    def gpum_json(self, who: str, *args: str, timeout: float = 120) -> dict[str, Any]:
-        return json.loads(self.gpum(who, *args, timeout=timeout)[1].strip().splitlines()[-1])
-
-    def balance(self, who: str) -> int:
-        mint = self.client.fetch_market(self.market).payment_mint
-        return self.client.token_balance(tokens.ata(self.kps[who].pubkey(), mint))
-
-    def wait(self, what: str, fn: Callable[[], Any], timeout: float = 60) -> Any:
-        return wait_until(what, fn, timeout, check=self.procs.check_alive,
-                          diag=lambda: self.procs.tail("worker", 40))
+class Net(WorkerNetwork):
+    ENV = (*WorkerNetwork.ENV, ("GPUM_TOPUPS_DIR", "topups"))
 
 
 @pytest.fixture(scope="module")
 def net(tmp_path_factory: pytest.TempPathFactory,
         market_factory: Callable[..., Market]) -> Iterator[Net]:
     workdir: Path = tmp_path_factory.mktemp("run-watch")
-    podman_env = podman_setup(workdir, IMAGE)
     m = market_factory(workdir, ["owner", "user", "validator", "worker"], {
         "window_seconds": WINDOW, "max_missed_windows": 2, "min_stake_per_gpu": 100,
         "validator_min_bond": 100, "unbonding_seconds": 0},
         stake={"owner": 10_000 * 10**6, "validator": 10_000 * 10**6},
         payment={"user": 1_000 * 10**6})
-    url, client, kps, keys, market = m.url, m.client, m.kps, m.keys, m.address
-    procs = Processes(workdir)
-    created: list[Pubkey] = []
-    try:
-        worker_port, vport = free_port(), free_port()
-        net = Net(workdir, procs, url, client, keys, kps, market,
-                  pda.provider_pda(market, kps["owner"].pubkey()), kps["validator"].pubkey(),
-                  podman_env, created)
-        net.gpum("owner", "provider", "register", "--market", str(market), "--worker-key",
-                 str(kps["worker"].pubkey()), "--gpu-model", "Simulated H100", "--gpu-count", "4",
-                 "--vram-mib", "81920", "--price", "3.6", "--endpoint",
-                 f"http://127.0.0.1:{worker_port}")
-        net.gpum("owner", "provider", "stake", "--market", str(market), "1000")
-        net.gpum("validator", "validator", "register", "--market", str(market), "--endpoint",
-                 f"http://127.0.0.1:{vport}", "--bond", "500")
-        start_validator_node(procs, url, keys["validator"], market, vport,
-                             workdir / "validator.sqlite", "--settle-every", "2")
-        procs.start("worker", [
-            tool("gpum-worker"), "run", "--simulate", "--gpus", "4", "--seed", "1",
-            "--key", str(keys["worker"]), "--db", str(workdir / "outbox.sqlite"),
-            "--window-seconds", str(WINDOW), "--poll-seconds", "1", "--rpc-url", url,
-            "--program-id", str(client.program_id), "--market", str(market),
-            "--provider", str(net.provider),
-            "--api-listen", f"127.0.0.1:{worker_port}", "--runtime", "podman",
-            "--containers-conf", str(workdir / "containers.conf"), "--publish-host", "127.0.0.1"])
-        wait_http(f"http://127.0.0.1:{worker_port}/v1/health", timeout=60)
+    with worker_network(Net, workdir, m, IMAGE, window=WINDOW) as net:
         yield net
-    finally:
-        procs.stop_all()
-        remove_containers(created, podman_env)
 
 
 # ----------------------------------------------------------------------------- scenarios

@@ -26,8 +26,8 @@ from typing import Any
 
 import httpx
 import pytest
-from gpu_market import pda, tokens
-from gpu_market.processes import Processes, free_port, tool, wait_http
+from gpu_market import tokens
+from gpu_market.processes import tool
 from gpu_market.proof import WORKLOAD_RUNNING, decode_proof
 from gpu_market.workload import WorkloadSpec, spec_hash
 from gpu_market.workload_api import (
@@ -37,15 +37,7 @@ from gpu_market.workload_api import (
     workload_status,
 )
 from gpum_worker.localimage import INDEX_HTML
-from harness import (
-    Market,
-    Network,
-    podman_setup,
-    remove_containers,
-    start_validator_node,
-    wait_until,
-)
-from solders.keypair import Keypair
+from harness import Market, WorkerNetwork, register_provider, start_worker, worker_network
 from solders.pubkey import Pubkey
 
 pytestmark = pytest.mark.e2e
@@ -56,43 +48,15 @@ SECRET = "s3cr3t-token-never-in-clear"
 
 
 @dataclass
-class World(Network):
-    keys: dict[str, Path]
-    kps: dict[str, Keypair]
-    market: Pubkey
-    providers: dict[str, Pubkey]
-    validator: Pubkey
-    worker_port: int
-    podman_env: dict[str, str]
-    jobs: list[Pubkey]
-    worker: subprocess.Popen | None = None
+class World(WorkerNetwork):
+    KEYPAIR_AFTER = 2
+
+    providers: dict[str, Pubkey] = field(default_factory=dict)
     hashes: dict[Pubkey, bytes] = field(default_factory=dict)
 
     def start_worker(self, name: str = "worker", poll_seconds: float = 1) -> None:
-        self.worker = self.procs.start(name, [
-            tool("gpum-worker"), "run", "--simulate", "--gpus", "4", "--seed", "1",
-            "--key", str(self.workdir / "worker.json"), "--db", str(self.workdir / "outbox.sqlite"),
-            "--window-seconds", str(WINDOW), "--poll-seconds", str(poll_seconds),
-            "--rpc-url", self.url,
-            "--program-id", str(self.client.program_id), "--market", str(self.market),
-            "--provider", str(self.providers["P"]),
-            "--api-listen", f"127.0.0.1:{self.worker_port}", "--runtime", "podman",
-            "--containers-conf", str(self.workdir / "containers.conf"),
-            "--publish-host", "127.0.0.1"])
-        wait_http(f"http://127.0.0.1:{self.worker_port}/v1/health", timeout=60)
-
-    def gpum(self, who: str, *args: str, ok: bool = True) -> tuple[int, str, str]:
-        argv = [tool("gpum"), "--url", self.url, "--output", "json", *args[:2],
-                "--keypair", str(self.keys[who]), *args[2:]]
-        env = {**os.environ, "GPUM_WORKLOADS_DIR": str(self.workdir / "saved-specs")}
-        r = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env, check=False)
-        if ok and r.returncode != 0:
-            raise AssertionError(f"gpum {' '.join(args)} failed:\n{r.stderr}\nworker log:\n"
-                                 f"{self.procs.tail('worker', 30)}")
-        return r.returncode, r.stdout, r.stderr
-
-    def gpum_json(self, who: str, *args: str) -> dict[str, Any]:
-        return json.loads(self.gpum(who, *args)[1].strip().splitlines()[-1])
+        self.worker = start_worker(self, self.provider, self.worker_port, name=name,
+                                   window=WINDOW, poll_seconds=poll_seconds)
 
     def podman(self, *args: str) -> str:
         r = subprocess.run(["podman", *args], capture_output=True, text=True, timeout=60,
@@ -103,10 +67,6 @@ class World(Network):
     def containers(self, job: Pubkey) -> list[dict[str, Any]]:
         out = self.podman("ps", "-a", "--filter", f"label=gpum.job={job}", "--format", "json")
         return json.loads(out or "[]")
-
-    def wait(self, what: str, fn: Callable[[], Any], timeout: float = 60) -> Any:
-        return wait_until(what, fn, timeout, check=self.procs.check_alive,
-                          diag=lambda: self.procs.tail("worker", 40))
 
     def until(self, what: str, fn: Callable[[], Any], ok: Callable[[Any], Any],
               timeout: float = 60) -> Any:
@@ -152,39 +112,20 @@ class World(Network):
 def world(tmp_path_factory: pytest.TempPathFactory,
           market_factory: Callable[..., Market]) -> Iterator[World]:
     workdir: Path = tmp_path_factory.mktemp("workload")
-    podman_env = podman_setup(workdir, IMAGE)
     m = market_factory(workdir, ["ownerP", "ownerQ", "user", "other", "validator", "worker"], {
         "window_seconds": WINDOW, "max_missed_windows": 2, "min_stake_per_gpu": 100,
         "validator_min_bond": 100, "unbonding_seconds": 0},
         stake=dict.fromkeys(("ownerP", "ownerQ", "validator"), 10_000 * 10**6),
         payment=dict.fromkeys(("user", "other"), 1_000 * 10**6))
-    url, client, kps, keys, market = m.url, m.client, m.kps, m.keys, m.address
-    procs = Processes(workdir)
-    created: list[Pubkey] = []
-    try:
-        worker_port, vport = free_port(), free_port()
-        world = World(workdir, procs, url, client, keys, kps, market, {}, kps["validator"].pubkey(),
-                      worker_port, podman_env, created)
-        # Provider P publishes its worker's API; Q publishes none.
-        for name, owner, endpoint in (("P", "ownerP", f"http://127.0.0.1:{worker_port}"),
-                                      ("Q", "ownerQ", None)):
-            extra = ["--endpoint", endpoint] if endpoint else []
-            world.gpum(owner, "provider", "register", "--market", str(market), "--worker-key",
-                       str(kps["worker"].pubkey()), "--gpu-model", "Simulated H100",
-                       "--gpu-count", "4", "--vram-mib", "81920", "--price", "3.6", *extra)
-            world.gpum(owner, "provider", "stake", "--market", str(market), "1000")
-            world.providers[name] = pda.provider_pda(market, kps[owner].pubkey())
-        assert client.fetch_provider(world.providers["P"]).endpoint == f"http://127.0.0.1:{worker_port}"
-        assert client.fetch_provider(world.providers["Q"]).endpoint == ""
-        world.gpum("validator", "validator", "register", "--market", str(market), "--endpoint",
-                   f"http://127.0.0.1:{vport}", "--bond", "500")
-        start_validator_node(procs, url, keys["validator"], market, vport,
-                             workdir / "validator.sqlite", "--settle-every", "2")
-        world.start_worker()
+    # Provider P publishes its worker's API; Q publishes none.
+    with worker_network(World, workdir, m, IMAGE, owner="ownerP", window=WINDOW) as world:
+        world.providers["P"] = world.provider
+        world.providers["Q"] = register_provider(world, "ownerQ", m.kps["worker"].pubkey(),
+                                                 gpus=4)  # fmt: skip
+        endpoint = f"http://127.0.0.1:{world.worker_port}"
+        assert world.client.fetch_provider(world.providers["P"]).endpoint == endpoint
+        assert world.client.fetch_provider(world.providers["Q"]).endpoint == ""
         yield world
-    finally:
-        procs.stop_all()
-        remove_containers(created, podman_env)
 
 
 def _job(world: World, out: str) -> Pubkey:
