@@ -39,6 +39,9 @@ from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 
 from .errors import SdkError
+from .solana_cli import DEFAULT_KEYPAIR
+from .solana_cli import MONIKERS as _MONIKERS
+from .solana_cli import solana_config as _solana_config
 from .units import U64_MAX, format_ui_amount, parse_duration
 
 __all__ = ["CANCEL_RESERVE_S", "DELIVER_ATTEMPT_S", "DeployError", "Deployment", "Hooks",
@@ -57,9 +60,6 @@ STOP_MARGIN_SECONDS = 120
 LOGS_TIMEOUT_S = 10.0
 LOGS_MAX_BYTES = 4 * 1024 * 1024
 """``Deployment.logs`` keeps at most the last this many bytes."""
-_MONIKERS = {"localnet": "http://127.0.0.1:8899", "localhost": "http://127.0.0.1:8899",
-             "devnet": "https://api.devnet.solana.com", "testnet": "https://api.testnet.solana.com",
-             "mainnet-beta": "https://api.mainnet-beta.solana.com"}  # fmt: skip
 
 
 class DeployError(SdkError):
@@ -576,19 +576,6 @@ def _job(client: Any, job: Pubkey) -> Any:
 # ----------------------------------------------------------------------------- the SDK's one call
 
 
-def _solana_config() -> dict[str, str]:
-    path = Path(os.environ.get("GPUM_SOLANA_CONFIG", "~/.config/solana/cli/config.yml")).expanduser()
-    out: dict[str, str] = {}
-    try:
-        for line in path.read_text().splitlines():
-            key, sep, value = line.partition(":")
-            if sep and key.strip() in ("json_rpc_url", "keypair_path"):
-                out[key.strip()] = value.strip().strip("'\"")
-    except OSError:
-        pass
-    return out
-
-
 def _url(url: str | None) -> str:
     value = url or _solana_config().get("json_rpc_url", "localnet")
     value = _MONIKERS.get(value, value)
@@ -603,7 +590,7 @@ def _keypair(keypair: Keypair | str | os.PathLike | None) -> Keypair:
 
     if isinstance(keypair, Keypair):
         return keypair
-    p = Path(keypair or _solana_config().get("keypair_path", "~/.config/solana/id.json")).expanduser()
+    p = Path(keypair or _solana_config().get("keypair_path", DEFAULT_KEYPAIR)).expanduser()
     try:
         raw = json.loads(p.read_text())
         if not (isinstance(raw, list) and len(raw) == 64 and all(isinstance(b, int) for b in raw)):

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,8 @@ import click
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 
+from ..solana_cli import DEFAULT_KEYPAIR, MONIKERS
+from ..solana_cli import solana_config as _solana_config
 from ..units import (
     AmountError,
     DurationError,
@@ -57,19 +58,6 @@ __all__ = [
     "withdraw_released",
 ]
 
-MONIKERS = {
-    "localnet": "http://127.0.0.1:8899",
-    "localhost": "http://127.0.0.1:8899",
-    "devnet": "https://api.devnet.solana.com",
-    "testnet": "https://api.testnet.solana.com",
-    "mainnet-beta": "https://api.mainnet-beta.solana.com",
-    "l": "http://127.0.0.1:8899",
-    "d": "https://api.devnet.solana.com",
-    "t": "https://api.testnet.solana.com",
-    "m": "https://api.mainnet-beta.solana.com",
-}
-DEFAULT_KEYPAIR = "~/.config/solana/id.json"
-SOLANA_CONFIG = "~/.config/solana/cli/config.yml"
 
 
 class CliError(click.ClickException):
@@ -79,20 +67,6 @@ class CliError(click.ClickException):
 
 
 # ----------------------------------------------------------------------------- pure helpers
-
-
-def _solana_config() -> dict[str, str]:
-    """``json_rpc_url`` and ``keypair_path`` from the Solana CLI config, if readable."""
-    path = Path(os.environ.get("GPUM_SOLANA_CONFIG", SOLANA_CONFIG)).expanduser()
-    out: dict[str, str] = {}
-    try:
-        for line in path.read_text().splitlines():
-            key, sep, value = line.partition(":")
-            if sep and key.strip() in ("json_rpc_url", "keypair_path"):
-                out[key.strip()] = value.strip().strip("'\"")
-    except OSError:
-        pass
-    return out
 
 
 def resolve_url(value: str | None) -> str:
