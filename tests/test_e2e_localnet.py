@@ -3,8 +3,8 @@ GPUs, explicit --simulate) and gpum-validator, as separate processes over real H
 
 This is the demo's flow (gpu_market.demo): every figure it returns is read back from the chain.
 The demo market has 2 s windows and max_missed_windows 2, so a finished job's settlement grace
-(terms.grace_seconds) is 8 s before `gpum job complete` and `gpum job close`; then `gpum market
-withdraw-fees` moves the fees from the market's fee vault to its treasury.
+(terms.grace_seconds) is 8 s; then the provider's worker completes the job, the user runs
+`gpum job close`, and `gpum market withdraw-fees` moves the fees from the market's fee vault to its treasury.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def test_one_job_paid_end_to_end(tmp_path: Path) -> None:
     assert summary["refunded"] > 0
     assert summary["deposited"] == 50 * 10**6
     assert summary["conserved"] is True
-    # finish -> grace of (max_missed_windows + 2) windows -> `gpum job complete` -> close
+    # finish -> grace of (max_missed_windows + 2) windows -> the worker completes it -> close
     assert summary["gpus_in_use_after_complete"] == 0
     assert any(line.startswith("job completed") for line in lines), lines
     # Every process was stopped: their logs exist and the demo returned.

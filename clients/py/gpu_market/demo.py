@@ -231,12 +231,15 @@ def run_demo(
         while client.chain_time() <= grace_end:
             procs.check_alive()
             time.sleep(0.5)
-        final = client.fetch_job(job)
-        cli("owner", "job", "complete", str(job))
-        if client.fetch_job(job).status != "completed":
-            raise DemoError("job not completed after `gpum job complete`")
+        # Nobody comes back for the job: the provider's worker completes it once the grace is over.
+        while (final := client.fetch_job(job)).status != "completed":
+            procs.check_alive()
+            if client.chain_time() > grace_end + 60:
+                raise DemoError(f"the worker did not complete the job within 60 s of its grace "
+                                f"end;\nworker log:\n{procs.tail('worker')}")
+            time.sleep(0.5)
         gpus_in_use = client.fetch_provider(provider).gpus_in_use
-        say(f"job completed     provider GPUs in use: {gpus_in_use}")
+        say(f"job completed     by the provider's worker; provider GPUs in use: {gpus_in_use}")
         cli("user", "job", "close", str(job))
         if client.fetch_job(job) is not None:
             raise DemoError("job account still exists after close")
