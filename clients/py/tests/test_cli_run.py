@@ -511,7 +511,7 @@ def test_watch_text_block(chain) -> None:
     code, out, _ = watch("--once", "--warn-below", "1m", output="text")
     assert code == 0
     assert f"job {JOB}  running" in out and "runway    27s" in out
-    assert "spend     7.2 per hour (0.002 per second, 2 GPU(s))" in out
+    assert "spend     7.2 per hour (2 GPU(s) at 3.6 per GPU-hour)" in out
     assert "escrow    0.06 booked; 0.054 available after 3 s unsettled" in out
     assert "settled 20, running 30" in out and f"from validator {MEMBERS[1]}" in out
     assert "#2" in out and "GPU util 85.0% max 74 C" in out

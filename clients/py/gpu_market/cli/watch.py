@@ -125,6 +125,7 @@ def _watch_data(r: Runway, chain_now: int, decimals: int, windows: dict[str, Any
     return {
         "job": str(r.job), "status": r.status, "chain_time": chain_now, "gpu_count": r.gpu_count,
         "rate_per_second": ui(r.rate_per_second), "spend_per_hour": ui(r.spend_per_hour),
+        "price_per_gpu_hour": ui(r.rate_per_second * 3600 // max(r.gpu_count, 1)),
         "booked_escrow": ui(r.booked_escrow), "available": ui(r.available),
         "unsettled_seconds": r.unsettled_seconds, "runway_seconds": r.runway_seconds,
         "settled_seconds": r.settled_seconds, "running_seconds": r.running_seconds,
@@ -137,8 +138,8 @@ def _watch_lines(d: dict[str, Any]) -> list[str]:
     stamp = datetime.fromtimestamp(d["chain_time"], timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
     lines = [
         f"job {d['job']}  {d['status']}  (chain time {stamp} UTC)",
-        (f"spend     {d['spend_per_hour']} per hour ({d['rate_per_second']} per second, "
-         f"{d['gpu_count']} GPU(s))"),
+        (f"spend     {d['spend_per_hour']} per hour ({d['gpu_count']} GPU(s) at "
+         f"{d['price_per_gpu_hour']} per GPU-hour)"),
         (f"escrow    {d['booked_escrow']} booked; {d['available']} available after "
          f"{d['unsettled_seconds']} s unsettled"),
         f"runway    {'-' if runway is None else format_duration(runway)}",
