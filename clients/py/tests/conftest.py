@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from gpu_market.codec import Codec
+from solders.keypair import Keypair
 
 REPO = Path(__file__).resolve().parents[3]
 COMMITTED_IDL = REPO / "idl" / "gpu_market.json"
@@ -39,6 +40,21 @@ def gpum_home(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, idl_path: Path) -
     monkeypatch.delenv("GPUM_MARKET", raising=False)
     monkeypatch.delenv("GPUM_DEBUG", raising=False)
     return home
+
+
+@pytest.fixture
+def user(tmp_path: Path) -> tuple[Keypair, str]:
+    """A fresh wallet and its Solana keypair file (the ``--keypair`` of CLI tests)."""
+    kp = Keypair()
+    path = tmp_path / "id.json"
+    path.write_text(json.dumps(list(bytes(kp))))
+    return kp, str(path)
+
+
+@pytest.fixture
+def keyfile(user: tuple[Keypair, str]) -> str:
+    """The keypair file of a fresh wallet."""
+    return user[1]
 
 
 @pytest.fixture(scope="session")

@@ -10,17 +10,9 @@ from click.testing import CliRunner
 from gpu_market import cli as cli_mod
 from gpu_market.accounts import JobTerms, JobView, MarketParams, MarketTotals, MarketView
 from gpu_market.errors import GpuMarketError
-from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 
 MARKET = str(Pubkey.new_unique())
-
-
-@pytest.fixture
-def keyfile(tmp_path):
-    path = tmp_path / "id.json"
-    path.write_text(json.dumps(list(bytes(Keypair()))))
-    return str(path)
 
 
 def run(args: list[str]) -> tuple[int, str, str]:

@@ -10,7 +10,6 @@ from types import SimpleNamespace
 import pytest
 from gpu_market.accounts import MarketTotals, Unbonding, ValidatorView
 from gpu_market.errors import AccountNotFound, GpuMarketError
-from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 from test_cli import (
     MARKET,
@@ -30,13 +29,6 @@ M = Pubkey.from_string(MARKET)
 def fake_validator(authority: Pubkey, status: str = "active", unclaimed: int = 250_000) -> ValidatorView:
     return ValidatorView(M, authority, 500_000_000, Unbonding(0, 0), status, 12, 254, ENDPOINT,
                          1_000_000, unclaimed, 1, Pubkey.new_unique())  # fmt: skip
-
-
-@pytest.fixture
-def keyfile(tmp_path):
-    path = tmp_path / "id.json"
-    path.write_text(json.dumps(list(bytes(Keypair()))))
-    return str(path)
 
 
 @pytest.fixture

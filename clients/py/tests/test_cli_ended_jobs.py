@@ -15,7 +15,6 @@ from types import SimpleNamespace
 
 import pytest
 from gpu_market.workload import RequestAuthError, WorkloadSpec, spec_hash, verify_request
-from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 from test_cli import CHAIN_NOW, assert_one_line_error, fake_job, offline, run
 
@@ -70,14 +69,6 @@ class Worker:
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
-
-
-@pytest.fixture
-def user(tmp_path):
-    kp = Keypair()
-    path = tmp_path / "id.json"
-    path.write_text(json.dumps(list(bytes(kp))))
-    return kp, str(path)
 
 
 @pytest.fixture

@@ -9,20 +9,11 @@ from dataclasses import replace
 
 import pytest
 from gpu_market.job_history import HistoryError, JobHistory, Receipt, check_name
-from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 from test_cli import CHAIN_NOW, MARKET, MEMBERS, assert_one_line_error, fake_job, offline, run
 
 M = Pubkey.from_string(MARKET)
 URL = "http://127.0.0.1:8899"
-
-
-@pytest.fixture
-def user(tmp_path):
-    kp = Keypair()
-    path = tmp_path / "id.json"
-    path.write_text(json.dumps(list(bytes(kp))))
-    return kp, str(path)
 
 
 class Chain:

@@ -3,7 +3,6 @@ per GPU-second, so a typed price is converted exactly or refused with its exact 
 
 from __future__ import annotations
 
-import json
 import re
 from decimal import Decimal
 
@@ -56,15 +55,6 @@ def test_inexact_prices_are_refused_with_the_nearest_exact_ones(per_second, off,
 
 
 # ----------------------------------------------------------------------------- the CLI flags
-
-
-@pytest.fixture
-def keyfile(tmp_path):
-    from solders.keypair import Keypair
-
-    path = tmp_path / "id.json"
-    path.write_text(json.dumps(list(bytes(Keypair()))))
-    return str(path)
 
 
 @pytest.fixture
