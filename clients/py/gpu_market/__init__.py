@@ -18,8 +18,6 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from .constants import PROGRAM_ID
-
 __all__ = [
     "DEFAULT_MARKET_PARAMS",
     "PROGRAM_ID",
@@ -44,6 +42,7 @@ __all__ = [
 ]
 
 _LAZY = {
+    "PROGRAM_ID": "constants",
     "DEFAULT_MARKET_PARAMS": "client",
     "Attestation": "settle",
     "GpuMarketClient": "client",
