@@ -11,7 +11,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 LOCALNET := $(CARGO_TARGET_DIR)/debug/gpum-localnet
 
-.PHONY: all setup venv localnet containers browser postgres js-deps test test-rust test-py idl idl-check demo lint clean
+.PHONY: all setup venv localnet containers browser postgres js-deps seaweedfs test test-rust test-py idl idl-check demo lint clean
 
 all: test
 
@@ -76,13 +76,18 @@ tests/js/node_modules/.installed: tests/js/package.json tests/js/package-lock.js
 	cd tests/js && npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
-test-py: venv localnet containers browser postgres js-deps
-	GPUM_LOCALNET_BIN=$(LOCALNET) $(PY) -m pytest
+# The checkpoint tests keep checkpoints in a real S3-compatible server: SeaweedFS's `weed`,
+# built once with Go into ~/.cache/gpu-market/seaweedfs (the script prints its path).
+seaweedfs:
+	scripts/build-seaweedfs.sh >/dev/null
+
+test-py: venv localnet containers browser postgres js-deps seaweedfs
+	GPUM_LOCALNET_BIN=$(LOCALNET) GPUM_WEED_BIN="$$(scripts/build-seaweedfs.sh)" $(PY) -m pytest
 
 test: idl-check test-rust test-py
 
-demo: venv localnet containers
-	GPUM_LOCALNET_BIN=$(LOCALNET) $(PY) -m gpu_market.demo
+demo: venv localnet containers seaweedfs
+	GPUM_LOCALNET_BIN=$(LOCALNET) GPUM_WEED_BIN="$$(scripts/build-seaweedfs.sh)" $(PY) -m gpu_market.demo
 
 lint: venv
 	$(VENV)/bin/ruff check clients/py worker validator tests bench

@@ -81,3 +81,6 @@ def market_factory(localnet: LocalChain) -> Iterator[Callable[..., Market]]:
     yield make
     for m in made:
         m.client.close()
+
+
+from s3server import s3_server  # noqa: F401  (the real S3 server: tests/s3server.py)

@@ -14,19 +14,22 @@ with a provider whose real worker runs podman: ``worker_network`` starts that wo
 ``start_validator`` and ``start_worker`` its parts.
 ``start_validator_node`` starts a module's one validator node; ``podman_setup``
 and ``remove_containers`` prepare and clean up the container runtime of modules that run
-workloads. ``wait_until``
+workloads; ``reaper_pid`` and ``stop_reapers`` find and stop the reapers workers start
+detached (``worker_network`` stops them with the world). ``wait_until``
 polls a condition with a deadline, checking that the processes a test relies on still run,
 and says what the test waited for, and their logs, when it gives up.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import signal
 import subprocess
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
@@ -190,10 +193,12 @@ def start_validator(net: CliNetwork, port: int) -> None:
 
 def start_worker(net: CliNetwork, provider: Pubkey, port: int, *, name: str = "worker",
                  key: str = "worker", gpus: int = 4, window: int = 2, poll_seconds: float = 1,
-                 publish_host: bool = True) -> subprocess.Popen:  # fmt: skip
+                 publish_host: bool = True, reaper: bool = True,
+                 reaper_poll_seconds: float | None = None) -> subprocess.Popen:  # fmt: skip
     """Starts ``gpum-worker run --simulate`` of ``provider`` (process ``name``, keypair of party
     ``key``, database ``outbox.sqlite``) with podman and its API on 127.0.0.1:``port``; returns
-    once it answers ``/v1/health``."""
+    once it answers ``/v1/health``. It starts its reaper unless ``reaper`` is off or one runs
+    (``stop_reapers``)."""
     p = net.procs.start(name, [
         tool("gpum-worker"), "run", "--simulate", "--gpus", str(gpus), "--seed", "1",
         "--key", str(net.keys[key]), "--db", str(net.workdir / "outbox.sqlite"),
@@ -202,14 +207,17 @@ def start_worker(net: CliNetwork, provider: Pubkey, port: int, *, name: str = "w
         "--market", str(net.market), "--provider", str(provider),
         "--api-listen", f"127.0.0.1:{port}", "--runtime", "podman",
         "--containers-conf", str(net.workdir / "containers.conf"),
-        *(["--publish-host", "127.0.0.1"] if publish_host else [])])  # fmt: skip
+        *(["--publish-host", "127.0.0.1"] if publish_host else []),
+        *([] if reaper else ["--no-reaper"]),
+        *(["--reaper-poll-seconds", str(reaper_poll_seconds)] if reaper_poll_seconds else [])])
     wait_http(f"http://127.0.0.1:{port}/v1/health", timeout=60)
     return p
 
 
 def start_worker_network(cls: type[W], workdir: Path, m: Market, procs: Processes,
                          jobs: list[Pubkey], image: str, *, owner: str = "owner", gpus: int = 4,
-                         window: int = 2, price: str = "3.6", **fields: Any) -> W:  # fmt: skip
+                         window: int = 2, price: str = "3.6",
+                         reaper_poll_seconds: float | None = None, **fields: Any) -> W:  # fmt: skip
     """The world of a ``WorkerNetwork`` subclass ``cls`` (its own ``fields`` given): podman
     with ``image`` built, ``owner``'s provider (party "worker" its worker key, ``gpus`` GPUs at
     ``price``, its worker's API its endpoint) staked, the validator node, and the worker."""
@@ -221,7 +229,8 @@ def start_worker_network(cls: type[W], workdir: Path, m: Market, procs: Processe
     register_provider(net, owner, m.kps["worker"].pubkey(), gpus=gpus, price=price,
                       endpoint=f"http://127.0.0.1:{worker_port}")  # fmt: skip
     start_validator(net, vport)
-    net.worker = start_worker(net, net.provider, worker_port, gpus=gpus, window=window)
+    net.worker = start_worker(net, net.provider, worker_port, gpus=gpus, window=window,
+                              reaper_poll_seconds=reaper_poll_seconds)
     return net
 
 
@@ -237,6 +246,7 @@ def worker_network(cls: type[W], workdir: Path, m: Market, image: str,
         yield net
     finally:
         procs.stop_all()
+        stop_reapers(workdir)
         if net is not None:
             remove_containers(net.jobs, net.podman_env)
 
@@ -304,6 +314,43 @@ def podman_setup(workdir: Path, image: str) -> dict[str, str]:
     podman_env = {"CONTAINERS_CONF": str(workdir / "containers.conf")}
     build_busybox_image(image, extra_env=podman_env)
     return podman_env
+
+
+def reaper_pid(workdir: Path, db: str = "outbox") -> int | None:
+    """The pid of the reaper of the worker database ``<workdir>/<db>.sqlite`` (it holds
+    ``<db>.reaper.lock``, its pid inside), or None when none runs."""
+    try:
+        fd = os.open(workdir / f"{db}.reaper.lock", os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            text = os.read(fd, 32).decode().strip()
+            return int(text) if text.isdigit() else None
+        return None
+    finally:
+        os.close(fd)
+
+
+def stop_reapers(workdir: Path, sig: int = signal.SIGTERM) -> None:
+    """Stops the reaper of every worker database in ``workdir`` (workers start them detached,
+    so stopping the workers leaves them running): ``sig``, then SIGKILL after 10 s."""
+    pids = [p for p in (reaper_pid(workdir, f.name.removesuffix(".reaper.lock"))
+                        for f in workdir.glob("*.reaper.lock")) if p]  # fmt: skip
+    for pid in pids:
+        with suppress(ProcessLookupError):
+            os.kill(pid, sig)
+    deadline = time.monotonic() + 10
+    for f in workdir.glob("*.reaper.lock"):
+        db = f.name.removesuffix(".reaper.lock")
+        while reaper_pid(workdir, db) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        pid = reaper_pid(workdir, db)
+        if pid:
+            with suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
 
 def remove_containers(jobs: Iterable[Pubkey], podman_env: Mapping[str, str]) -> None:

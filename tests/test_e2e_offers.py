@@ -10,12 +10,12 @@ providers, registered and staked through the CLI:
     C  GeForce RTX 4090       2 GPUs  us-east   0.0001/s  stake 1000  paused        no offer
     D  NVIDIA L40S            2 GPUs  eu-west   0.0002/s  stake 1000  a job holds 2 no offer
     E  NVIDIA H100 PCIe       4 GPUs  ap-south  0.0001/s  no stake                  no offer
-    F  NVIDIA H100 NVL        2 GPUs  us-west   0.0004/s  stake 1000  expired job   offer, score < 0.5
+    F  NVIDIA H100 NVL        2 GPUs  us-west   0.0004/s  stake 1000  expired job   offer, score < 0.3
 
 A's endpoint is a stand-in worker that answers ``/v1/health`` (so A is online); the others
 publish none (liveness unknown, listed as usual). F's job is accepted and then expired (the clock is warped past ``expirable_after``), so the
 chain books a failed job and missed windows on F's reputation, and F's score drops below the
-neutral 0.5 of the others. The validator V is only every job's committee (its endpoint is never
+0.3 of the others (new, unverified, unrated). The validator V is only every job's committee (its endpoint is never
 called).
 """
 
@@ -33,8 +33,9 @@ import pytest
 from gpu_market import pda
 from gpu_market.client import GpuMarketClient
 from gpu_market.localchain import warp_time
-from gpu_market.offers import best_offer, list_offers, reputation_score
+from gpu_market.offers import best_offer, list_offers
 from gpu_market.processes import JsonServer, tool
+from gpu_market.reputation import offer_score
 from gpu_market.units import format_ui_amount
 from harness import Market
 from solders.keypair import Keypair
@@ -145,7 +146,7 @@ def _create_job(world: World, name: str, job_id: int, gpus: int) -> Pubkey:
 
 
 def _effective_price(view: Any) -> Fraction:
-    score = reputation_score(view.reputation, jailed=False)
+    score = offer_score(view)
     return Fraction(view.price_per_gpu_second) / (Fraction(1, 2) + Fraction(score) / 2)
 
 
@@ -178,7 +179,8 @@ def test_offers_are_the_active_providers_with_gpus_a_job_can_take(world: World) 
             "price_per_gpu_second": format_ui_amount(v.price_per_gpu_second, DECIMALS),
             "price_per_gpu_hour": format_ui_amount(v.price_per_gpu_second * 3600, DECIMALS),
             "stake": format_ui_amount(v.stake, DECIMALS),
-            "score": reputation_score(v.reputation, jailed=False),
+            "score": offer_score(v), "hardware": "unverified", "verified": False, "badge": False,
+            "rating": None, "ratings": 0,
             "verified_hours": v.reputation.verified_seconds / 3600,
             "jobs_completed": v.reputation.jobs_completed,
             "jobs_failed": v.reputation.jobs_failed, "slashes": v.reputation.slashes,
@@ -190,8 +192,8 @@ def test_offers_are_the_active_providers_with_gpus_a_job_can_take(world: World) 
     by_name = dict(zip(world.names(rows), rows))
     assert by_name["A"]["gpus_free"] == 8 and by_name["A"]["price_per_gpu_hour"] == "3.6"
     assert by_name["B"]["gpus_free"] == 2 and by_name["B"]["gpus_total"] == 4
-    assert by_name["A"]["score"] == by_name["B"]["score"] == 0.5
-    assert 0 < by_name["F"]["score"] < 0.5
+    assert by_name["A"]["score"] == by_name["B"]["score"] == 0.3  # unverified, unrated
+    assert 0 < by_name["F"]["score"] < 0.3
     assert by_name["A"]["workloads"] is True and by_name["B"]["workloads"] is False
     # the default order is the rank: effective price ascending
     views = [c.fetch_provider(Pubkey.from_string(r["provider"])) for r in rows]
@@ -217,8 +219,10 @@ def test_offers_are_the_active_providers_with_gpus_a_job_can_take(world: World) 
     (["vram=40"], ["B"]),
     (["gpus_total>=4"], ["B", "A"]),
     (["gpus", "in", "[2]"], ["B", "F"]),
-    (["score<0.5"], ["F"]),
-    (["score>=0.5"], ["B", "A"]),
+    (["score<0.3"], ["F"]),
+    (["score>=0.3"], ["B", "A"]),
+    (["verified=false", "rating!=5", "ratings=0"], ["B", "F", "A"]),
+    (["verified"], []),
     (["jobs_failed>=1"], ["F"]),
     (["jobs_completed=0", "slashes=0"], ["B", "F", "A"]),
     (["verified_hours=0"], ["B", "F", "A"]),
@@ -234,7 +238,7 @@ def test_queries(world: World, query: list[str], expected: list[str]) -> None:
     ("rank-", ["A", "F", "B"]),
     ("price", ["F", "B", "A"]),
     ("price-", ["A", "B", "F"]),
-    ("score-", ["B", "A", "F"]),  # A and B tie at 0.5: rank order
+    ("score-", ["B", "A", "F"]),  # A and B tie at 0.3: rank order
     ("score", ["F", "B", "A"]),
     ("gpus-", ["A", "B", "F"]),  # B and F tie at 2: rank order
     ("stake", ["B", "F", "A"]),
@@ -255,7 +259,7 @@ def test_limit_and_text_table(world: World) -> None:
     assert lines[0].startswith("PROVIDER") and "PRICE/GPU-H" in lines[0]
     assert lines[0].split()[-3:] == ["ONLINE", "LAST", "SEEN"]
     assert lines[1].split()[0] == str(world.providers["B"])
-    assert lines[1].split()[-7:] == ["eu-west", "1.8", "250", "0.50", "no", "-", "-"]
+    assert lines[1].split()[-9:] == ["eu-west", "1.8", "250", "0.30", "no", "-", "no", "-", "-"]
     assert lines[2].split()[0] == str(world.providers["F"])
     assert lines[3] == "... 1 more offer(s): raise --limit (0 = all)"
     r = world.gpum("user", "offers", "--market", str(world.market), "online")

@@ -37,12 +37,22 @@ from gpu_market.workload_api import (
     workload_status,
 )
 from gpum_worker.localimage import INDEX_HTML
-from harness import Market, WorkerNetwork, register_provider, start_worker, worker_network
+from harness import (
+    Market,
+    WorkerNetwork,
+    reaper_pid,
+    register_provider,
+    start_worker,
+    stop_reapers,
+    worker_network,
+)
 from solders.pubkey import Pubkey
 
 pytestmark = pytest.mark.e2e
 
 WINDOW = 2
+REAPER_POLL = 1
+"""The worker's reaper compares containers with the chain every second here (default 15)."""
 IMAGE = "localhost/gpum-busybox:1"
 SECRET = "s3cr3t-token-never-in-clear"
 
@@ -54,9 +64,11 @@ class World(WorkerNetwork):
     providers: dict[str, Pubkey] = field(default_factory=dict)
     hashes: dict[Pubkey, bytes] = field(default_factory=dict)
 
-    def start_worker(self, name: str = "worker", poll_seconds: float = 1) -> None:
+    def start_worker(self, name: str = "worker", poll_seconds: float = 1,
+                     reaper: bool = True) -> None:
         self.worker = start_worker(self, self.provider, self.worker_port, name=name,
-                                   window=WINDOW, poll_seconds=poll_seconds)
+                                   window=WINDOW, poll_seconds=poll_seconds, reaper=reaper,
+                                   reaper_poll_seconds=REAPER_POLL)
 
     def podman(self, *args: str) -> str:
         r = subprocess.run(["podman", *args], capture_output=True, text=True, timeout=60,
@@ -118,7 +130,8 @@ def world(tmp_path_factory: pytest.TempPathFactory,
         stake=dict.fromkeys(("ownerP", "ownerQ", "validator"), 10_000 * 10**6),
         payment=dict.fromkeys(("user", "other"), 1_000 * 10**6))
     # Provider P publishes its worker's API; Q publishes none.
-    with worker_network(World, workdir, m, IMAGE, owner="ownerP", window=WINDOW) as world:
+    with worker_network(World, workdir, m, IMAGE, owner="ownerP", window=WINDOW,
+                        reaper_poll_seconds=REAPER_POLL) as world:
         world.providers["P"] = world.provider
         world.providers["Q"] = register_provider(world, "ownerQ", m.kps["worker"].pubkey(),
                                                  gpus=4)  # fmt: skip
@@ -133,6 +146,29 @@ def _job(world: World, out: str) -> Pubkey:
     world.jobs.append(job)
     world.hashes[job] = bytes(world.client.fetch_job(job).workload_hash)
     return job
+
+
+def _expire(world: World, job: Pubkey) -> bool:
+    """Whether ``job`` is Failed now: expired by a stranger (its provider went silent), or the
+    committee slashed the provider first."""
+    c = world.client
+    if c.fetch_job(job).status == "failed":
+        return True
+    try:
+        c.expire_job(world.kps["other"], job)
+    except Exception:  # noqa: BLE001 - not expirable yet
+        return False
+    return True
+
+
+def _ended(world: World, job: Pubkey) -> tuple[str, str] | None:
+    """(final status, reason) of ``job`` as the worker's workload store records its end."""
+    con = sqlite3.connect(f"file:{world.workdir / 'outbox.workloads.sqlite'}?mode=ro", uri=True)
+    try:
+        return con.execute("SELECT status, reason FROM ended WHERE job = ?",
+                           (bytes(job),)).fetchone()
+    finally:
+        con.close()
 
 
 def _proof_states(world: World, job: Pubkey) -> list[int]:
@@ -291,9 +327,9 @@ def test_the_worker_completes_a_finished_job_once_the_grace_is_over(world: World
 
 def test_a_job_that_ended_while_the_worker_was_down_loses_its_container_on_restart(
         world: World) -> None:
-    """The chain ends two jobs while the worker is down (expired: the provider went silent;
-    one then closed by its user); the restarted worker stops both containers on its first
-    poll, keeps their last logs and tells the user why each ended."""
+    """The chain ends two jobs while the worker and its reaper are down (expired: the provider
+    went silent; one then closed by its user); the restarted worker stops both containers on
+    its first poll, keeps their last logs and tells the user why each ended."""
     c = world.client
     jobs = []
     for n in (8, 9):
@@ -306,27 +342,18 @@ def test_a_job_that_ended_while_the_worker_was_down_loses_its_container_on_resta
         world.wait("the container running", lambda job=job: [
             x for x in world.containers(job) if x["State"] == "running"])
     world.stop_worker()
-
-    def expire(job: Pubkey) -> bool:
-        if c.fetch_job(job).status == "failed":  # the committee slashed the provider first
-            return True
-        try:
-            c.expire_job(world.kps["other"], job)
-        except Exception:  # noqa: BLE001 - not expirable yet
-            return False
-        return True
-
+    stop_reapers(world.workdir, signal.SIGKILL)
     for job in jobs:
-        world.wait("the job expirable (its provider silent)", lambda job=job: expire(job),
+        world.wait("the job expirable (its provider silent)", lambda job=job: _expire(world, job),
                    timeout=90)
         assert c.fetch_job(job).status == "failed"
     c.close_job(world.kps["user"], closed)
     assert c.fetch_job(closed) is None and c.fetch_closed_job(closed) is not None
-    # The worker is down: nothing stopped the containers.
+    # The worker and its reaper are down: nothing stopped the containers.
     assert all(x["State"] == "running" for job in jobs for x in world.containers(job))
-    # Restarted with a 30 s poll: only its first poll can have removed them.
+    # Restarted with a 30 s poll and no reaper: only its first poll can have removed them.
     t0 = time.monotonic()
-    world.start_worker("worker-after-slash", poll_seconds=30)
+    world.start_worker("worker-after-slash", poll_seconds=30, reaper=False)
     try:
         for job in jobs:
             world.wait("the ended job's container removed",
@@ -344,6 +371,60 @@ def test_a_job_that_ended_while_the_worker_was_down_loses_its_container_on_resta
     finally:
         world.stop_worker()
         world.start_worker("worker-again")
+
+
+def test_a_job_that_ends_while_the_worker_is_down_loses_its_container_to_the_reaper(
+        world: World) -> None:
+    """The worker is killed (-9) and not restarted; the reaper it started lives on. It leaves
+    the Running job's container alone; once the chain ends the job (expired: the provider went
+    silent) it stops and removes the container within its poll, keeping the last logs, which
+    the restarted worker serves with the reason the job ended. With no worker and no container
+    left, the reaper exits; the restarted worker starts a new one."""
+    c = world.client
+    _, out, _ = world.create(11, "--image", IMAGE, "--cmd", '["/bin/sh", "-c"]', "--arg",
+                             "i=0; while true; do i=$((i+1)); echo reaped tick $i; sleep 1; done")
+    job = _job(world, out)
+    world.wait("the container running", lambda: [x for x in world.containers(job)
+                                                 if x["State"] == "running"])
+    reaper = reaper_pid(world.workdir)
+    assert reaper is not None, "the worker started no reaper"
+    world.stop_worker()
+    try:
+        # The worker is gone; while the job is Running (read after the containers: a status never
+        # goes back) its container runs on through the reaper's polls.
+        seen_running, until = 0, time.monotonic() + 3 * REAPER_POLL
+        while time.monotonic() < until:
+            states = [x["State"] for x in world.containers(job)]
+            if c.fetch_job(job).status == "running":
+                assert states == ["running"], states
+                seen_running += 1
+            time.sleep(0.2)
+        assert seen_running and reaper_pid(world.workdir) == reaper
+        world.wait("the job expirable (its provider silent)", lambda: _expire(world, job),
+                   timeout=90)
+        failed_at = time.monotonic()
+        world.wait("the reaper removing the ended job's container",
+                   lambda: world.containers(job) == [], timeout=30)
+        took = time.monotonic() - failed_at
+        print(f"container removed {took:.1f} s after the job failed (reaper poll {REAPER_POLL} s)")
+        # The reaper, not a worker, recorded the end (just after the removal) with the
+        # worker's reason.
+        status, reason = world.wait("the reaper recording the end", lambda: _ended(world, job))
+        assert status == "failed" and reason.startswith("the provider failed"), reason
+        # Nothing is left to reap and no worker runs: the reaper is gone, nothing leaks.
+        world.wait("the idle reaper exiting", lambda: reaper_pid(world.workdir) is None,
+                   timeout=10)
+        world.start_worker("worker-after-reaper")
+        world.wait("the restarted worker's reaper", lambda: reaper_pid(world.workdir), timeout=30)
+        assert "reaped tick 1" in world.api(job, "logs")
+        st = world.api(job, "status")
+        assert st["ended"] and st["state"] == "stopped", st
+        assert st["job_status"] == "failed" and st["end_reason"].startswith(
+            "the provider failed"), st
+    finally:  # the module's next tests need a worker
+        assert world.worker is not None
+        if world.worker.poll() is not None:
+            world.start_worker("worker-after-reaper")
 
 
 def test_a_job_whose_escrow_ran_dry_keeps_its_logs_and_says_why_it_ended(world: World) -> None:

@@ -448,7 +448,7 @@ fn success_close_cancelled_job_returns_rent_and_tokens() {
     assert!(b.is_tombstone(&job) && closed(&b, &escrow));
     // All rent back but the tombstone's.
     let kept = b.svm.get_balance(&job).unwrap();
-    assert_eq!(kept, b.svm.minimum_balance_for_rent_exemption(16));
+    assert_eq!(kept, b.svm.minimum_balance_for_rent_exemption(8 + <gpu_market::state::ClosedJob as anchor_lang::Space>::INIT_SPACE));
     assert_eq!(b.svm.get_balance(&user.pubkey()).unwrap(), lamports + rent - kept - 5_000);
     assert_eq!(b.token_balance(&b.user.payment), tokens);
     assert_event(&logs, JobClosed { job, user: user.pubkey(), refunded: 0, surplus_returned: 0, deposited: 10_000, paid_provider: 0, paid_treasury: 0, burned: 0 });

@@ -5,7 +5,10 @@ mod common;
 use common::*;
 use gpu_market::errors::GpuMarketError as E;
 use gpu_market::events::*;
-use gpu_market::state::{Market, MarketParams, MarketTotals, MAX_UNBONDING_SECONDS, MIN_PARAMS_DELAY_SECONDS};
+use gpu_market::state::{
+    Market, MarketParams, MarketTotals, MAX_HARDWARE_QUORUM, MAX_UNBONDING_SECONDS, MAX_VERIFIED_RECORD_SECONDS,
+    MIN_PARAMS_DELAY_SECONDS,
+};
 use gpum_localnet::solana_keypair::Keypair;
 use gpum_localnet::solana_signer::Signer;
 use gpum_localnet::solana_instruction::error::InstructionError;
@@ -74,7 +77,8 @@ fn success_update_params_announces_and_applies_after_unbonding_seconds() {
     let mut b = Bench::new();
     let new = MarketParams { fee_bps: 2_500, burn_bps: 10_000, window_seconds: 3_600, max_skew_seconds: 300,
         unbonding_seconds: MAX_UNBONDING_SECONDS, min_quorum: 3, max_missed_windows: 1_440, validator_reward_bps: 10_000,
-        reporter_reward_bps: 5_000, temp_critical_c: 150, ecc_uncorrected_max: 1_000_000, ..default_params() };
+        reporter_reward_bps: 5_000, temp_critical_c: 150, ecc_uncorrected_max: 1_000_000, hardware_quorum: MAX_HARDWARE_QUORUM,
+        hardware_attestation_max_age_seconds: 86_400, verified_record_seconds: MAX_VERIFIED_RECORD_SECONDS, ..default_params() };
     let logs = b.as_admin(&[b.ix_update_params(&b.admin.pubkey(), new)]);
     let effective_at = T0 + default_params().unbonding_seconds;
     let m = b.market_state();
@@ -85,7 +89,8 @@ fn success_update_params_announces_and_applies_after_unbonding_seconds() {
     // when announced (the new one here: a year).
     b.set_time(effective_at);
     let low = MarketParams { fee_bps: 0, burn_bps: 0, window_seconds: 1, max_skew_seconds: 0, unbonding_seconds: 0,
-        min_quorum: 1, validator_reward_bps: 0, max_missed_windows: 1, temp_critical_c: 50, ecc_uncorrected_max: 0, reporter_reward_bps: 0, ..new };
+        min_quorum: 1, validator_reward_bps: 0, max_missed_windows: 1, temp_critical_c: 50, ecc_uncorrected_max: 0, reporter_reward_bps: 0,
+        hardware_quorum: 1, hardware_attestation_max_age_seconds: 60, verified_record_seconds: 0, ..new };
     b.as_admin(&[b.ix_update_params(&b.admin.pubkey(), low)]);
     let m = b.market_state();
     assert_eq!((m.params, m.pending_params, m.params_effective_at), (new, low, effective_at + MAX_UNBONDING_SECONDS));
@@ -135,6 +140,16 @@ fn fail_update_params_quorum_4() { assert_params_rejected(|p| p.min_quorum = 4, 
 fn fail_update_params_validator_reward_bps_10001() { assert_params_rejected(|p| p.validator_reward_bps = 10_001, E::BpsOutOfRange) }
 #[test]
 fn fail_update_params_max_missed_windows_1441() { assert_params_rejected(|p| p.max_missed_windows = 1_441, E::InvalidMaxMissedWindows) }
+#[test]
+fn fail_update_params_hardware_quorum_0() { assert_params_rejected(|p| p.hardware_quorum = 0, E::InvalidHardwareQuorum) }
+#[test]
+fn fail_update_params_hardware_quorum_6() { assert_params_rejected(|p| p.hardware_quorum = MAX_HARDWARE_QUORUM + 1, E::InvalidHardwareQuorum) }
+#[test]
+fn fail_update_params_hardware_attestation_max_age_59() { assert_params_rejected(|p| p.hardware_attestation_max_age_seconds = 59, E::InvalidHardwareAttestationAge) }
+#[test]
+fn fail_update_params_hardware_attestation_max_age_86401() { assert_params_rejected(|p| p.hardware_attestation_max_age_seconds = 86_401, E::InvalidHardwareAttestationAge) }
+#[test]
+fn fail_update_params_verified_record_over_a_year() { assert_params_rejected(|p| p.verified_record_seconds = MAX_VERIFIED_RECORD_SECONDS + 1, E::InvalidVerifiedRecord) }
 #[test]
 fn fail_update_params_temp_critical_151() { assert_params_rejected(|p| p.temp_critical_c = 151, E::InvalidHealthThresholds) }
 #[test]

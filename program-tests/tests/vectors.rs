@@ -19,8 +19,9 @@ use gpu_market::{
     events::*,
     receipt::Receipt,
     state::{
-        EquivocationRecord, GpuSpec, Job, JobStatus, JobTerms, Market, MarketParams, MarketTotals,
-        Provider, ProviderStatus, Reputation, RetiredWorkerKey, Unbonding, Validator, ValidatorStatus,
+        EquivocationRecord, GpuSpec, HardwareVerdict, Job, JobStatus, JobTerms, Market, MarketParams,
+        MarketTotals, Provider, ProviderStatus, Ratings, Reputation, RetiredWorkerKey, Unbonding,
+        Validator, ValidatorStatus, WrongAnswerRecord,
     },
 };
 use gpum_localnet::{solana_keypair::Keypair, solana_signer::Signer};
@@ -114,18 +115,21 @@ macro_rules! to_j_struct {
     };
 }
 
-to_j_struct!(MarketParams { fee_bps, burn_bps, min_stake_per_gpu, unbonding_seconds, window_seconds, min_quorum, max_missed_windows, downtime_slash_bps, equivocation_slash_bps, reporter_reward_bps, validator_min_bond, max_skew_seconds, temp_critical_c, ecc_uncorrected_max, validator_reward_bps });
+to_j_struct!(MarketParams { fee_bps, burn_bps, min_stake_per_gpu, unbonding_seconds, window_seconds, min_quorum, max_missed_windows, downtime_slash_bps, equivocation_slash_bps, reporter_reward_bps, validator_min_bond, max_skew_seconds, temp_critical_c, ecc_uncorrected_max, validator_reward_bps, hardware_quorum, hardware_attestation_max_age_seconds, verified_record_seconds });
 to_j_struct!(MarketTotals { staked, bonded, burned, fees, slashed, jobs, rewards_unclaimed, rewards });
 to_j_struct!(Market { authority, creator, pending_authority, id, stake_mint, payment_mint, stake_vault, treasury, params, pending_params, params_effective_at, paused, totals, bump, stake_vault_bump, fee_vault, fee_vault_bump });
 to_j_struct!(GpuSpec { gpu_model, gpu_count, vram_mib, region });
 to_j_struct!(Unbonding { amount, release_at });
 to_j_struct!(Reputation { verified_seconds, windows_missed, jobs_completed, jobs_failed, slashes });
-to_j_struct!(Provider { market, owner, worker_key, worker_key_expires_at, retired_keys, last_equivocation_slash_at, spec, price_per_gpu_second, status, stake, unbonding, gpus_in_use, reputation, bump, endpoint, last_equivocation_slash_bps });
+to_j_struct!(Provider { market, owner, worker_key, worker_key_expires_at, retired_keys, last_equivocation_slash_at, spec, price_per_gpu_second, status, stake, unbonding, gpus_in_use, reputation, bump, endpoint, last_equivocation_slash_bps, registered_at, last_slash_at, hardware, ratings });
+to_j_struct!(HardwareVerdict { verified, passed, gpu_model, gpu_count, vram_mib, challenged_at, attested_at, challenge_digest, attesters, attesters_hash });
+to_j_struct!(Ratings { count, sum });
 to_j_struct!(RetiredWorkerKey { key, retired_at });
 to_j_struct!(JobTerms { rate_per_second, fee_bps, burn_bps, window_seconds, max_missed_windows, grace_seconds, max_skew_seconds, quorum, downtime_slash_bps, equivocation_slash_bps, reporter_reward_bps, temp_critical_c, ecc_uncorrected_max, validator_reward_bps });
 to_j_struct!(Validator { market, authority, bond, unbonding, status, settlements, bump, endpoint, rewards_earned, rewards_unclaimed, slashes });
-to_j_struct!(Job { market, user, provider, job_id, gpu_count, terms, committee, committee_len, deposited, claimed_seconds, paid_seconds, paid_provider, paid_validators, paid_treasury, burned, refunded, status, created_at, started_at, ended_at, last_seq, last_receipt_hash, last_window_end, bump, escrow_bump, workload_hash });
+to_j_struct!(Job { market, user, provider, job_id, gpu_count, terms, committee, committee_len, deposited, claimed_seconds, paid_seconds, paid_provider, paid_validators, paid_treasury, burned, refunded, status, created_at, started_at, ended_at, last_seq, last_receipt_hash, last_window_end, bump, escrow_bump, workload_hash, rated });
 to_j_struct!(EquivocationRecord { job, seq, offender, reporter, slashed, bump });
+to_j_struct!(WrongAnswerRecord { provider, challenge_digest, reporter, slashed, bump });
 
 to_j_struct!(MarketInitialized { market, authority, id, stake_mint, payment_mint, treasury, params });
 to_j_struct!(ProviderRegistered { market, provider, owner, worker_key, gpu_count, price_per_gpu_second });
@@ -159,6 +163,9 @@ to_j_struct!(JobToppedUp { job, amount, deposited });
 to_j_struct!(JobCancelled { job, refunded, surplus_returned });
 to_j_struct!(JobExpired { job, by, last_window_end, missed_windows });
 to_j_struct!(EquivocationSlashed { provider, job, seq, first_proof_hash, second_proof_hash, reporter, slash_bps, reporter_reward_bps, slashed, reward, burned, jailed_until });
+to_j_struct!(HardwareAttested { provider, worker_key, gpu_model, gpu_count, vram_mib, passed, challenged_at, challenge_digest, attested_at, attesters, submitter });
+to_j_struct!(WrongAnswerSlashed { provider, challenge_digest, challenged_at, root, row_index, leaf_hash, computed_root, answer_signer, row_signer, reporter, slash_bps, slashed, burned });
+to_j_struct!(JobRated { job, provider, user, score, closed, count, sum });
 to_j_struct!(DowntimeSlashed { provider, job, missed_windows, last_proof_window_end, validators, slash_bps, reporter_reward_bps, slashed, reward, burned });
 
 impl ToJ for JobStatus {
@@ -174,6 +181,12 @@ impl ToJ for [RetiredWorkerKey; gpu_market::state::RETIRED_KEYS] {
 }
 
 impl ToJ for [Pubkey; gpu_market::state::MAX_COMMITTEE] {
+    fn j(&self) -> J {
+        J::A(self.iter().map(ToJ::j).collect())
+    }
+}
+
+impl ToJ for Vec<Pubkey> {
     fn j(&self) -> J {
         J::A(self.iter().map(ToJ::j).collect())
     }
@@ -223,6 +236,9 @@ fn params() -> MarketParams {
         temp_critical_c: 93,
         ecc_uncorrected_max: 2,
         validator_reward_bps: 1_999,
+        hardware_quorum: 3,
+        hardware_attestation_max_age_seconds: 3_601,
+        verified_record_seconds: 2_592_001,
     }
 }
 
@@ -275,6 +291,21 @@ fn provider(status: ProviderStatus) -> Provider {
         bump: 251,
         endpoint: gpu_market::state::encode_endpoint("http://203.0.113.9:7070").unwrap(),
         last_equivocation_slash_bps: 4_999,
+        registered_at: 1_700_000_003,
+        last_slash_at: 1_745_000_001,
+        hardware: HardwareVerdict {
+            verified: true,
+            passed: true,
+            gpu_model,
+            gpu_count: 257,
+            vram_mib: 81_921,
+            challenged_at: 1_750_000_500,
+            attested_at: 1_750_000_530,
+            challenge_digest: bytes32(0x5c),
+            attesters: 3,
+            attesters_hash: bytes32(0xc5),
+        },
+        ratings: Ratings { count: 17, sum: 71 },
     }
 }
 
@@ -322,6 +353,7 @@ fn job(status: JobStatus) -> Job {
         bump: 249,
         escrow_bump: 248,
         workload_hash: bytes32(0x77),
+        rated: true,
     }
 }
 
@@ -359,6 +391,8 @@ fn synthetic_accounts() -> Vec<J> {
     }
     let record = EquivocationRecord { job: key(40), seq: 9, offender: key(41), reporter: key(42), slashed: 50_000_000_001, bump: 247 };
     v.push(account_vector("equivocation_record", "EquivocationRecord", &record));
+    let wrong = WrongAnswerRecord { provider: key(43), challenge_digest: bytes32(0x4d), reporter: key(44), slashed: 50_000_000_002, bump: 246 };
+    v.push(account_vector("wrong_answer_record", "WrongAnswerRecord", &wrong));
     v
 }
 
@@ -411,6 +445,17 @@ fn synthetic_events() -> Vec<J> {
             reporter: key(64), slash_bps: 5_001, reporter_reward_bps: 1_001, slashed: 50_010, reward: 5_006, burned: 45_004,
             jailed_until: 1_751_209_603,
         }),
+        event_vector("HardwareAttested", &HardwareAttested {
+            provider: key(55), worker_key: key(57), gpu_model: bytes32(0x48), gpu_count: 8, vram_mib: 81_559, passed: true,
+            challenged_at: 1_750_000_700, challenge_digest: bytes32(0x6d), attested_at: 1_750_000_701,
+            attesters: vec![key(58), key(68), key(69)], submitter: key(58),
+        }),
+        event_vector("WrongAnswerSlashed", &WrongAnswerSlashed {
+            provider: key(55), challenge_digest: bytes32(0x6d), challenged_at: 1_750_000_700, root: bytes32(0x70), row_index: 4_097,
+            leaf_hash: bytes32(0x71), computed_root: bytes32(0x72), answer_signer: key(57), row_signer: key(63), reporter: key(64),
+            slash_bps: 5_001, slashed: 50_010, burned: 50_010,
+        }),
+        event_vector("JobRated", &JobRated { job: key(60), provider: key(55), user: key(61), score: 4, closed: true, count: 18, sum: 75 }),
         event_vector("DowntimeSlashed", &DowntimeSlashed {
             provider: key(55), job: key(60), missed_windows: 12, last_proof_window_end: 1_750_000_300, validators: 3, slash_bps: 101, reporter_reward_bps: 1_001,
             slashed: 1_010, reward: 101, burned: 909,
@@ -518,7 +563,8 @@ fn every_event_and_account_type_has_a_vector() {
         StakeWithdrawn::DISCRIMINATOR, ValidatorExitRequested::DISCRIMINATOR, ValidatorBondWithdrawn::DISCRIMINATOR,
         ValidatorUpdated::DISCRIMINATOR, ValidatorRewardsClaimed::DISCRIMINATOR, CommitteeMemberReplaced::DISCRIMINATOR,
         ValidatorEquivocationSlashed::DISCRIMINATOR, JobToppedUp::DISCRIMINATOR, JobCancelled::DISCRIMINATOR, JobExpired::DISCRIMINATOR,
-        EquivocationSlashed::DISCRIMINATOR, DowntimeSlashed::DISCRIMINATOR,
+        EquivocationSlashed::DISCRIMINATOR, DowntimeSlashed::DISCRIMINATOR, HardwareAttested::DISCRIMINATOR,
+        WrongAnswerSlashed::DISCRIMINATOR, JobRated::DISCRIMINATOR,
     ];
     let source = include_str!("../../programs/gpu_market/src/events.rs");
     assert_eq!(source.matches("#[event]").count(), names.len(), "events.rs has an event without a vector");
@@ -526,7 +572,7 @@ fn every_event_and_account_type_has_a_vector() {
     for d in names {
         assert!(rendered.contains(&format!("\"hex\": \"{}", hex(d))), "no vector for discriminator {}", hex(d));
     }
-    for d in [Market::DISCRIMINATOR, Provider::DISCRIMINATOR, Validator::DISCRIMINATOR, Job::DISCRIMINATOR, EquivocationRecord::DISCRIMINATOR] {
+    for d in [Market::DISCRIMINATOR, Provider::DISCRIMINATOR, Validator::DISCRIMINATOR, Job::DISCRIMINATOR, EquivocationRecord::DISCRIMINATOR, WrongAnswerRecord::DISCRIMINATOR] {
         assert!(rendered.contains(&format!("\"hex\": \"{}", hex(d))), "no vector for account discriminator {}", hex(d));
     }
 }

@@ -26,6 +26,7 @@ from .chain import JOB_READS_PER_SOURCE, ReadBudget
 from .config import (
     DEFAULT_LISTEN,
     DEFAULT_SETTLE_EVERY,
+    ChallengeConfig,
     HealthThresholds,
     SettlePolicy,
     VerifyConfig,
@@ -188,6 +189,31 @@ def main() -> None:
               default=("127.0.0.1", "::1"), show_default=True,
               help="the TLS proxy's IP: no connection cap, its requests count per client of "
                    "its X-Forwarded-For (which it must append); repeatable, 'none' for none")
+@click.option("--challenges/--no-challenges", "challenge_enabled", default=False,
+              show_default=True, help="challenge the market's providers' GPUs (challenger.py)")
+@click.option("--challenge-interval", default="6h", show_default=True, metavar="DURATION",
+              callback=lambda c, p, v: _duration(c, p, v, "s", 1),
+              help="mean time between random challenges of one provider")
+@click.option("--challenge-deadline", default="10m", show_default=True, metavar="DURATION",
+              callback=lambda c, p, v: _duration(c, p, v, "s", 0.1),
+              help="total deadline of one challenge (the answer and the opening)")
+@click.option("--challenge-retry", default="10m", show_default=True, metavar="DURATION",
+              callback=lambda c, p, v: _duration(c, p, v, "s", 0.1),
+              help="when to ask again a worker whose GPUs were busy")
+@click.option("--challenge-pass", default="30s", show_default=True, metavar="DURATION",
+              callback=lambda c, p, v: _duration(c, p, v, "s", 0.1),
+              help="how often the challenger looks for due providers")
+@click.option("--challenge-n", default=8192, show_default=True, type=int,
+              help="matrix size (a multiple of 256, 256..16384)")
+@click.option("--challenge-rounds", default=64, show_default=True, type=int)
+@click.option("--challenge-rows", default=16, show_default=True, type=int,
+              help="rows opened and recomputed per GPU")
+@click.option("--challenge-memory-fraction", default=0.9, show_default=True, type=float,
+              help="part of each GPU's declared VRAM the memory challenge fills (0: none)")
+@click.option("--challenge-max-memory-mib", default=1 << 20, show_default=True, type=int)
+@click.option("--challenge-known-nvml", type=click.Path(dir_okay=False, path_type=Path),
+              default=None, help="file of sha256 digests (one a line) of known NVML builds")
+@click.option("--challenge-seed", type=int, default=None, hidden=True)
 def run(url: str, keypair_path: Path, market: str, program_id: str | None, listen: str,
         allow_remote: bool, db_path: str | None, settle_every: int,
         settle_interval: float, leader_timeout: float, temp_critical_c: int | None,
@@ -195,7 +221,8 @@ def run(url: str, keypair_path: Path, market: str, program_id: str | None, liste
         retention_days: float = DEFAULT_RETENTION_DAYS, max_connections: int = 4096,
         max_connections_per_source: int = 256, max_in_flight_per_source: int = 32,
         job_reads_per_source: float = JOB_READS_PER_SOURCE,
-        trusted_proxies: tuple[str, ...] = ("127.0.0.1", "::1"), verbose: int = 0) -> None:
+        trusted_proxies: tuple[str, ...] = ("127.0.0.1", "::1"), verbose: int = 0,
+        **challenge: Any) -> None:
     """Serve the proof intake and the committee endpoints, lead settle rounds and report
     equivocation and downtime, until SIGINT/SIGTERM."""
     setup_logging(log_level, verbose)
@@ -226,9 +253,35 @@ def run(url: str, keypair_path: Path, market: str, program_id: str | None, liste
         _run(url, keypair_path, market, program_id, listen, allow_remote,
              db_path or str(default_db()), policy, settle_interval, own,
              retention_days=retention_days, http_limits=limits,
-             job_reads_per_source=job_reads_per_source)
+             job_reads_per_source=job_reads_per_source,
+             challenges=challenge_config(challenge))
     except ValidatorError as e:
         _fail(e)
+
+
+def challenge_config(o: dict[str, Any]) -> ChallengeConfig:
+    """The ``--challenge*`` flags as a ``ChallengeConfig`` (ConfigError when invalid)."""
+    known = None
+    if o.get("challenge_known_nvml") is not None:
+        try:
+            text = Path(o["challenge_known_nvml"]).read_text()
+        except OSError as e:
+            raise ConfigError(f"--challenge-known-nvml: {e}") from None
+        words = [line.split("#", 1)[0].strip().lower() for line in text.splitlines()]
+        known = frozenset(w for w in words if w)
+        bad = [w for w in known if len(w) != 64 or any(c not in "0123456789abcdef" for c in w)]
+        if bad:
+            raise ConfigError(f"--challenge-known-nvml: {bad[0][:80]!r} is not a sha256 (64 "
+                              "hex digits; one a line, # starts a comment)")
+    c = ChallengeConfig(
+        enabled=bool(o.get("challenge_enabled")), interval_seconds=o["challenge_interval"],
+        deadline_seconds=o["challenge_deadline"], retry_seconds=o["challenge_retry"],
+        pass_seconds=o["challenge_pass"], n=o["challenge_n"], rounds=o["challenge_rounds"],
+        rows=o["challenge_rows"], memory_fraction=o["challenge_memory_fraction"],
+        max_memory_mib=o["challenge_max_memory_mib"], known_nvml_sha256=known,
+        seed=o.get("challenge_seed"))
+    c.validate()
+    return c
 
 
 def _connect(url: str, payer: Keypair, program_id: Pubkey | None) -> Any:
@@ -250,7 +303,8 @@ def _run(url: str, keypair_path: Path, market_s: str, program_id_s: str | None, 
          allow_remote: bool, db_path: str, policy: SettlePolicy, settle_interval: float,
          own_health: HealthThresholds | None, *,
          retention_days: float = DEFAULT_RETENTION_DAYS, http_limits: Any = None,
-         job_reads_per_source: float = JOB_READS_PER_SOURCE) -> None:
+         job_reads_per_source: float = JOB_READS_PER_SOURCE,
+         challenges: ChallengeConfig | None = None) -> None:
     from gpu_market import PROGRAM_ID
     from gpu_market.httpfront import raise_fd_limit, serve_in_thread
 
@@ -305,6 +359,13 @@ def _run(url: str, keypair_path: Path, market_s: str, program_id_s: str | None, 
              RewardsProbe(client, cfg.market, cfg.authority, store).refresh)
     if retention_days > 0:
         tasks += (Pruner(store, retention_days, client).run_once,)
+    challenger = hardware = None
+    if challenges is not None and challenges.enabled:
+        from .challenger import Challenger
+        from .hardware_quorum import HardwareQuorum
+
+        hardware = HardwareQuorum(client, authority, store, cfg, challenges, peers)
+        challenger = Challenger(client, authority, store, cfg, challenges, quorum=hardware)
     raise_fd_limit()  # idle connections cost a descriptor each, not a thread
     try:
         server = ValidatorHTTPServer((host, port), intake, store,
@@ -312,7 +373,7 @@ def _run(url: str, keypair_path: Path, market_s: str, program_id_s: str | None, 
                                      dashboard=Dashboard(client, store, cfg.market,
                                                          cfg.authority,
                                                          reads=intake.job_reads),
-                                     limits=http_limits)
+                                     limits=http_limits, hardware=hardware)
     except OSError as e:
         raise ConfigError(f"--listen {listen}: cannot bind ({e})") from None
     _warn_if_not_validator(client, market, authority.pubkey())
@@ -323,6 +384,8 @@ def _run(url: str, keypair_path: Path, market_s: str, program_id_s: str | None, 
     serve_in_thread(server)
     liveness.start()
     loop.start()
+    if challenger is not None:
+        challenger.start()
     watchers = _watch_accounts(url, cfg.program_id, intake)
     log.info("listening on http://%s:%d market=%s authority=%s settle_every=%d db=%s",
              host, server.server_port, market, authority.pubkey(),
@@ -335,6 +398,8 @@ def _run(url: str, keypair_path: Path, market_s: str, program_id_s: str | None, 
     server.shutdown()
     liveness.stop()
     loop.stop()
+    if challenger is not None:
+        challenger.stop()
     own_endpoint.close()
     peers.close()
     store.close()

@@ -147,3 +147,54 @@ class SettlePolicy:
             raise ConfigError("lookup_table_retire_seconds must be >= 0")
         if not 0 <= self.lookup_table_compact_live_fraction < 1:
             raise ConfigError("lookup_table_compact_live_fraction must be in [0, 1)")
+
+
+@dataclass(frozen=True)
+class ChallengeConfig:
+    """Hardware challenges this validator sends (``challenger``; ``gpum-validator run
+    --challenges`` and the ``--challenge-*`` flags). Off by default: verifying the standard
+    challenge holds the n x n ``B`` (256 MiB at n = 8192) and takes seconds of CPU per GPU."""
+
+    enabled: bool = False
+    interval_seconds: float = 6 * 3600.0
+    """Mean time between two random challenges of one provider (exponential, clipped to a
+    tenth and three times it); registration and a spec change challenge at once."""
+    deadline_seconds: float = 600.0
+    """Total deadline of one challenge: the answer and the opening together."""
+    retry_seconds: float = 600.0
+    """When to ask again a worker that was busy (a job, another challenge) or rate-limited."""
+    pass_seconds: float = 30.0
+    """How often the challenger looks for providers that are due."""
+    n: int = 8192
+    rounds: int = 64
+    rows: int = 16
+    """The standard challenge (``gpu_market.challenge.Challenge.standard``)."""
+    memory_fraction: float = 0.9
+    """Of each GPU's declared VRAM, the part the memory challenge fills (0: none)."""
+    max_memory_mib: int = 1 << 20
+    chunks: int = 16
+    max_age_seconds: float = 3600.0
+    """A verdict this node co-signs for a peer is at most this old (the market's
+    ``hardware_attestation_max_age_seconds`` when the chain has it)."""
+    known_nvml_sha256: frozenset[str] | None = None
+    """Digests of NVML libraries of known driver builds; None: digests are only reported."""
+    seed: int | None = None
+    """Seeds the schedule's random draws (tests); None: the OS's randomness."""
+
+    def validate(self) -> None:
+        from gpu_market.challenge import Challenge, ChallengeError
+
+        if not (self.interval_seconds > 0 and self.deadline_seconds > 0
+                and self.retry_seconds > 0 and self.pass_seconds > 0
+                and self.max_age_seconds > 0):
+            raise ConfigError("challenge intervals, deadline, retry and pass must be positive")
+        if not 0 <= self.memory_fraction <= 1 or self.max_memory_mib < 0:
+            raise ConfigError("--challenge-memory-fraction is 0..1 and "
+                              "--challenge-max-memory-mib at least 0")
+        try:
+            Challenge(seed=bytes(32), n=self.n, rounds=self.rounds, rows_to_open=self.rows)
+        except ChallengeError as e:
+            raise ConfigError(f"--challenge-n/--challenge-rounds/--challenge-rows: {e}") \
+                from None
+        if not 1 <= self.chunks <= 256:
+            raise ConfigError("the memory challenge opens 1..256 chunks")

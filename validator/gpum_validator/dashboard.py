@@ -646,6 +646,7 @@ class Dashboard:
                 **(liveness_json(offers[rank - 1]) if rank else
                    {"online": None, "checked_at": None, "last_seen": None}),
                 "jobs_listed": len(jobs),
+                "hardware": hardware_summary(self.store, bytes(key)),
                 "paid_provider_listed": sum(j.paid_provider for j in jobs),
                 "jobs": [{"job": str(j.address), "status": j.status, "gpu_count": j.gpu_count,
                           "deposited": j.deposited, "paid_seconds": j.paid_seconds,
@@ -729,3 +730,17 @@ class Dashboard:
             out["decimals"] = decimals
             return out
         return answer(body)
+
+
+def hardware_summary(store: Any, provider: bytes) -> dict[str, Any]:
+    """This node's latest hardware verdict on ``provider``, for its page: ``result``
+    ("passed", "failed" or "not checked"), why, when, what ran (``challenger``)."""
+    latest = getattr(store, "latest_hardware_verdict", None)
+    v = latest(provider) if latest is not None else None
+    if v is None:
+        return {"result": "not checked", "reasons": "", "challenged_at": None,
+                "backend": None}
+    return {"result": "passed" if v.passed else "failed",
+            "reasons": "; ".join(v.reasons) or "none", "challenged_at": v.challenged_at,
+            "backend": v.detail.get("backend"), "why": v.detail.get("why"),
+            "attestations": len(v.attestations)}

@@ -22,7 +22,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from gpu_market.proof import NO_WORKLOAD_WINDOW, GpuWindow, WindowProof, WorkloadWindow
+from gpu_market.proof import (
+    NO_WORKLOAD_WINDOW,
+    CheckpointRecord,
+    GpuWindow,
+    WindowProof,
+    WorkloadWindow,
+)
 
 from .config import VerifyConfig
 from .errors import Rejection
@@ -42,7 +48,7 @@ _BAD_REQUEST_REASONS = frozenset({"proof_malformed", "proof_not_canonical",
                                   "worker_key_mismatch"})
 """Reasons ``verify.authenticate`` answers with HTTP 400; the others keep Rejection's 422."""
 
-_NO_WORKLOAD = (0, None, 0, 0)
+_NO_WORKLOAD = (0, None, 0, 0, None)
 
 
 def proof_from_fields(fields: tuple[Any, ...]) -> WindowProof:
@@ -50,7 +56,8 @@ def proof_from_fields(fields: tuple[Any, ...]) -> WindowProof:
     the same bytes (the tuples are in the dataclasses' field order)."""
     gpus = tuple(GpuWindow(*g) for g in fields[9])
     w = fields[16]
-    workload = NO_WORKLOAD_WINDOW if w == _NO_WORKLOAD else WorkloadWindow(*w)
+    workload = NO_WORKLOAD_WINDOW if w == _NO_WORKLOAD else WorkloadWindow(
+        *w[:4], None if w[4] is None else CheckpointRecord(*w[4]))
     return WindowProof(*fields[:9], gpus, *fields[10:16], workload)
 
 

@@ -1,8 +1,9 @@
 """The validator's HTTP routes: POST /v1/proofs, /v1/proofs/batch (the intake); the
 committee member endpoints POST /v1/attestations/query, /v1/attestations/sign,
-/v1/downtime/sign (``members.Member``); GET /v1/jobs/<job>/head, /health, /metrics; the
-dashboard. The transport under them (limits, JSON framing, handler plumbing) is
-``transport``.
+/v1/downtime/sign (``members.Member``), /v1/hardware/sign (``hardware_quorum``); GET
+/v1/jobs/<job>/head, /v1/providers/<provider>/hardware (the latest hardware verdict here,
+``challenger.hardware_answer``), /health, /metrics; the dashboard. The transport under them
+(limits, JSON framing, handler plumbing) is ``transport``.
 
 ``GET /v1/jobs/<job base58>/head`` serves the stored proof with the highest seq of a job,
 accepted or rejected, for a worker that lost its disk (it must never re-sign a seq it
@@ -32,6 +33,7 @@ from gpu_market.httpfront import Request, Response
 from solders.pubkey import Pubkey
 
 from .chain import ChainClient
+from .challenger import hardware_answer
 from .config import MAX_BATCH, MAX_BODY_BYTES
 from .dashboard import (
     ASSETS,
@@ -104,8 +106,11 @@ class ValidatorHTTPServer(JsonHttpServer):
     def __init__(self, addr: tuple[str, int], intake: Intake, store: Store,
                  probe: HealthProbe | Callable[[], bool],
                  max_body: int = MAX_BODY_BYTES, member: Member | None = None,
-                 dashboard: Dashboard | None = None, limits: HttpLimits | None = None) -> None:
+                 dashboard: Dashboard | None = None, limits: HttpLimits | None = None,
+                 hardware: Any = None) -> None:
         self.intake = intake
+        self.hardware = hardware
+        """``hardware_quorum.HardwareQuorum`` behind ``POST /v1/hardware/sign`` (None: 404)."""
         self.store = store
         self.probe = probe
         self.max_body = max_body
@@ -233,6 +238,8 @@ class ValidatorHTTPServer(JsonHttpServer):
         routes = {"/v1/proofs", "/v1/proofs/batch"}
         if self.member is not None:
             routes |= {"/v1/attestations/query", "/v1/attestations/sign", "/v1/downtime/sign"}
+        if self.hardware is not None:
+            routes.add("/v1/hardware/sign")
         return routes
 
     def body_too_large(self) -> None:
@@ -278,6 +285,8 @@ class _Exchange:
             self._json(*self.server.head(parts[3]))
         elif len(parts) == 5 and parts[:3] == ["", "v1", "jobs"] and parts[4] == "windows":
             self._json(*windows(self.server.store, parts[3], url.query), headers=_NO_STORE)
+        elif len(parts) == 5 and parts[:3] == ["", "v1", "providers"] and parts[4] == "hardware":
+            self._json(*hardware_answer(self.server.store, parts[3]), headers=_NO_STORE)
         elif path == "/health":
             status, body = self.server.health()
             self._json(status, body)
@@ -341,6 +350,8 @@ class _Exchange:
             routes.update({"/v1/attestations/query": member.query,
                            "/v1/attestations/sign": member.sign,
                            "/v1/downtime/sign": member.downtime_sign})
+        if self.server.hardware is not None:
+            routes["/v1/hardware/sign"] = self.server.hardware.sign
         handler = routes.get(self.path)
         if handler is None:
             self._error(404, "not_found", f"no route POST {self.path}", close=True)

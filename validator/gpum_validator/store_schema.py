@@ -200,6 +200,60 @@ CREATE INDEX IF NOT EXISTS intents_by_job ON intents (job, id);
 """Indexes of the read-only dashboard queries (``recent_intents``); no schema change, so
 they are created on every open without a version bump."""
 
+HARDWARE_TABLES = """
+CREATE TABLE IF NOT EXISTS hardware_verdicts (
+    provider BLOB NOT NULL,
+    challenge BLOB NOT NULL,
+    challenged_at INTEGER NOT NULL,
+    worker_key BLOB NOT NULL,
+    gpu_model TEXT NOT NULL,
+    gpu_count INTEGER NOT NULL,
+    vram_mib INTEGER NOT NULL,
+    passed INTEGER NOT NULL,
+    reasons TEXT NOT NULL,
+    detail TEXT NOT NULL,
+    attestations TEXT NOT NULL DEFAULT '{}',
+    recorded_at REAL NOT NULL,
+    attested_tx TEXT,
+    attest_error TEXT,
+    PRIMARY KEY (provider, challenge)
+);
+CREATE INDEX IF NOT EXISTS hardware_verdicts_latest ON hardware_verdicts (provider, recorded_at);
+CREATE TABLE IF NOT EXISTS gpu_claims (
+    uuid TEXT NOT NULL,
+    provider BLOB NOT NULL,
+    source TEXT NOT NULL CHECK (source IN ('verdict', 'proof')),
+    first_seen REAL NOT NULL,
+    last_seen REAL NOT NULL,
+    PRIMARY KEY (uuid, provider, source)
+);
+CREATE TABLE IF NOT EXISTS wrong_answers (
+    provider BLOB NOT NULL,
+    challenge BLOB NOT NULL,
+    row_index INTEGER NOT NULL,
+    worker_key BLOB NOT NULL,
+    gpu_index INTEGER NOT NULL,
+    challenged_at INTEGER NOT NULL,
+    root BLOB NOT NULL,
+    leaf_count INTEGER NOT NULL,
+    leaf_hash BLOB NOT NULL,
+    siblings BLOB NOT NULL,
+    row_bytes BLOB NOT NULL,
+    answer_signature BLOB NOT NULL,
+    row_signature BLOB NOT NULL,
+    recorded_at REAL NOT NULL,
+    status TEXT CHECK (status IN ('sent', 'retry', 'done', 'failed')),
+    signature TEXT,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    last_error TEXT,
+    updated_at REAL NOT NULL,
+    PRIMARY KEY (provider, challenge, row_index)
+);
+"""
+"""Hardware challenges (``store_hardware``): tables of their own that no other query reads,
+so they are created on every open of either server, without a version bump (a validator
+from before them ignores them)."""
+
 _V4_COLUMNS = (
     ("jobs", "covered_seq INTEGER NOT NULL DEFAULT 0"),
     ("jobs", "paid_seq INTEGER NOT NULL DEFAULT 0"),
@@ -321,7 +375,7 @@ def migrate_sqlite(raw: sqlite3.Connection, db: Conn, where: str) -> None:
     """Create the schema in the SQLite database of connection ``raw`` (``db``: the same
     connection as the store's methods see it), or upgrade an older one in place; ``where``
     names the database in errors."""
-    raw.executescript(_SCHEMA + _SCHEMA_V3 + _READ_INDEXES)  # idempotent; commits
+    raw.executescript(_SCHEMA + _SCHEMA_V3 + _READ_INDEXES + HARDWARE_TABLES)  # idempotent
     raw.execute("BEGIN IMMEDIATE")
     try:
         row = raw.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
@@ -453,7 +507,7 @@ def migrate_postgres(db: Conn, where: str) -> None:
     transaction-scoped advisory lock."""
     db.raw.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
     if db.raw.execute("SELECT to_regclass('meta')").fetchone()[0] is None:
-        db.executescript(_SCHEMA + _SCHEMA_V3 + _READ_INDEXES + _SCHEMA_V4)
+        db.executescript(_SCHEMA + _SCHEMA_V3 + _READ_INDEXES + _SCHEMA_V4 + HARDWARE_TABLES)
         db.executescript(_postgres_count_triggers())
         db.execute("INSERT INTO meta VALUES ('schema_version', ?)",
                    (str(SCHEMA_VERSION),))
@@ -466,4 +520,4 @@ def migrate_postgres(db: Conn, where: str) -> None:
     if version < 4:  # PostgreSQL support starts at schema version 4
         raise StoreError(f"{where} has schema version {version}, which no "
                          "gpum-validator wrote to PostgreSQL; use an empty database")
-    db.executescript(_READ_INDEXES + _SCHEMA_V4)  # indexes added without a bump
+    db.executescript(_READ_INDEXES + _SCHEMA_V4 + HARDWARE_TABLES)  # added without a bump

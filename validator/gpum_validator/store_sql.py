@@ -2,7 +2,8 @@
 
 The queries live in one module per concern, composed here: ``store_proofs`` (the intake's
 proofs and job state), ``store_settle`` (chain facts, settle candidates, intents),
-``store_evidence`` (attestations, evidence cases, slash reports); this module adds the meta
+``store_evidence`` (attestations, evidence cases, slash reports), ``store_hardware``
+(hardware challenges' verdicts, GPU claims, wrong answers); this module adds the meta
 values, the counts of /health (``summary``) and retention (``prune``). ``sql_dialect``
 translates each statement for PostgreSQL. Two engines run them: ``store_sqlite.SQLiteStore``
 and ``store_pg.PostgresStore``, which provide the connections (``store_base.StoreBase``).
@@ -31,12 +32,13 @@ from .errors import StoreError
 from .records import INTENT_STATUSES
 from .sql_dialect import Conn, as_int
 from .store_evidence import EvidenceQueries
+from .store_hardware import HardwareQueries
 from .store_proofs import ProofQueries
 from .store_schema import SCHEMA_VERSION, TERMINAL_SQL, rebuild_derived
 from .store_settle import SettleQueries
 
 
-class SQLStore(ProofQueries, SettleQueries, EvidenceQueries):
+class SQLStore(ProofQueries, SettleQueries, EvidenceQueries, HardwareQueries):
     """Every query of ``Store`` (see the module docstring), for ``SQLiteStore`` and
     ``store_pg.PostgresStore``."""
 

@@ -9,6 +9,8 @@ Endpoints (JSON unless noted; every error is ``{"error": "<what to do>"}``)::
     POST /v1/jobs/<job b58>/exec          body {"cmd": [...], "tty", "stdin", "nonce"}
     PUT  /v1/jobs/<job b58>/files?path=DIR&nonce=N   body: a tar archive, into DIR
     GET  /v1/jobs/<job b58>/files?path=PATH&nonce=N  application/x-tar of PATH
+    POST /v1/challenges, /v1/challenges/<digest>/open  validators' hardware challenges
+                                          (``challenge_api``, signed by a validator)
 
 Exec and files (``gpu_market.exec_api`` has the wire format; ``gpum_worker.exec`` runs
 them): only for a Running job whose container runs, only for its user, each signed request
@@ -124,8 +126,10 @@ class WorkerApi:
                  log_max_bytes: int = LOG_READ_MAX_BYTES,
                  log_deadline_s: float = LOG_READ_DEADLINE_S, max_execs: int = 8,
                  exec_deadline_s: float = execs.EXEC_DEADLINE_S,
-                 max_download_bytes: int = 4 << 30) -> None:
+                 max_download_bytes: int = 4 << 30, challenges: Any = None) -> None:
         self.manager = manager
+        self.challenges = challenges
+        """``challenge_api.ChallengeService`` behind ``/v1/challenges``; None: 404 there."""
         self.replay = execs.ReplayGuard(clock=clock)
         self.execs = threading.BoundedSemaphore(max_execs)
         self.exec_deadline_s = exec_deadline_s
@@ -263,6 +267,9 @@ class _Exchange:
         try:
             parts = urlsplit(self.req.path)
             segs = parts.path.split("/")
+            if segs[1:3] == ["v1", "challenges"] and self.api.challenges is not None:
+                status, obj, retry = self.api.challenges.route(method, segs, self.req.body)
+                return _json(status, obj, retry_after=retry)
             if parts.path == "/v1/health" and method == "GET":
                 return _json(200, {"ok": True, "worker": self.api.worker,
                                    "runtime": self.api.manager.runtime_name})

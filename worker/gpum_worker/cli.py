@@ -1,4 +1,4 @@
-"""``gpum-worker``: run | keygen | probe.
+"""``gpum-worker``: run | reaper | keygen | probe | local-image.
 
 Errors that an operator can fix (``WorkerError``) are printed as one line
 ``error: <message>`` on stderr with exit code 1, never as a traceback.
@@ -203,6 +203,12 @@ def _parse_job(spec: str) -> tuple[str, int]:
               "committee_require_health", default=None,
               help="Accept a job only when every member answers GET /health with 200 "
                    "(default: on).")
+@click.option("--reaper/--no-reaper", "reaper", default=None,
+              help="Start `gpum-worker reaper` for this database unless one runs (default: "
+                   "on; off when it runs as a service of its own) [GPUM_WORKER_REAPER].")
+@click.option("--reaper-poll-seconds", type=float,
+              help="How often the reaper compares containers with the chain (default 15) "
+                   "[GPUM_WORKER_REAPER_POLL_SECONDS].")
 def run(config_path: Path | None, jobs: tuple[str, ...], job_started_at: int | None,
         previous_keys: tuple[str, ...], simulate: bool, gpus: int | None, seed: int,
         run_seconds: float | None, **flags: Any) -> None:
@@ -217,19 +223,10 @@ def run(config_path: Path | None, jobs: tuple[str, ...], job_started_at: int | N
 def _run(config_path: Path | None, job_specs: tuple[str, ...], job_started_at: int | None,
          previous_keys: tuple[str, ...], simulate: bool, gpus: int | None, seed: int,
          run_seconds: float | None, flags: dict[str, Any]) -> None:
-    from gpu_market.net import BoundedClient
-
-    from .agent import Agent
-    from .api import WorkerApi
-    from .committee import CommitteeGate, CommitteeRouter
     from .config import load_toml, resolve
-    from .heads import HttpHeadSource
-    from .jobs import AssignedJob, ChainJobSource, JobSource, StaticJobSource
     from .keys import decode_pubkey, load_worker_key
-    from .limits import machine_from_host, protect_worker_from_oom
-    from .outbox import Outbox
-    from .workload_store import WorkloadStore
-    from .workloads import WorkloadManager
+    from .limits import protect_worker_from_oom
+    from .reaper import ReaperPaths, hold_worker_lock
 
     file = load_toml(config_path) if config_path else {}
     cfg = resolve(file, os.environ, flags)
@@ -263,6 +260,33 @@ def _run(config_path: Path | None, job_specs: tuple[str, ...], job_started_at: i
         raise ConfigError(f"reading jobs from chain needs {', '.join(need)} (or pass --job)")
     if not cfg.db.parent.exists():
         cfg.db.parent.mkdir(parents=True, exist_ok=True)
+    paths = ReaperPaths.of(cfg.db)
+    worker_lock = hold_worker_lock(paths.worker_lock)  # released when this worker ends
+    try:
+        _run_worker(cfg, paths, config_path, key, backend, job_specs, job_started_at,
+                    trusted, simulate, run_seconds)
+    finally:
+        os.close(worker_lock)
+
+
+def _run_worker(cfg: Any, paths: Any, config_path: Path | None, key: Any, backend: GpuBackend,
+                job_specs: tuple[str, ...], job_started_at: int | None, trusted: list[bytes],
+                simulate: bool, run_seconds: float | None) -> None:
+    """The worker itself, once its configuration was checked (``_run``)."""
+    from gpu_market.net import BoundedClient
+
+    from .agent import Agent
+    from .api import WorkerApi
+    from .committee import CommitteeGate, CommitteeRouter
+    from .heads import HttpHeadSource
+    from .jobs import AssignedJob, ChainJobSource, JobSource, StaticJobSource
+    from .keys import decode_pubkey
+    from .limits import machine_from_host
+    from .outbox import Outbox
+    from .reaper import ReaperKeeper
+    from .workload_store import WorkloadStore
+    from .workloads import WorkloadManager
+
     outbox = Outbox(cfg.db, key.pubkey, cfg.validators)
     source: JobSource
     if job_specs:
@@ -288,8 +312,11 @@ def _run(config_path: Path | None, job_specs: tuple[str, ...], job_started_at: i
         log.info("--job jobs carry no workload: no container runtime is used")
     else:
         runtime = _detect_runtime(cfg)
-    store = WorkloadStore(cfg.db.with_name(cfg.db.stem + ".workloads.sqlite"),
-                          ended_logs_s=cfg.ended_logs_seconds)
+    store = WorkloadStore(paths.store, ended_logs_s=cfg.ended_logs_seconds)
+    keeper = None
+    if runtime is not None and cfg.reaper:
+        keeper = ReaperKeeper(paths, _reaper_args(cfg, runtime.name, config_path),
+                              cfg.reaper_poll_seconds).start()
     workloads = WorkloadManager(runtime, store, key.seed, publish_host=cfg.publish_host,
                                 attach_gpus=not simulate, provider=cfg.provider)
     if simulate and runtime is not None:
@@ -315,7 +342,12 @@ def _run(config_path: Path | None, job_specs: tuple[str, ...], job_started_at: i
         log.info("workload limits: %s (worker headroom: %d MiB, %g CPU)", workloads.machine,
                  workloads.machine.reserved_memory_mib, workloads.machine.reserved_cpus)
         if cfg.api_listen:
-            api = WorkerApi(workloads, cfg.api_listen, worker=key.pubkey_b58)
+            challenges = None
+            if cfg.challenges and isinstance(source, ChainJobSource):
+                from .challenge_api import challenge_service
+                challenges = challenge_service(cfg, key, lambda: agent.gpus, simulate)
+            api = WorkerApi(workloads, cfg.api_listen, worker=key.pubkey_b58,
+                            challenges=challenges)
             api.start()
             workloads.api_url = api.url
         else:
@@ -342,6 +374,8 @@ def _run(config_path: Path | None, job_specs: tuple[str, ...], job_started_at: i
                   outbox_factory=lambda: Outbox(cfg.db, key.pubkey, cfg.validators),
                   stop=stop, run_seconds=run_seconds)
     finally:
+        if keeper is not None:
+            keeper.stop()  # the reaper itself keeps running: that is its point
         if watcher is not None:
             watcher.stop()
         if api is not None:
@@ -351,6 +385,115 @@ def _run(config_path: Path | None, job_specs: tuple[str, ...], job_started_at: i
         counts = outbox.counts()
         outbox.close()
         log.info("stopped; outbox: %s", counts)
+
+
+def _reaper_args(cfg: Any, runtime: str, config_path: Path | None) -> list[str]:
+    """``gpum-worker reaper`` arguments for the worker's resolved configuration ``cfg`` (its
+    file too, for the settings the flags do not carry; the environment is inherited)."""
+    from .keys import b58encode
+
+    args = [*(["--config", str(config_path)] if config_path else []),
+            "--db", str(cfg.db), "--key", str(cfg.key_file), "--rpc-url", cfg.rpc_url,
+            "--program-id", b58encode(cfg.program_id), "--provider", b58encode(cfg.provider),
+            "--runtime", runtime, "--reaper-poll-seconds", str(cfg.reaper_poll_seconds),
+            "--log-level", cfg.log_level, "--exit-when-idle"]
+    if cfg.containers_conf is not None:
+        args += ["--containers-conf", str(cfg.containers_conf)]
+    return args
+
+
+@cli.command()
+@click.option("--config", "config_path", type=click.Path(dir_okay=False, path_type=Path),
+              envvar="GPUM_WORKER_CONFIG", help="TOML config file [env GPUM_WORKER_CONFIG].")
+@click.option("--key", "key_file", help="Worker key file [GPUM_WORKER_KEY_FILE].")
+@click.option("--db", help="The worker's outbox SQLite path [GPUM_WORKER_DB]; the reaper "
+                           "uses the workload store beside it.")
+@click.option("--rpc-url", help="Solana RPC URL [GPUM_WORKER_RPC_URL].")
+@click.option("--program-id", help="gpu_market program id (base58).")
+@click.option("--provider", help="Provider PDA (base58).")
+@click.option("--runtime", help="auto | podman | docker (default auto) [GPUM_WORKER_RUNTIME].")
+@click.option("--containers-conf", help="containers.conf for podman "
+                                        "[GPUM_WORKER_CONTAINERS_CONF].")
+@click.option("--reaper-poll-seconds", type=float,
+              help="Pass period (default 15) [GPUM_WORKER_REAPER_POLL_SECONDS].")
+@click.option("--log-level", help="debug | info | warning | error [GPUM_WORKER_LOG_LEVEL].")
+@click.option("--exit-when-idle", is_flag=True,
+              help="Exit once no worker runs on this database and no container of this "
+                   "provider is left (how `gpum-worker run` starts it).")
+def reaper(config_path: Path | None, exit_when_idle: bool, **flags: Any) -> None:
+    """Stop the containers of jobs the chain ended, also while the worker is down.
+
+    One per worker database: a second one exits at once (status 0).
+    """
+    try:
+        _reaper(config_path, exit_when_idle, flags)
+    except WorkerError as e:
+        _fail(str(e))
+
+
+def _reaper(config_path: Path | None, exit_when_idle: bool, flags: dict[str, Any]) -> None:
+    from .config import load_toml, resolve
+    from .jobs import ChainJobSource
+    from .keys import b58encode, load_worker_key
+    from .reaper import (
+        REAPER_RPC_DEADLINE_S,
+        REAPER_RPC_MAX_BYTES,
+        Reaper,
+        ReaperLock,
+        ReaperPaths,
+        run_reaper,
+    )
+    from .workload_store import WorkloadStore
+
+    file = load_toml(config_path) if config_path else {}
+    cfg = resolve(file, os.environ, flags)
+    logging.basicConfig(level=cfg.log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if cfg.log_level != "debug":
+        logging.getLogger("httpx").setLevel(logging.WARNING)
+    paths = ReaperPaths.of(cfg.db)
+    lock = ReaperLock(paths.lock)
+    try:
+        if not lock.acquire():
+            return  # one reaper per database: that one does the work
+    except OSError as e:
+        raise ConfigError(f"cannot lock {paths.lock}: {e.strerror}") from None
+    try:
+        missing = [n for n, v in (("--rpc-url", cfg.rpc_url), ("--program-id", cfg.program_id),
+                                  ("--provider", cfg.provider)) if v is None]
+        if missing:
+            raise ConfigError(f"the reaper reads jobs from chain: it needs {', '.join(missing)}")
+        if not paths.store.exists():
+            log.info("no workload store at %s: nothing to reap", paths.store)
+            return
+        runtime = _detect_runtime(cfg)
+        if runtime is None:
+            raise ConfigError("the reaper needs the container runtime the worker uses")
+        key = load_worker_key(cfg.key_file)
+        source = ChainJobSource.connect(cfg.rpc_url, cfg.program_id, cfg.provider, key,
+                                        rpc_deadline_s=REAPER_RPC_DEADLINE_S,
+                                        rpc_max_bytes=REAPER_RPC_MAX_BYTES)
+        store = WorkloadStore(paths.store, ended_logs_s=cfg.ended_logs_seconds)
+        stop = threading.Event()
+
+        def _on_signal(signum: int, _frame: Any) -> None:
+            log.info("signal %d received; stopping after this pass", signum)
+            stop.set()
+
+        signal.signal(signal.SIGTERM, _on_signal)
+        signal.signal(signal.SIGINT, _on_signal)
+        log.info("reaper %d started for provider %s: every %gs, this provider's containers of "
+                 "jobs no longer running on chain are stopped and removed (store %s, runtime "
+                 "%s)", os.getpid(), b58encode(cfg.provider), cfg.reaper_poll_seconds, paths.store,
+                 runtime.name)
+        try:
+            why = run_reaper(Reaper(runtime, store, source, cfg.provider), paths, lock,
+                             cfg.reaper_poll_seconds, stop, exit_when_idle=exit_when_idle)
+        finally:
+            store.close()
+        log.info("reaper stopped: %s", why)
+    finally:
+        lock.release()
 
 
 JOB_PROVIDER_OFFSET = 8 + 32 + 32

@@ -41,8 +41,13 @@ TOML layout::
     cpus = 62                         # CPU cores jobs share (default and most: the host's)
     scratch_mib = 4194304             # disk for all /scratch volumes (default: free disk)
     ended_logs_seconds = 86400        # an ended job's status and last logs stay readable
+    reaper = true                     # the worker spawns ``gpum-worker reaper`` (reaper.py)
+    reaper_poll_seconds = 15          # how often the reaper compares containers with chain
     [api]
     listen = "0.0.0.0:8090"           # the worker API (off when unset)
+    [challenges]                      # validators' hardware challenges on the API
+    enabled = true                    # (challenge_api.py; only on GPUs with no job)
+    min_interval_seconds = 60         # one accepted challenge per validator this often
     [committee]                       # which jobs' committees this provider serves
     allow = []                        # validator authorities (base58); empty: any
     deny = []                         # never serve a job naming one of these
@@ -71,6 +76,7 @@ from .committee import CommitteePolicy
 from .errors import ConfigError
 from .health import DEFAULT_THRESHOLDS, Thresholds
 from .keys import decode_pubkey
+from .reaper import REAPER_POLL_S
 from .sender import DEFAULT_RETRY, RetryPolicy
 from .workload_store import ENDED_LOGS_S
 
@@ -108,6 +114,7 @@ _SCALARS: tuple[tuple[str, str, str, type], ...] = (
     ("workload.cpus", "CPUS", "cpus", float),
     ("workload.scratch_mib", "SCRATCH_MIB", "scratch_mib", int),
     ("workload.ended_logs_seconds", "ENDED_LOGS_SECONDS", "ended_logs_seconds", int),
+    ("workload.reaper_poll_seconds", "REAPER_POLL_SECONDS", "reaper_poll_seconds", float),
     ("api.listen", "API_LISTEN", "api_listen", str),
 )
 RUNTIMES = ("auto", "podman", "docker")
@@ -143,10 +150,19 @@ class WorkerConfig:
     """Disk for every job's /scratch together (None: the free disk less a reserve)."""
     ended_logs_seconds: int = ENDED_LOGS_S
     """How long an ended job's workload status and last logs stay readable in the API."""
+    reaper: bool = True
+    """``gpum-worker run`` spawns the reaper (``reaper``) unless one runs for its database;
+    off for operators who run ``gpum-worker reaper`` as a service of its own."""
+    reaper_poll_seconds: float = REAPER_POLL_S
+    """How often the reaper compares this provider's containers with the chain."""
     api_listen: str | None = None
     """HOST:PORT of the worker API; None: no API (no job with a workload is accepted)."""
     committee: CommitteePolicy = DEFAULT_COMMITTEE_POLICY
     """Which committees this provider serves (``[committee]``, ``--committee-*``)."""
+    challenges: bool = True
+    """Answer validators' hardware challenges on the API (``[challenges] enabled``)."""
+    challenge_min_interval_seconds: float = 60.0
+    """One accepted challenge per validator at most this often."""
 
 
 def load_toml(path: Path) -> dict[str, Any]:
@@ -234,12 +250,12 @@ def _section(file: Mapping[str, Any], name: str, cls: type, mapping: dict[str, s
 
 _KNOWN_TOP = {"key_file", "db", "validators", "window_seconds", "sample_interval_ms",
               "poll_seconds", "log_level", "chain", "health", "sender", "workload", "api",
-              "committee"}
+              "committee", "challenges"}
 _KNOWN_COMMITTEE = {"allow", "deny", "min_bond", "require_health", "health_timeout_seconds",
                     "health_grace_seconds"}
 _KNOWN_CHAIN = {"rpc_url", "program_id", "market", "provider"}
 _KNOWN_WORKLOAD = {"runtime", "containers_conf", "publish_host", "memory_mib", "cpus",
-                   "scratch_mib", "ended_logs_seconds"}
+                   "scratch_mib", "ended_logs_seconds", "reaper", "reaper_poll_seconds"}
 _KNOWN_API = {"listen"}
 
 
@@ -317,6 +333,10 @@ def resolve(file: Mapping[str, Any], env: Mapping[str, str], flags: Mapping[str,
     for name in ("memory_mib", "cpus", "scratch_mib", "ended_logs_seconds"):
         if name in vals and not vals[name] > 0:
             raise ConfigError(f"[workload] {name} must be positive, got {vals[name]}")
+    reaper_poll = vals.get("reaper_poll_seconds", REAPER_POLL_S)
+    if not 0.1 <= reaper_poll <= 3600:
+        raise ConfigError(f"[workload] reaper_poll_seconds must be between 0.1 and 3600, got "
+                          f"{reaper_poll}")
     retry = _section(file, "sender", RetryPolicy, {
         "timeout_seconds": "timeout_s", "backoff_base_seconds": "base_s",
         "backoff_cap_seconds": "cap_s", "rejected_retry_seconds": "rejected_retry_s",
@@ -352,9 +372,44 @@ def resolve(file: Mapping[str, Any], env: Mapping[str, str], flags: Mapping[str,
         cpus=vals.get("cpus"),
         scratch_mib=vals.get("scratch_mib"),
         ended_logs_seconds=vals.get("ended_logs_seconds", ENDED_LOGS_S),
+        reaper=_reaper_on(file, env, flags),
+        reaper_poll_seconds=reaper_poll,
         api_listen=api_listen,
         committee=committee,
+        **_challenges(file.get("challenges", {})),
     )
+
+
+def _challenges(sec: Any) -> dict[str, Any]:
+    """``[challenges]``: ``enabled`` (true) and ``min_interval_seconds`` (60, 0..86400)."""
+    if not isinstance(sec, Mapping) or set(sec) - {"enabled", "min_interval_seconds"}:
+        raise ConfigError("[challenges] accepts only: enabled, min_interval_seconds")
+    enabled = sec.get("enabled", True)
+    if not isinstance(enabled, bool):
+        raise ConfigError("[challenges] enabled must be true or false")
+    interval = _convert("challenges.min_interval_seconds", sec.get("min_interval_seconds", 60),
+                        float)
+    if not 0 <= interval <= 86_400:
+        raise ConfigError("[challenges] min_interval_seconds must be between 0 and 86400")
+    return {"challenges": enabled, "challenge_min_interval_seconds": interval}
+
+
+def _reaper_on(file: Mapping[str, Any], env: Mapping[str, str],
+               flags: Mapping[str, Any]) -> bool:
+    """``[workload] reaper`` < ``GPUM_WORKER_REAPER`` (true/false) < ``--[no-]reaper``."""
+    on: Any = _get(file, "workload.reaper")
+    raw = env.get(ENV_PREFIX + "REAPER", "").strip().lower()
+    if raw:
+        if raw not in ("true", "false", "1", "0"):
+            raise ConfigError(f"{ENV_PREFIX}REAPER must be true or false, got {raw!r}")
+        on = raw in ("true", "1")
+    if flags.get("reaper") is not None:
+        on = flags["reaper"]
+    if on is None:
+        return True
+    if not isinstance(on, bool):
+        raise ConfigError("[workload] reaper must be true or false")
+    return on
 
 
 def _committee_policy(sec: Any, env: Mapping[str, str], flags: Mapping[str, Any]

@@ -368,6 +368,39 @@ class ChainJobSource:
         except Exception as e:
             raise JobSourceError(f"reading job {b58encode(job)} failed: {e}") from e
 
+    def read_jobs(self, jobs: Sequence[bytes]) -> dict[bytes, AssignedJob | str | None]:
+        """Each of ``jobs`` read directly, 100 per getMultipleAccounts call: the job, "closed"
+        where ``close_job`` left its tombstone, None where no account is, "invalid" where an
+        account there is not a job of this program. Raises JobSourceError when any read
+        fails (then nothing is returned)."""
+        from gpu_market.accounts import ClosedJobView, decode_account
+
+        out: dict[bytes, AssignedJob | str | None] = {}
+        try:
+            for i in range(0, len(jobs), 100):
+                chunk = list(jobs[i:i + 100])
+                infos = self._client.rpc.get_multiple_accounts(
+                    [_pubkey(k) for k in chunk], encoding="base64").value
+                if len(infos) != len(chunk):
+                    raise JobSourceError(f"{len(infos)} accounts for {len(chunk)} addresses")
+                for k, acc in zip(chunk, infos):
+                    if acc is None:
+                        out[k] = None
+                        continue
+                    try:
+                        if bytes(acc.owner) != self._program_id:
+                            raise ValueError("not owned by the program")
+                        view = decode_account(bytes(acc.data), _pubkey(k), self._client.codec)
+                        out[k] = ("closed" if isinstance(view, ClosedJobView)
+                                  else self._to_job(view, k))
+                    except (ValueError, AttributeError, TypeError, KeyError):
+                        out[k] = "invalid"
+        except JobSourceError:
+            raise
+        except Exception as e:
+            raise JobSourceError(f"reading {len(jobs)} job(s) failed: {e}") from e
+        return out
+
     def validator_endpoint(self, market: bytes, authority: bytes) -> str | None:
         v = self._validator(market, authority)
         if v is None:

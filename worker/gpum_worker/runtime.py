@@ -139,6 +139,9 @@ class ContainerSpec:
     limits: JobLimits | None = None
     """Memory, CPU, pids, shm and scratch limits (``limits.job_limits``); when set, its
     ``shm_mib`` and ``scratch_mib`` replace ``shm_size_mib`` and ``scratch_mib``."""
+    checkpoint_mount: tuple[str, str] | None = None
+    """(host directory, container path): the workload's checkpoint directory, bind-mounted
+    read-write (``gpum_worker.checkpoints``); None: none."""
 
 
 @dataclass(frozen=True)

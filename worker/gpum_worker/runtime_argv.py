@@ -164,6 +164,25 @@ def scratch_size_mib(spec: ContainerSpec) -> int | None:
     return _positive_mib("scratch_mib", spec.scratch_mib)
 
 
+_MOUNT_PATH_RE = re.compile(r"/[A-Za-z0-9._/-]*")
+
+
+def _checkpoint_volume(mount: object) -> str:
+    """The ``-v`` value of a checkpoint mount: both paths absolute, normalized, of letters,
+    digits and ``._-/`` only (so never read as -v options), the container path not ``/`` nor
+    /scratch."""
+    ok = isinstance(mount, tuple) and len(mount) == 2
+    host, target = mount if ok else ("", "")  # type: ignore[misc]
+    for path in (host, target):
+        ok = ok and isinstance(path, str) and _MOUNT_PATH_RE.fullmatch(path) is not None \
+            and os.path.normpath(path) == path and path != "/"
+    if not ok or target == "/scratch" or target.startswith("/scratch/"):
+        raise ContainerRuntimeError(
+            f"invalid checkpoint mount {mount!r}: expected (host directory, container path), "
+            "both absolute and normalized, of letters, digits and ._-/, not / or /scratch")
+    return f"{host}:{target}:rw"
+
+
 def _limit_args(limits: JobLimits) -> list[str]:
     mem = _positive_mib("memory limit", limits.memory_mib)
     pids = limits.pids
@@ -269,6 +288,8 @@ def run_argv(runtime: str, spec: ContainerSpec, *, env_file: str | None = None,
                 "/scratch is a disk volume: pass the absolute host path of the job's "
                 f"scratch volume (ScratchVolumes.ensure), got {scratch_path!r}")
         argv += ["-v", f"{scratch_path}:/scratch:rw"]
+    if spec.checkpoint_mount is not None:
+        argv += ["-v", _checkpoint_volume(spec.checkpoint_mount)]
 
     if spec.command:
         if runtime == "podman":

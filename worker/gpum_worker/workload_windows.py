@@ -5,8 +5,9 @@ the container states observed over time and the PIDs seen on the job's GPUs, and
 them into the workload part of a window's proof (``gpu_market.proof.WorkloadWindow``):
 
 * ``window_state``: the worst state observed in the window (the state at its start
-  included) and the GPU compute processes on the job's GPUs that are (``job_processes``)
-  or are not (``foreign_processes``) in the container;
+  included), the GPU compute processes on the job's GPUs that are (``job_processes``)
+  or are not (``foreign_processes``) in the container, and the workload's last complete
+  checkpoint created before the window's end (``checkpoints.record_at``);
 * ``has_run``: whether the container ran by a given time; windows before it ever ran are
   not billable (the agent claims 0 seconds for them).
 
@@ -40,6 +41,7 @@ from gpu_market.proof import (
     WorkloadWindow,
 )
 
+from .checkpoints import Checkpoints
 from .errors import ContainerRuntimeError
 from .jobs import AssignedJob
 from .runtime import ContainerRuntime, container_name
@@ -80,6 +82,7 @@ class WorkloadWindows:
     _job_pids: dict[bytes, set[int]]
     _foreign_seen: dict[bytes, set[int]]
     _alive: Callable[[int], bool]
+    checkpoints: Checkpoints
 
     def _observe(self, job: bytes, t: float, code: int, exit_code: int | None = None) -> None:
         with self._lock:
@@ -153,7 +156,8 @@ class WorkloadWindows:
             exit_code = next((o.exit_code for o in reversed(cands)
                               if o.code == WORKLOAD_EXITED), None)
         mine, foreign = self._classify(job, set(gpu_process_pids))
-        return WorkloadWindow(worst.code, exit_code, min(mine, 0xFFFF), min(foreign, 0xFFFF))
+        return WorkloadWindow(worst.code, exit_code, min(mine, 0xFFFF), min(foreign, 0xFFFF),
+                              self.checkpoints.record_at(job.job, end))
 
     def has_run(self, job: AssignedJob, by: float) -> bool:
         """True when ``job``'s container was seen running (or exited, so it ran) before

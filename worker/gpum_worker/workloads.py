@@ -31,11 +31,16 @@ proof, is accounted by ``WorkloadWindows`` (``workload_windows``), a part of the
     An ended job's record (state, log tail, why it ended: ``job_end.end_reason``) stays
     readable for the store's ``ended_logs_s`` (``ended_view``, ``describe``, ``logs``). Containers named otherwise
     are never touched. A job the agent still holds (missing from one listing, not confirmed
-    ended) keeps its container as it is;
+    ended) keeps its container as it is. The removal and the record of the end
+    (``workload_end``) are shared with the reaper (``reaper``), which does them while the
+    worker is down;
   - ``finish_on_exit``: once the container of a Running job exited, ``finish`` (the job
     source's ``finish_job`` with the worker key) is called; retried next poll on failure,
     never again after it succeeded (recorded durably).
 
+  - a spec with a ``checkpoint``: its directory is a volume of its own, restored from the
+    user's store before the first start (a failed restore is a failed start) and synced while
+    the container runs, when it exits and after the job left Running (``checkpoints``);
   - every container runs under its job's limits (``limits.job_limits``: its GPU share of
     the machine's memory, CPUs and pids less the worker's headroom, its shm, a disk-backed
     /scratch of the spec's size, a capped log); /scratch volumes of containers that are
@@ -86,10 +91,11 @@ from gpu_market.workload import (
     spec_from_json,
 )
 
+from .checkpoints import Checkpoints
 from .errors import ContainerRuntimeError, JobSourceError
 from .job_end import end_reason
 from .jobs import AssignedJob
-from .keys import b58decode, b58encode
+from .keys import b58encode
 from .limits import JobLimits, LimitsError, MachineResources, job_limits, machine_from_host
 from .runtime import (
     CONTAINER_PREFIX,
@@ -105,7 +111,14 @@ from .runtime import (
     container_name,
 )
 from .runtime_disk import dir_bytes
-from .workload_store import LOG_TAIL_BYTES, WorkloadRecord, WorkloadStore, WorkloadUnavailable
+from .workload_end import (
+    PROVIDER_LABEL,
+    job_of_label,
+    mark_stopped,
+    record_end,
+    remove_container,
+)
+from .workload_store import WorkloadRecord, WorkloadStore, WorkloadUnavailable
 from .workload_windows import _CODE_OF_STATE, WorkloadWindows, _Obs
 
 log = logging.getLogger("gpum_worker.workloads")
@@ -113,11 +126,6 @@ log = logging.getLogger("gpum_worker.workloads")
 
 WORKLOAD_HASH_LABEL = "gpum.workload"
 """Container label holding the hex workload hash (for operators; the job label decides)."""
-PROVIDER_LABEL = "gpum.provider"
-"""Container label naming the provider (PDA, base58) whose worker started it. Orphan removal
-only ever looks at containers of this worker's provider: two workers of different providers
-on one host (or a test beside a worker) never remove each other's containers."""
-LOG_TAIL_LINES = 10_000
 RETRY_BASE_S = 30.0
 RETRY_CAP_S = 600.0
 MAX_START_FAILURES = 3
@@ -230,6 +238,10 @@ class WorkloadManager(WorkloadWindows):
         self._noted: dict[bytes, str] = {}
         self._no_runtime_logged = False
         self._disk_noted = False
+        self.checkpoints = Checkpoints(self.state_dir, store, self._seed, clock, container_gone=(
+            lambda job: self.runtime is None
+            or self.runtime.state(container_name(job)).status == "missing"))
+        """Each checkpointed job's directory, restore and sync (``checkpoints``)."""
 
     def wait_for_starts(self, timeout_s: float | None = None) -> bool:
         """Wait until no container start is under way; False on timeout."""
@@ -291,10 +303,8 @@ class WorkloadManager(WorkloadWindows):
             self._noted.pop(job, None)
             self._images.pop(job, None)
         try:
-            rec = self.store.get(job)
-            reason = end_reason(status, rec, view or last)
-            self.store.mark_ended(job, status, reason)
-            if rec is not None:
+            reason = record_end(self.store, job, status, view or last)
+            if reason is not None:
                 log.info("job %s ended (%s): %s", b58encode(job), status, reason)
         except WorkloadUnavailable as e:
             log.warning("job %s: %s", b58encode(job), e)
@@ -405,6 +415,7 @@ class WorkloadManager(WorkloadWindows):
         if self.runtime is None:
             raise WorkloadUnavailable(NO_RUNTIME)
         open_secrets(self._seed, spec)  # only checks they open; the values are dropped
+        self.checkpoints.check_sealed(spec)
         data = canonical_bytes(spec)
         if self.store.put_spec(job.job, job.workload_hash, data, job.user):
             log.info("job %s: workload spec delivered (image %s, %d byte(s), hash %s)",
@@ -434,6 +445,7 @@ class WorkloadManager(WorkloadWindows):
                      "runtime": self.runtime_name, "ports": [], "job_status": job.status,
                      "ended": False, "end_reason": None, "logs_kept_until": None}
         rec = self.store.get(job.job)
+        out["checkpoint"] = self.checkpoints.status(job.job)
         ended = self.store.ended(job.job) if self.lookup(job.job) is None else None
         if ended is not None:
             out.update(ended=True, job_status=ended.status or job.status,
@@ -541,7 +553,7 @@ class WorkloadManager(WorkloadWindows):
         for name, label in sorted((containers or {}).items()):
             if not name.startswith(CONTAINER_PREFIX):
                 continue  # labelled by someone else (a test, an operator): not ours
-            k = _job_of_label(label)
+            k = job_of_label(label)
             if k is not None and k in keep and name == container_name(k):
                 continue
             view = jobs[k][0] if k is not None and k in jobs else None
@@ -568,6 +580,7 @@ class WorkloadManager(WorkloadWindows):
                 log.warning("cannot release /scratch volumes of removed containers (%s); "
                             "retrying next poll", e)
         self._guard_disk(jobs, now, finish)
+        self.checkpoints.reconcile(keep)  # a job that left Running: last sync, then release
 
     def _guard_disk(self, jobs: Mapping[bytes, tuple[AssignedJob, tuple[str, ...]]],
                     now: float, finish: Callable[[AssignedJob], None] | None) -> None:
@@ -621,17 +634,7 @@ class WorkloadManager(WorkloadWindows):
         """Save the log tail (of a job the store knows) and remove container ``name``;
         False when the runtime failed (retried next poll)."""
         assert self.runtime is not None
-        rec = self.store.get(job) if job is not None else None
-        try:
-            if rec is not None:
-                try:
-                    self.store.save_logs(job, self.runtime.logs(
-                        name, tail=LOG_TAIL_LINES, max_bytes=LOG_TAIL_BYTES))
-                except ContainerRuntimeError as e:
-                    log.warning("container %s: cannot save its log before removal: %s", name, e)
-            self.runtime.remove(name)
-        except ContainerRuntimeError as e:
-            log.warning("cannot remove container %s (%s); retrying next poll", name, e)
+        if not remove_container(self.runtime, self.store, name, job):
             return False
         if view is not None:
             log.info("job %s is %s: container %s stopped and removed", view.job_b58,
@@ -648,9 +651,7 @@ class WorkloadManager(WorkloadWindows):
 
     def _stopped(self, job: bytes) -> None:
         """A job that is not Running has no container (any more)."""
-        rec = self.store.get(job)
-        if rec is not None and rec.state not in ("pending", "stopped"):
-            self.store.set_state(job, "stopped", exit_code=rec.exit_code, error=rec.error)
+        mark_stopped(self.store, job)
 
     def _reconcile_running(self, j: AssignedJob, uuids: tuple[str, ...], now: float,
                            finish: Callable[[AssignedJob], None] | None) -> None:
@@ -734,6 +735,7 @@ class WorkloadManager(WorkloadWindows):
                     (PROVIDER_LABEL, b58encode(j.provider))),
             shm_size_mib=spec.shm_size_mib, scratch_mib=spec.scratch_mib,
             publish_host=self.publish_host, limits=limits,
+            checkpoint_mount=self.checkpoints.mount(k, spec),
         )
         del secrets
         self.store.set_state(k, "starting")
@@ -758,6 +760,7 @@ class WorkloadManager(WorkloadWindows):
         assert self.runtime is not None
         try:
             try:
+                self.checkpoints.before_start(j.job)  # restores it before the first start
                 self.runtime.run(cspec)
             except ContainerRuntimeError as e:
                 self._fail(j, self.clock() if now is None else now, str(e))
@@ -814,6 +817,7 @@ class WorkloadManager(WorkloadWindows):
             log.log(level, "job %s: container %s is %s%s", j.job_b58, container_name(j.job),
                     state, f" (exit code {exit_code})" if state == "exited" else "")
         self._observe(j.job, now, _CODE_OF_STATE[state], exit_code)
+        self.checkpoints.observed(j.job, state)
 
     def _maybe_finish(self, j: AssignedJob, finish: Callable[[AssignedJob], None] | None
                       ) -> None:
@@ -843,13 +847,6 @@ class WorkloadManager(WorkloadWindows):
             self._noted[j.job] = why
         log.log(level, "job %s %s", j.job_b58, why)
 
-
-def _job_of_label(label: str) -> bytes | None:
-    try:
-        raw = b58decode(label)
-    except ValueError:
-        return None
-    return raw if len(raw) == 32 else None
 
 
 def _tail_lines(data: bytes, tail: int | None) -> bytes:

@@ -28,3 +28,9 @@ def _isolated_home(tmp_path_factory: pytest.TempPathFactory,
     for k in list(__import__("os").environ):
         if k.startswith("GPUM_WORKER_"):
             monkeypatch.delenv(k)
+
+
+# The one S3 server launcher of the repository's tests (tests/s3server.py): a session fixture
+# shared with every other test folder that imports it.
+sys.path.append(str(Path(__file__).resolve().parents[2] / "tests"))
+from s3server import s3_server  # noqa: F401

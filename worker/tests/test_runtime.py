@@ -172,6 +172,20 @@ def test_invalid_specs_are_refused(runtime: str, kw: dict[str, Any], needle: str
     assert needle in str(e.value)
 
 
+def test_checkpoint_directory_is_bind_mounted_read_write() -> None:
+    mount = ("/var/lib/gpum/checkpoints/JobAddr1/data", "/checkpoint")
+    for runtime in RUNTIME_NAMES:
+        argv = run_argv(runtime, spec(checkpoint_mount=mount))
+        i = argv.index("/var/lib/gpum/checkpoints/JobAddr1/data:/checkpoint:rw")
+        assert argv[i - 1] == "-v" and i < argv.index("docker.io/library/python:3.12")
+    assert "-v" not in run_argv("podman", spec())
+    for bad in (("relative", "/checkpoint"), ("/h", "checkpoint"), ("/h", "/"),
+                ("/h:/etc", "/c"), ("/h", "/c,ro"), ("/h/../x", "/c"), ("/h", "/scratch"),
+                ("/h", "/scratch/x"), ("/h",), "/h:/c"):
+        with pytest.raises(ContainerRuntimeError, match="invalid checkpoint mount"):
+            run_argv("podman", spec(checkpoint_mount=bad))
+
+
 def test_mig_uuids_are_accepted() -> None:
     mig = "MIG-7d5b9c2a-1f3e-5a4b-8c6d-0e1f2a3b4c5d"
     assert f"nvidia.com/gpu={mig}" in run_argv("podman", spec(gpu_uuids=(mig,)))

@@ -225,7 +225,7 @@ def test_status_for_the_user_only(env: Env) -> None:
                     "workload_hash": env.running.workload_hash.hex(), "state": "running",
                     "exit_code": None, "error": None, "runtime": "fake", "ports": [],
                     "job_status": "running", "ended": False, "end_reason": None,
-                    "logs_kept_until": None}
+                    "logs_kept_until": None, "checkpoint": None}
     assert env.http.get(url, headers=env.signed("status", env.running, signer=OTHER)
                         ).status_code == 403
     assert env.http.get(url).status_code == 401

@@ -528,7 +528,7 @@ def test_agent_accepts_only_after_delivery_and_proves_the_workload(tmp_path: Pat
     assert cs.gpu_uuids == a.active[j.job].uuids == ("GPU-0",)
     proofs = {p.job: p for p in run_seconds(a, T0, T0 + W)}
     p = proofs[j.job]
-    assert p.version == PROOF_VERSION == 2
+    assert p.version == PROOF_VERSION == 3
     assert p.workload == WorkloadWindow(WORKLOAD_RUNNING) and p.billable_seconds == W
     assert proofs[plain.job].workload == WorkloadWindow(WORKLOAD_NONE)
     assert proofs[plain.job].billable_seconds == W

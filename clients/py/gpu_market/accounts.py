@@ -36,16 +36,19 @@ __all__ = [
     "ClosedJobView",
     "EquivocationRecordView",
     "GpuSpec",
+    "HardwareVerdict",
     "JobTerms",
     "JobView",
     "MarketParams",
     "MarketTotals",
     "MarketView",
     "ProviderView",
+    "Ratings",
     "Reputation",
     "RetiredWorkerKey",
     "Unbonding",
     "ValidatorView",
+    "WrongAnswerRecordView",
     "announced_params",
     "decode_account",
     "decode_equivocation_record",
@@ -54,6 +57,7 @@ __all__ = [
     "decode_market",
     "decode_provider",
     "decode_validator",
+    "decode_wrong_answer_record",
     "effective_params",
     "encode_endpoint",
     "encode_fixed_str",
@@ -124,6 +128,12 @@ class MarketParams:
     temp_critical_c: int
     ecc_uncorrected_max: int
     validator_reward_bps: int
+    hardware_quorum: int = 2
+    """Distinct Active validators whose signatures a hardware verdict needs (1..=5)."""
+    hardware_attestation_max_age_seconds: int = 3600
+    """How old a challenge may be when its verdict is attested (60..=86400)."""
+    verified_record_seconds: int = 30 * 86400
+    """The clean record the badge asks for (:func:`gpu_market.reputation.badge`)."""
 
 
 DEFAULT_MARKET_PARAMS: dict[str, int] = {
@@ -142,6 +152,9 @@ DEFAULT_MARKET_PARAMS: dict[str, int] = {
     "temp_critical_c": 95,
     "ecc_uncorrected_max": 0,
     "validator_reward_bps": 1_000,  # a tenth of the fee to the attesting committee members
+    "hardware_quorum": 2,  # two validators sign a hardware verdict
+    "hardware_attestation_max_age_seconds": 3600,
+    "verified_record_seconds": 30 * 86400,  # the badge: 30 days without a slash
 }
 """Market parameters used by ``initialize_market`` for every key the caller leaves out
 (every ``MarketParams`` field, in its order)."""
@@ -244,6 +257,48 @@ class Reputation:
 
 
 @dataclass(frozen=True)
+class HardwareVerdict:
+    """The last hardware verdict validators attested (``attest_hardware``).
+    ``challenged_at == 0``: never attested. ``verified``: the verdict passed and nothing
+    (a spec change, a worker-key rotation, a wrong-answer slash) cleared it since; ``passed``:
+    what the verdict said. ``gpu_model`` is text."""
+
+    verified: bool = False
+    passed: bool = False
+    gpu_model: str = ""
+    gpu_count: int = 0
+    vram_mib: int = 0
+    challenged_at: int = 0
+    attested_at: int = 0
+    challenge_digest: bytes = bytes(32)
+    attesters: int = 0
+    attesters_hash: bytes = bytes(32)
+
+    @property
+    def status(self) -> str:
+        """``"verified"``, ``"failed"`` (the last verdict failed), or ``"unverified"`` (never
+        attested, or a pass cleared since)."""
+        if self.verified:
+            return "verified"
+        if self.challenged_at and not self.passed:
+            return "failed"
+        return "unverified"
+
+
+@dataclass(frozen=True)
+class Ratings:
+    """Users' ratings of the provider's billed jobs (``rate_job``), 1..5 stars each."""
+
+    count: int = 0
+    sum: int = 0
+
+    @property
+    def average(self) -> float | None:
+        """``sum / count``; None without ratings."""
+        return self.sum / self.count if self.count else None
+
+
+@dataclass(frozen=True)
 class RetiredWorkerKey:
     """A worker key replaced by a rotation: it signs only windows that ended by
     ``retired_at``. ``key == Pubkey.default()`` marks an empty slot."""
@@ -280,6 +335,12 @@ class ProviderView:
     """The highest equivocation slash rate applied to the incident of
     ``last_equivocation_slash_at`` (later evidence of it under a higher rate slashes the
     difference)."""
+    registered_at: int = 0
+    """Chain time of ``register_provider``."""
+    last_slash_at: int = 0
+    """Chain time of the provider's last slash of any kind; 0 = never."""
+    hardware: HardwareVerdict = HardwareVerdict()
+    ratings: Ratings = Ratings()
 
     @property
     def free_gpus(self) -> int:
@@ -383,6 +444,8 @@ class JobView:
     """sha256 of the workload spec fixed at create_job (``gpu_market.workload.spec_hash``);
     all zeros for a job without a workload."""
     address: Pubkey | None = None
+    rated: bool = False
+    """The user rated the job (``rate_job``; once per job)."""
 
     @property
     def booked_escrow(self) -> int:
@@ -491,6 +554,21 @@ def _provider(d: Any, address: Pubkey | None) -> ProviderView:
         jailed_until=getattr(variant, "until", None) if status == "jailed" else None,
         address=address,
         last_equivocation_slash_bps=d.last_equivocation_slash_bps,
+        registered_at=d.registered_at,
+        last_slash_at=d.last_slash_at,
+        hardware=HardwareVerdict(
+            verified=bool(d.hardware.verified),
+            passed=bool(d.hardware.passed),
+            gpu_model=decode_fixed_str(bytes(d.hardware.gpu_model)),
+            gpu_count=d.hardware.gpu_count,
+            vram_mib=d.hardware.vram_mib,
+            challenged_at=d.hardware.challenged_at,
+            attested_at=d.hardware.attested_at,
+            challenge_digest=bytes(d.hardware.challenge_digest),
+            attesters=d.hardware.attesters,
+            attesters_hash=bytes(d.hardware.attesters_hash),
+        ),
+        ratings=Ratings(d.ratings.count, d.ratings.sum),
     )
 
 
@@ -512,7 +590,8 @@ def _validator(d: Any, address: Pubkey | None) -> ValidatorView:
 
 
 def _job(d: Any, address: Pubkey | None) -> JobView:
-    special = ("status", "address", "last_receipt_hash", "terms", "committee", "workload_hash")
+    special = ("status", "address", "last_receipt_hash", "terms", "committee", "workload_hash",
+               "rated")  # fmt: skip
     names = [n for n in JobView.__dataclass_fields__ if n not in special]
     return JobView(
         **_fields(d, names),
@@ -522,20 +601,43 @@ def _job(d: Any, address: Pubkey | None) -> JobView:
         last_receipt_hash=bytes(d.last_receipt_hash),
         workload_hash=bytes(d.workload_hash),
         address=address,
+        rated=bool(d.rated),
     )
 
 
 @dataclass(frozen=True)
 class ClosedJobView:
     """What ``close_job`` leaves at a job's address: a program-owned tombstone, so the address
-    never holds a Job again (one job id, one job). ``fetch_job`` reads it as None."""
+    never holds a Job again (one job id, one job). ``fetch_job`` reads it as None. It keeps
+    what ``rate_job`` needs: the user, the Provider account, the seconds paid and whether the
+    job was rated (a 16-byte tombstone of an older program has only ``closed_at``)."""
 
     closed_at: int
     address: Pubkey | None = None
+    user: Pubkey | None = None
+    provider: Pubkey | None = None
+    paid_seconds: int = 0
+    rated: bool = False
 
 
 CLOSED_JOB_DISCRIMINATOR = hashlib.sha256(b"account:ClosedJob").digest()[:8]
-"""Anchor's discriminator of ``ClosedJob`` (not in the IDL: no instruction takes one)."""
+"""Anchor's discriminator of ``ClosedJob`` (not in the IDL: no instruction takes an account
+of that type by name)."""
+CLOSED_JOB_LEN = 8 + 8 + 32 + 32 + 8 + 1
+"""``ClosedJob``: discriminator, closed_at, user, provider, paid_seconds, rated."""
+
+
+def _closed_job(data: bytes, address: Pubkey | None) -> ClosedJobView:
+    data = bytes(data)
+    if len(data) < 16:
+        raise ValueError(f"ClosedJob account data is {len(data)} bytes, expected 16 or {CLOSED_JOB_LEN}")
+    closed_at = int.from_bytes(data[8:16], "little", signed=True)
+    if len(data) < CLOSED_JOB_LEN:
+        return ClosedJobView(closed_at, address)
+    return ClosedJobView(closed_at, address, user=Pubkey.from_bytes(data[16:48]),
+                         provider=Pubkey.from_bytes(data[48:80]),
+                         paid_seconds=int.from_bytes(data[80:88], "little"),
+                         rated=data[88] != 0)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -559,23 +661,41 @@ def _equivocation_record(d: Any, address: Pubkey | None) -> EquivocationRecordVi
     return EquivocationRecordView(**_fields(d, names), address=address)
 
 
+@dataclass(frozen=True)
+class WrongAnswerRecordView:
+    """``["wrong_answer", provider, challenge_digest]``: the provider was slashed once for a
+    wrong answer to that challenge (``slash_wrong_answer``)."""
+
+    provider: Pubkey
+    challenge_digest: bytes
+    reporter: Pubkey
+    slashed: int
+    bump: int
+    address: Pubkey | None = None
+
+
+def _wrong_answer_record(d: Any, address: Pubkey | None) -> WrongAnswerRecordView:
+    return WrongAnswerRecordView(d.provider, bytes(d.challenge_digest), d.reporter, d.slashed,
+                                 d.bump, address)  # fmt: skip
+
+
 _BUILDERS = {
     "Market": _market,
     "Provider": _provider,
     "Validator": _validator,
     "Job": _job,
     "EquivocationRecord": _equivocation_record,
+    "WrongAnswerRecord": _wrong_answer_record,
 }
 
 
 def decode_account(
     data: bytes, address: Pubkey | None = None, codec: Codec | None = None
-) -> MarketView | ProviderView | ValidatorView | JobView | EquivocationRecordView | ClosedJobView:
+) -> (MarketView | ProviderView | ValidatorView | JobView | EquivocationRecordView
+      | WrongAnswerRecordView | ClosedJobView):  # fmt: skip
     """Decode any gpu_market account into its view; ValueError if ``data`` is not one."""
     if bytes(data[:8]) == CLOSED_JOB_DISCRIMINATOR:
-        if len(data) < 16:
-            raise ValueError(f"ClosedJob account data is {len(data)} bytes, expected 16")
-        return ClosedJobView(int.from_bytes(bytes(data[8:16]), "little", signed=True), address)
+        return _closed_job(data, address)
     codec = codec or default_codec()
     name, decoded = codec.decode_account(data)
     return _BUILDERS[name](decoded, address)
@@ -618,3 +738,10 @@ def decode_equivocation_record(
 ) -> EquivocationRecordView:
     """Decode an EquivocationRecord account; ValueError if ``data`` is not one."""
     return _decode_as("EquivocationRecord", data, address, codec)
+
+
+def decode_wrong_answer_record(
+    data: bytes, address: Pubkey | None = None, codec: Codec | None = None
+) -> WrongAnswerRecordView:
+    """Decode a WrongAnswerRecord account; ValueError if ``data`` is not one."""
+    return _decode_as("WrongAnswerRecord", data, address, codec)

@@ -95,6 +95,7 @@ from .settle import (
     settle_instructions,
     transaction_size,
 )
+from .verdicts import VerdictsAndRatings
 
 if TYPE_CHECKING:
     from .lookup_tables import LookupTable
@@ -138,7 +139,7 @@ class InvalidAccount(SdkError, ValueError):
     """The account exists but is not the gpu_market account type asked for."""
 
 
-class GpuMarketClient(MarketAdmin, JobEndings, ValidatorNetwork):
+class GpuMarketClient(MarketAdmin, JobEndings, ValidatorNetwork, VerdictsAndRatings):
     """Reads and writes gpu_market state through a Solana JSON-RPC ``url``.
 
     Market administration (``initialize_market``, ``update_params``, ``set_treasury``,
@@ -147,7 +148,9 @@ class GpuMarketClient(MarketAdmin, JobEndings, ValidatorNetwork):
     :class:`gpu_market.lifecycle.JobEndings`; validators, committees and their slashing
     (``register_validator``, ``default_committee``, ``claim_validator_rewards``,
     ``replace_committee_member``, ``slash_downtime``, ...) from
-    :class:`gpu_market.committee.ValidatorNetwork`.
+    :class:`gpu_market.committee.ValidatorNetwork`; hardware verdicts, wrong-answer slashes
+    and ratings (``attest_hardware``, ``slash_wrong_answer``, ``rate_job``) from
+    :class:`gpu_market.verdicts.VerdictsAndRatings`.
     """
 
     def __init__(

@@ -617,9 +617,11 @@ def build_spec(provider: Any, image: str, *, ports: Iterable[int | str] = (),
                cmd: str | Sequence[str] | None = None, args: Sequence[str] = (),
                env: Mapping[str, str] | None = None, secrets: Mapping[str, str] | None = None,
                shm_size_mib: int | None = None, scratch_mib: int | None = None,
-               finish_on_exit: bool = False) -> Any:  # fmt: skip
+               finish_on_exit: bool = False, checkpoint: Any = None) -> Any:  # fmt: skip
     """The WorkloadSpec for ``provider`` (secrets sealed to its worker key); DeployError for a
-    bad workload. ``cmd``: the entrypoint, a list or a shell-like string split into words."""
+    bad workload. ``cmd``: the entrypoint, a list or a shell-like string split into words.
+    ``checkpoint``: ``(CheckpointConfig, Credentials)`` of the user's store, sealed here to the
+    worker key (:func:`gpu_market.checkpoint.seal_checkpoint`), or None."""
     from .workload import WorkloadSpec, WorkloadSpecError, parse_port_arg, seal_secrets, spec_hash
 
     env, secrets = dict(env or {}), dict(secrets or {})
@@ -633,11 +635,23 @@ def build_spec(provider: Any, image: str, *, ports: Iterable[int | str] = (),
                             secret_env=seal_secrets(bytes(provider.worker_key), secrets) if secrets else (),
                             ports=tuple(parse_port_arg(str(p)) for p in ports),
                             shm_size_mib=shm_size_mib, scratch_mib=scratch_mib,
-                            finish_on_exit=finish_on_exit)  # fmt: skip
+                            finish_on_exit=finish_on_exit,
+                            checkpoint=None if checkpoint is None else _seal_checkpoint(
+                                checkpoint, provider))  # fmt: skip
         spec_hash(spec)  # validates
     except WorkloadSpecError as e:
         raise DeployError(f"bad workload: {e}; nothing was sent") from None
     return spec
+
+
+def _seal_checkpoint(checkpoint: Any, provider: Any) -> Any:
+    from .checkpoint import CheckpointError, seal_checkpoint
+
+    config, creds = checkpoint
+    try:
+        return seal_checkpoint(config, creds, bytes(provider.worker_key))
+    except CheckpointError as e:
+        raise DeployError(f"checkpoints: {e}; nothing was sent") from None
 
 
 def deploy(gpu: str, image: str, ports: Iterable[int | str] = (), hours: float | str = 1, *,

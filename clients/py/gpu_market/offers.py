@@ -11,21 +11,17 @@ but too little stake is therefore not an offer. The market's own pause is not lo
 
 Reputation score
 ----------------
-One number in [0, 1] derived from the provider's on-chain ``Reputation`` (:func:`reputation_score`)::
+One number in [0, 1], :func:`gpu_market.reputation.offer_score` (formula there)::
 
-    score = 0                                                  if the provider is jailed, else
-    score = (jobs_completed + 2) / (jobs_completed + jobs_failed + 4)      job success rate
-          * 1 / (1 + slashes)                                              slash penalty
-          * 1 / (1 + windows_missed / (verified_hours + 1))                downtime penalty
+    score = 0 if jailed, else record * hardware * rating
 
-The success rate is the mean of a Beta(2, 2) prior updated with the provider's jobs, so a new
-provider scores 0.5 (neutral), and it moves towards the observed rate as jobs accumulate. Each
-slash divides what is left (one slash halves it, two leave a third). Missed windows (booked
-when a Running job is expired or slashed for downtime) count per verified hour of work, with
-one hour of prior: a provider that missed 1 window per verified hour keeps half. The score is
-computed exactly (rationals) and rounded once to a float, so more completed jobs or verified
-hours never lower it, a failed job or a missed window never raises it (and lowers it at any
-count below 10^9), and a slash always lowers a non-zero score.
+``record`` (:func:`reputation_score`) is the job success rate under a Beta(2, 2) prior, divided
+by ``1 + slashes`` and by ``1 + windows_missed / (verified_hours + 1)``; ``hardware`` is 1 for a
+provider whose hardware verdict holds, 3/4 without one, 1/2 when its last verdict failed;
+``rating`` is ``(ratings_sum + 20) / (5 * (ratings_count + 5))``, the users' stars smoothed by
+five 4-star prior ratings. A new provider scores 0.3. ``badge`` (the verified badge) is
+:func:`gpu_market.reputation.badge`: verified hardware and ``verified_record_seconds`` without
+a slash.
 
 Ranking
 -------
@@ -67,6 +63,10 @@ alike. Fields (see :data:`FIELDS`):
   (stake-mint UI units), ``score``, ``verified_hours``: numbers, compared exactly
 * ``workloads`` (true/false): whether the provider publishes a worker endpoint (runs
   containers); only ``=`` and ``!=``
+* ``verified`` (true/false): the provider's last hardware verdict passed and still holds;
+  ``badge`` (true/false): the verified badge (module "Reputation score")
+* ``rating`` (the users' average stars, 1..5; a provider without ratings matches only ``!=``
+  and ``notin``), ``ratings`` (how many): numbers
 * ``online`` (true/false): whether the provider's worker answered ``GET /v1/health`` when the
   offers were probed (:func:`probe_liveness`); only ``=`` and ``!=``. A provider without a
   worker endpoint, or offers never probed, have no liveness and match neither ``online=true``
@@ -92,10 +92,11 @@ from typing import TYPE_CHECKING, Any
 from solders.pubkey import Pubkey
 
 from .errors import AccountNotFound
+from .reputation import badge, offer_score, reputation_score
 from .units import nominal_vram_gb
 
 if TYPE_CHECKING:  # the views pull in the codec (anchorpy): loaded only where used
-    from .accounts import ProviderView, Reputation
+    from .accounts import MarketParams, ProviderView
 
 __all__ = [
     "FIELDS",
@@ -122,14 +123,6 @@ __all__ = [
 
 SECONDS_PER_HOUR = 3600
 MIB_PER_GIB = 1024
-
-PRIOR_COMPLETED = 2
-"""Beta prior of the job success rate: a provider without jobs scores as if it had completed
-2 and failed 2 (0.5)."""
-PRIOR_FAILED = 2
-PRIOR_VERIFIED_HOURS = 1
-"""Hours of verified work assumed before any, so missed windows of a new provider count."""
-
 
 class QueryError(ValueError):
     """A query clause or sort order that cannot be parsed or does not fit its field; the
@@ -164,9 +157,17 @@ class Offer:
     slashes: int
     jailed: bool
     score: float
-    """:func:`reputation_score` of the provider's reputation, in [0, 1]."""
+    """:func:`gpu_market.reputation.offer_score` of the provider, in [0, 1]."""
     endpoint: str
     """The worker's API URL; "" = the provider runs no workloads (rents bare GPUs only)."""
+    hardware: str = "unverified"
+    """The last hardware verdict: ``verified``, ``failed`` or ``unverified`` (none, or cleared)."""
+    badge: bool = False
+    """The verified badge (:func:`gpu_market.reputation.badge`); False when not computed."""
+    rating: float | None = None
+    """The users' average stars (1..5); None without ratings."""
+    ratings: int = 0
+    """How many users rated a job of the provider."""
     online: bool | None = None
     """Whether the worker answered its health probe; None: not probed, or no endpoint."""
     checked_at: int | None = None
@@ -181,15 +182,22 @@ class Offer:
         return self.price_per_gpu_second * SECONDS_PER_HOUR
 
     @property
+    def verified(self) -> bool:
+        """The provider's last hardware verdict passed and still holds."""
+        return self.hardware == "verified"
+
+    @property
     def runs_workloads(self) -> bool:
         """Whether the provider publishes a worker endpoint (``gpum job create --image``)."""
         return self.endpoint != ""
 
     @classmethod
-    def from_provider(cls, view: ProviderView, *, min_stake_per_gpu: int = 0) -> Offer:
+    def from_provider(cls, view: ProviderView, *, min_stake_per_gpu: int = 0,
+                      params: MarketParams | None = None, now: int | None = None) -> Offer:  # fmt: skip
         """The offer ``view`` makes under a market's ``min_stake_per_gpu`` (base units), whatever
         its status (``gpus_free`` is 0 for a provider that cannot take a job for lack of GPUs or
-        stake). ``view.address`` must be set (views read from chain have it)."""
+        stake); ``badge`` is computed under ``params`` (in force) at ``now`` when both are
+        given. ``view.address`` must be set (views read from chain have it)."""
         if view.address is None:
             raise ValueError("the provider view has no address; read it from chain")
         rep = view.reputation
@@ -210,8 +218,12 @@ class Offer:
             jobs_failed=rep.jobs_failed,
             slashes=rep.slashes,
             jailed=jailed,
-            score=reputation_score(rep, jailed=jailed),
+            score=offer_score(view),
             endpoint=view.endpoint,
+            hardware=view.hardware.status,
+            badge=params is not None and now is not None and badge(view, params, now),
+            rating=view.ratings.average,
+            ratings=view.ratings.count,
         )
 
 
@@ -225,22 +237,6 @@ def _rentable_gpus(view: ProviderView, min_stake_per_gpu: int) -> int:
     return max(0, min(free, backed))
 
 
-def reputation_score(reputation: Reputation, *, jailed: bool) -> float:
-    """The provider's reputation as one number in [0, 1] (formula in the module docstring):
-    0 when jailed, else > 0; 0.5 for a provider with no history; never raised by a failed job
-    or a missed window, always lowered by a slash, never lowered by a completed job or
-    verified hours."""
-    if jailed:
-        return 0.0
-    r = reputation
-    success = Fraction(r.jobs_completed + PRIOR_COMPLETED,
-                       r.jobs_completed + r.jobs_failed + PRIOR_COMPLETED + PRIOR_FAILED)  # fmt: skip
-    slash_penalty = Fraction(1, 1 + r.slashes)
-    hours = Fraction(r.verified_seconds, SECONDS_PER_HOUR) + PRIOR_VERIFIED_HOURS
-    downtime_penalty = 1 / (1 + r.windows_missed / hours)
-    return float(success * slash_penalty * downtime_penalty)
-
-
 def list_providers(client: Any, market: Pubkey) -> list[ProviderView]:
     """Every Provider account of ``market``, whatever its status, sorted by address (one
     getProgramAccounts call filtered by discriminator and market)."""
@@ -249,17 +245,19 @@ def list_providers(client: Any, market: Pubkey) -> list[ProviderView]:
 
 
 def offers_from_providers(providers: Iterable[ProviderView], *, min_stake_per_gpu: int, now: int,
-                          include_full: bool = False) -> list[Offer]:  # fmt: skip
+                          include_full: bool = False,
+                          params: MarketParams | None = None) -> list[Offer]:  # fmt: skip
     """The offers among ``providers`` at unix time ``now`` (chain time) under the market's
     ``min_stake_per_gpu``: Active ones whose worker key has not expired and that have GPUs a
-    job can take (``include_full``: also those with none), sorted by :func:`rank_key`."""
+    job can take (``include_full``: also those with none), sorted by :func:`rank_key`;
+    ``params`` (in force at ``now``) gives each its badge."""
     out = []
     for p in providers:
         if p.status != "active":
             continue
         if p.worker_key_expires_at != 0 and now > p.worker_key_expires_at:
             continue
-        offer = Offer.from_provider(p, min_stake_per_gpu=min_stake_per_gpu)
+        offer = Offer.from_provider(p, min_stake_per_gpu=min_stake_per_gpu, params=params, now=now)
         if offer.gpus_free > 0 or include_full:
             out.append(offer)
     return sorted(out, key=rank_key)
@@ -283,7 +281,7 @@ def list_offers(client: Any, market: Pubkey, *, include_full: bool = False,
     params = effective_params(m, now)
     offers = offers_from_providers(list_providers(client, market), now=now,
                                    min_stake_per_gpu=params.min_stake_per_gpu,
-                                   include_full=include_full)  # fmt: skip
+                                   include_full=include_full, params=params)  # fmt: skip
     if not probe:
         return offers
     return with_liveness(offers, probe_liveness(offers),
@@ -485,6 +483,10 @@ FIELDS: dict[str, _Field] = {
     "slashes": _Field("int", "times slashed", "slashes=0"),
     "workloads": _Field("bool", "runs workloads (publishes a worker endpoint)", "workloads=true"),
     "online": _Field("bool", "the worker answered its health probe", "online=true"),
+    "verified": _Field("bool", "hardware verified by a quorum of validators", "verified=true"),
+    "badge": _Field("bool", "verified hardware and a long clean record", "badge=true"),
+    "rating": _Field("real", "users' average stars, 1..5", "rating>=4"),
+    "ratings": _Field("int", "how many users rated a job", "ratings>=3"),
 }
 """Query fields: name -> kind, meaning and an example clause."""
 
@@ -568,6 +570,8 @@ class Clause:
             else:
                 hit = any(v == actual for v in self.values)
             return hit if self.op in ("=", "in") else not hit
+        if actual is None:  # no value (a provider without ratings): only != and notin hold
+            return self.op in ("!=", "notin")
         if kind == "real":
             values = [float(v) for v in self.values]
         else:
@@ -598,6 +602,8 @@ def _value_of(name: str, o: Offer, payment_decimals: int, stake_decimals: int) -
         return o.runs_workloads
     if name == "online":
         return o.online
+    if name in ("verified", "badge", "rating"):
+        return getattr(o, name)
     if name == "score":
         return o.score
     if name == "verified_hours":
@@ -787,6 +793,10 @@ _SORT_KEYS: dict[str, Callable[[Offer], Any]] = {
     "slashes": lambda o: o.slashes,
     "workloads": lambda o: o.runs_workloads,
     "online": lambda o: (o.online is not None, o.online is True),
+    "verified": lambda o: o.verified,
+    "badge": lambda o: o.badge,
+    "rating": lambda o: (o.rating is not None, o.rating or 0.0),
+    "ratings": lambda o: o.ratings,
 }
 SORT_FIELDS = ("rank", *_SORT_KEYS)
 """What ``sort_offers`` sorts by; a trailing ``-`` sorts descending."""

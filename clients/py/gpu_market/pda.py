@@ -20,6 +20,7 @@ __all__ = [
     "STAKE_VAULT_SEED",
     "VALIDATOR_EQUIVOCATION_SEED",
     "VALIDATOR_SEED",
+    "WRONG_ANSWER_SEED",
     "equivocation_pda",
     "equivocation_pda_and_bump",
     "escrow_pda",
@@ -38,6 +39,8 @@ __all__ = [
     "validator_equivocation_pda_and_bump",
     "validator_pda",
     "validator_pda_and_bump",
+    "wrong_answer_pda",
+    "wrong_answer_pda_and_bump",
 ]
 
 MARKET_SEED = b"market"
@@ -49,6 +52,7 @@ STAKE_VAULT_SEED = b"stake_vault"
 FEE_VAULT_SEED = b"fee_vault"
 EQUIVOCATION_SEED = b"equivocation"
 VALIDATOR_EQUIVOCATION_SEED = b"validator_equivocation"
+WRONG_ANSWER_SEED = b"wrong_answer"
 
 _U64_MAX = 2**64 - 1
 
@@ -136,6 +140,22 @@ def validator_equivocation_pda_and_bump(
          _u64("seq", seq)],
         program_id,
     )  # fmt: skip
+
+
+def wrong_answer_pda_and_bump(
+    provider: Pubkey, challenge_digest: bytes, program_id: Pubkey = PROGRAM_ID
+) -> tuple[Pubkey, int]:
+    """``["wrong_answer", provider, challenge_digest]``: the record of a provider (its Provider
+    PDA) slashed for a wrong answer to one challenge."""
+    digest = bytes(challenge_digest)
+    if len(digest) != 32:
+        raise ValueError(f"challenge_digest must be 32 bytes, got {len(digest)}")
+    return Pubkey.find_program_address([WRONG_ANSWER_SEED, bytes(provider), digest], program_id)
+
+
+def wrong_answer_pda(provider: Pubkey, challenge_digest: bytes, program_id: Pubkey = PROGRAM_ID) -> Pubkey:
+    """Address of the wrong-answer record of ``provider`` for one challenge."""
+    return wrong_answer_pda_and_bump(provider, challenge_digest, program_id)[0]
 
 
 def market_pda(authority: Pubkey, market_id: int, program_id: Pubkey = PROGRAM_ID) -> Pubkey:

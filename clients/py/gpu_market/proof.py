@@ -8,7 +8,7 @@ the value, ``Vec<T>`` and ``String`` = u32 length then the items / UTF-8 bytes);
 order is encoding order::
 
     WindowProof {
-        version: u8                 (PROOF_VERSION = 2 is written; 1 is still read)
+        version: u8                 (PROOF_VERSION = 3 is written; 1 and 2 are still read)
         program_id: [u8;32]
         market: [u8;32]
         job: [u8;32]
@@ -24,13 +24,21 @@ order is encoding order::
         health_flags: u32           (OR of the gpus' flags plus window-level bits)
         billable_seconds: u64       (<= window_end - window_start)
         cumulative_seconds: u64     (>= billable_seconds; sum of billable claims so far)
-        workload: WorkloadWindow    (version 2 only; a version-1 proof has none: state NONE)
+        workload: WorkloadWindow    (versions 2 and 3; a version-1 proof has none: state NONE)
     }
     WorkloadWindow {
         state: u8                   (WORKLOAD_NONE..=WORKLOAD_FAILED, see below)
         exit_code: Option<i32>      (the container's exit code, when it exited in the window)
         job_processes: u16          (GPU compute processes on the job's GPUs in its container)
         foreign_processes: u16      (GPU compute processes on the job's GPUs that are not)
+        checkpoint: Option<CheckpointRecord>   (version 3 only: the workload's last complete
+                                    checkpoint as of window_end; None in versions 1 and 2)
+    }
+    CheckpointRecord {
+        seq: u64                    (the manifest's seq in the user's store, >= 1)
+        manifest_digest: [u8;32]    (sha256 of the manifest's canonical bytes)
+        total_bytes: u64            (the checkpoint's size)
+        created_at: i64             (unix seconds: when it was complete)
     }
     GpuWindow {
         uuid: String                (1..=MAX_UUID_BYTES UTF-8 bytes, e.g. "GPU-8f0c...")
@@ -97,6 +105,7 @@ __all__ = [
     "WORKLOAD_RUNNING",
     "WORKLOAD_STATE_NAMES",
     "ZERO_HASH",
+    "CheckpointRecord",
     "GpuWindow",
     "ProofDecodeError",
     "ProofEncodeError",
@@ -113,16 +122,18 @@ __all__ = [
     "verify_proof",
 ]
 
-PROOF_VERSION = 2
-PROOF_VERSIONS = (1, 2)
-"""Versions ``decode_proof`` reads. Version 1 (before workloads) has no ``workload`` trailer."""
+PROOF_VERSION = 3
+PROOF_VERSIONS = (1, 2, 3)
+"""Versions ``decode_proof`` reads. Version 1 (before workloads) has no ``workload`` trailer;
+version 2's workload has no ``checkpoint``."""
 MAX_GPUS = 64
 MAX_UUID_BYTES = 96
 BP_MAX = 10_000
 MAX_SAMPLE_INTERVAL_MS = 60_000
 # Fixed part of WindowProof + MAX_GPUS * largest GpuWindow; a decoder may reject bigger input
 # before parsing.
-_PROOF_FIXED = 1 + 5 * 32 + 8 + 8 + 8 + 4 + 4 + 32 + 32 + 4 + 8 + 8 + (1 + 5 + 2 + 2)
+_PROOF_FIXED = (1 + 5 * 32 + 8 + 8 + 8 + 4 + 4 + 32 + 32 + 4 + 8 + 8 + (1 + 5 + 2 + 2)
+                + (1 + 8 + 32 + 8 + 8))  # workload.checkpoint (version 3)
 # uuid, samples, covered, 3 x Option<u16> util, Option<u32> x3 (mem used/total, power),
 # Option<u16> x2 (temp, fan), Option<u64> ecc, flags.
 _GPU_MAX = (4 + MAX_UUID_BYTES) + 4 + 4 + 3 * 3 + 3 * 5 + 2 * 3 + 9 + 4
@@ -236,19 +247,41 @@ class GpuWindow:
 
 
 @dataclass(frozen=True)
+class CheckpointRecord:
+    """The last complete checkpoint of a workload as of a window's end (version-3 proofs):
+    its manifest's seq and digest (``gpu_market.checkpoint_manifest``), size and time."""
+
+    seq: int
+    manifest_digest: bytes
+    total_bytes: int
+    created_at: int
+
+    def validate(self, err: type[ProofFormatError] = ProofEncodeError) -> None:
+        _int(err, "workload.checkpoint.seq", self.seq, 1, U64_MAX)
+        _b32(err, "workload.checkpoint.manifest_digest", self.manifest_digest)
+        _int(err, "workload.checkpoint.total_bytes", self.total_bytes, 0, U64_MAX)
+        _int(err, "workload.checkpoint.created_at", self.created_at, I64_MIN, I64_MAX)
+
+
+@dataclass(frozen=True)
 class WorkloadWindow:
-    """What the job's container did in a window (version-2 proofs)."""
+    """What the job's container did in a window (version-2 and -3 proofs)."""
 
     state: int = WORKLOAD_NONE
     exit_code: int | None = None
     job_processes: int = 0
     foreign_processes: int = 0
+    checkpoint: CheckpointRecord | None = None
 
     def validate(self, err: type[ProofFormatError] = ProofEncodeError) -> None:
         _int(err, "workload.state", self.state, WORKLOAD_NONE, WORKLOAD_FAILED)
         _opt(err, "workload.exit_code", self.exit_code, -(2**31), 2**31 - 1)
         _int(err, "workload.job_processes", self.job_processes, 0, U16_MAX)
         _int(err, "workload.foreign_processes", self.foreign_processes, 0, U16_MAX)
+        if self.checkpoint is not None:
+            if not isinstance(self.checkpoint, CheckpointRecord):
+                raise err("workload.checkpoint must be a CheckpointRecord or None")
+            self.checkpoint.validate(err)
 
     @property
     def state_name(self) -> str:
@@ -299,6 +332,8 @@ class WindowProof:
         self.workload.validate(err)
         if self.version == 1 and self.workload != NO_WORKLOAD_WINDOW:
             raise err("a version-1 proof cannot carry a workload")
+        if self.version == 2 and self.workload.checkpoint is not None:
+            raise err("a version-2 proof cannot carry a checkpoint")
         for name in ("program_id", "market", "job", "provider", "worker_key",
                      "process_list_hash", "prev_proof_hash"):
             _b32(err, name, getattr(self, name))
@@ -357,9 +392,16 @@ def _encode_gpu(g: GpuWindow) -> bytes:
     ))
 
 
-def _encode_workload(w: WorkloadWindow) -> bytes:
-    return b"".join((struct.pack("<B", w.state), _opt_bytes("<i", w.exit_code),
-                     struct.pack("<HH", w.job_processes, w.foreign_processes)))
+def _encode_workload(w: WorkloadWindow, version: int) -> bytes:
+    out = b"".join((struct.pack("<B", w.state), _opt_bytes("<i", w.exit_code),
+                    struct.pack("<HH", w.job_processes, w.foreign_processes)))
+    if version < 3:
+        return out
+    c = w.checkpoint
+    if c is None:
+        return out + b"\x00"
+    return out + b"\x01" + struct.pack("<Q", c.seq) + c.manifest_digest + struct.pack(
+        "<Qq", c.total_bytes, c.created_at)
 
 
 def encode_proof(p: WindowProof) -> bytes:
@@ -374,7 +416,7 @@ def encode_proof(p: WindowProof) -> bytes:
         *(_encode_gpu(g) for g in p.gpus),
         p.process_list_hash, p.prev_proof_hash,
         struct.pack("<IQQ", p.health_flags, p.billable_seconds, p.cumulative_seconds),
-        _encode_workload(p.workload) if p.version >= 2 else b"",
+        _encode_workload(p.workload, p.version) if p.version >= 2 else b"",
     ))
     assert len(out) <= MAX_PROOF_BYTES
     return out
@@ -438,6 +480,19 @@ def _decode_gpu(r: _Reader, i: int) -> GpuWindow:
     )
 
 
+def _decode_checkpoint(r: _Reader) -> CheckpointRecord | None:
+    what = "workload.checkpoint"
+    tag = r.take(1, what)[0]
+    if tag == 0:
+        return None
+    if tag != 1:
+        raise ProofDecodeError(f"bad Option tag {tag} for {what} at offset {r.pos - 1}")
+    return CheckpointRecord(seq=r.num("<Q", what + ".seq"),
+                            manifest_digest=r.b32(what + ".manifest_digest"),
+                            total_bytes=r.num("<Q", what + ".total_bytes"),
+                            created_at=r.num("<q", what + ".created_at"))
+
+
 def decode_proof(data: bytes) -> WindowProof:
     """Parse canonical proof bytes; raises ProofDecodeError on anything non-canonical."""
     if not isinstance(data, (bytes, bytearray, memoryview)):
@@ -471,6 +526,7 @@ def decode_proof(data: bytes) -> WindowProof:
             exit_code=r.opt("<i", "workload.exit_code"),
             job_processes=r.num("<H", "workload.job_processes"),
             foreign_processes=r.num("<H", "workload.foreign_processes"),
+            checkpoint=_decode_checkpoint(r) if version >= 3 else None,
         )
     if r.pos != len(data):
         raise ProofDecodeError(f"{len(data) - r.pos} trailing bytes after the proof")

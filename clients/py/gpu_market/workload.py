@@ -20,7 +20,8 @@ with the JSON object form (keys in this order here, sorted in the bytes)::
      "secret_env": {"NAME": "<base64 sealed box>"},  always (possibly {})
      "ports": [{"port": 8888, "protocol": "tcp"}],   always, sorted by (port, protocol)
      "shm_size_mib": 1024, "scratch_mib": 10240,     omitted when None
-     "finish_on_exit": false}                        always
+     "finish_on_exit": false,                        always
+     "checkpoint": {...}}                            omitted when None (checkpoint_spec)
 
 Limits (``WorkloadSpec.validate`` enforces every one; each error names the field and what
 is allowed):
@@ -45,6 +46,9 @@ is allowed):
 * ``shm_size_mib``: None or 1..1_048_576; ``scratch_mib`` (writable space at
   ``/scratch``, the spec's disk limit): None or 1..16_777_216. Integers are never bools.
 * ``finish_on_exit``: a bool (the job finishes when the container exits).
+* ``checkpoint``: None or a :class:`~gpu_market.checkpoint_spec.CheckpointSpec` (a
+  directory the worker keeps in the user's S3 store; its form and limits are in
+  ``checkpoint_spec``). Specs without one encode and hash as before it existed.
 * The canonical bytes are at most 65536 bytes (64 KiB).
 
 ``WorkloadSpec`` sorts ``env``, ``secret_env`` and ``ports`` (and turns lists into tuples)
@@ -73,7 +77,6 @@ read-only, so a replay gains nothing.
 from __future__ import annotations
 
 import base64
-import binascii
 import hashlib
 import itertools
 import json
@@ -89,7 +92,21 @@ from nacl.public import PrivateKey, PublicKey, SealedBox
 from solders.pubkey import Pubkey
 from solders.signature import Signature
 
+from .checkpoint_spec import CheckpointSpec, checkpoint_from_json, checkpoint_to_json
 from .receipt import I64_MAX, I64_MIN, private_key_from_seed, public_key_bytes, sign, verify
+from .spec_checks import (
+    MAX_ITEM_BYTES,
+    MAX_SECRET_B64_CHARS,
+    SEALED_BOX_OVERHEAD,
+    WorkloadSpecError,
+)
+from .spec_checks import check_int as _check_int
+from .spec_checks import check_secret_b64 as _check_secret_b64
+from .spec_checks import check_str as _check_str
+from .spec_checks import json_type as _json_type
+from .spec_checks import no_duplicate_keys as _no_duplicate_keys
+from .spec_checks import reject_constant as _reject_constant
+from .spec_checks import reject_float as _reject_float
 
 __all__ = [
     "ACTIONS",
@@ -133,13 +150,8 @@ NO_WORKLOAD = bytes(32)
 MAX_IMAGE_BYTES = 255
 MAX_ARGV_ITEMS = 64
 """``command`` and ``args`` together."""
-MAX_ITEM_BYTES = 4096
-"""One ``command``/``args`` item, one ``env`` value, one secret's plaintext (UTF-8 bytes)."""
 MAX_ENV_ENTRIES = 64
 """``env`` and ``secret_env`` together."""
-SEALED_BOX_OVERHEAD = 48
-"""Bytes a sealed box adds to its plaintext (ephemeral X25519 key 32 + MAC 16)."""
-MAX_SECRET_B64_CHARS = 8192
 MAX_PORTS = 16
 MAX_SHM_MIB = 1_048_576
 MAX_SCRATCH_MIB = 16_777_216
@@ -160,15 +172,10 @@ _IMAGE_REF = re.compile(
 )
 _SPEC_KEYS = frozenset({
     "version", "image", "command", "args", "env", "secret_env", "ports", "shm_size_mib",
-    "scratch_mib", "finish_on_exit",
+    "scratch_mib", "finish_on_exit", "checkpoint",
 })  # fmt: skip
 _PORT_KEYS = frozenset({"port", "protocol"})
 _PROTOCOLS = ("tcp", "udp")
-
-
-class WorkloadSpecError(ValueError):
-    """A workload spec, its JSON, a CLI ``--env``/``--port`` argument or a sealed secret is
-    not acceptable; the message names the field and what is allowed."""
 
 
 class RequestAuthError(ValueError):
@@ -182,37 +189,6 @@ class RequestAuthError(ValueError):
 
 
 # ----------------------------------------------------------------------------- checks
-
-
-def _utf8_len(field: str, value: str) -> int:
-    """UTF-8 length of ``value``; WorkloadSpecError on NUL or a lone surrogate."""
-    if "\x00" in value:
-        raise WorkloadSpecError(f"{field} contains a NUL character, which is not allowed")
-    try:
-        return len(value.encode("utf-8"))
-    except UnicodeEncodeError:
-        raise WorkloadSpecError(
-            f"{field} contains a lone surrogate and is not valid Unicode text"
-        ) from None
-
-
-def _check_str(field: str, value: object, max_bytes: int) -> str:
-    if not isinstance(value, str):
-        raise WorkloadSpecError(f"{field} must be a string, got {type(value).__name__}")
-    n = _utf8_len(field, value)
-    if n > max_bytes:
-        raise WorkloadSpecError(f"{field} is {n} bytes; at most {max_bytes} UTF-8 bytes allowed")
-    return value
-
-
-def _check_int(field: str, value: object, lo: int, hi: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise WorkloadSpecError(
-            f"{field} must be an integer {lo}..{hi}, got {type(value).__name__}"
-        )
-    if not lo <= value <= hi:
-        raise WorkloadSpecError(f"{field}={value} is out of range; allowed {lo}..{hi}")
-    return value
 
 
 def _check_env_name(field: str, name: object) -> str:
@@ -235,24 +211,6 @@ def _check_image(image: object) -> None:
             f"image {image!r} is not a valid image reference; expected "
             "[registry[:port]/]name[:tag][@sha256:<64 hex>] with a lowercase name and no "
             "whitespace, e.g. docker.io/library/python:3.12"
-        )
-
-
-def _check_secret_b64(field: str, value: object) -> None:
-    _check_str(field, value, MAX_SECRET_B64_CHARS)
-    assert isinstance(value, str)
-    try:
-        raw = base64.b64decode(value.encode("ascii"), validate=True)
-    except (UnicodeEncodeError, binascii.Error):
-        raw = None
-    if raw is None or base64.b64encode(raw).decode("ascii") != value:
-        raise WorkloadSpecError(
-            f"{field} must be the standard padded base64 of a sealed box (use seal_secrets)"
-        )
-    lo, hi = SEALED_BOX_OVERHEAD, SEALED_BOX_OVERHEAD + MAX_ITEM_BYTES
-    if not lo <= len(raw) <= hi:
-        raise WorkloadSpecError(
-            f"{field} decodes to {len(raw)} bytes; a sealed secret is {lo}..{hi} bytes"
         )
 
 
@@ -338,6 +296,7 @@ class WorkloadSpec:
     scratch_mib: int | None = None
     finish_on_exit: bool = False
     version: int = WORKLOAD_VERSION
+    checkpoint: CheckpointSpec | None = None
 
     def __post_init__(self) -> None:
         for name in ("command", "args"):
@@ -424,6 +383,10 @@ def _validate_fields(spec: WorkloadSpec) -> None:
         raise WorkloadSpecError(
             f"finish_on_exit must be true or false, got {type(spec.finish_on_exit).__name__}"
         )
+    if spec.checkpoint is not None:
+        if not isinstance(spec.checkpoint, CheckpointSpec):
+            raise WorkloadSpecError("checkpoint must be a CheckpointSpec or None")
+        spec.checkpoint.validate()
 
 
 def _to_json_unchecked(spec: WorkloadSpec) -> dict[str, Any]:
@@ -441,6 +404,8 @@ def _to_json_unchecked(spec: WorkloadSpec) -> dict[str, Any]:
     if spec.scratch_mib is not None:
         obj["scratch_mib"] = spec.scratch_mib
     obj["finish_on_exit"] = spec.finish_on_exit
+    if spec.checkpoint is not None:
+        obj["checkpoint"] = checkpoint_to_json(spec.checkpoint)
     return obj
 
 
@@ -469,23 +434,6 @@ def spec_hash(spec: WorkloadSpec) -> bytes:
 # ----------------------------------------------------------------------------- JSON input
 
 
-def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    obj: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in obj:
-            raise WorkloadSpecError(f"the spec JSON has the key {key!r} twice in one object")
-        obj[key] = value
-    return obj
-
-
-def _reject_float(text: str) -> Any:
-    raise WorkloadSpecError(f"the spec JSON has the number {text}; only integers are allowed")
-
-
-def _reject_constant(text: str) -> Any:
-    raise WorkloadSpecError(f"the spec JSON has {text}, which is not JSON")
-
-
 def _json_list_of_str(field: str, value: object) -> tuple[str, ...]:
     if not isinstance(value, list):
         raise WorkloadSpecError(f"{field} must be a JSON array of strings")
@@ -502,22 +450,6 @@ def _json_object_of_str(field: str, value: object) -> tuple[tuple[str, str], ...
         if not isinstance(item, str):
             raise WorkloadSpecError(f"{field}[{name!r}] must be a string, got {_json_type(item)}")
     return tuple(value.items())
-
-
-def _json_type(value: object) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, (int, float)):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "an array"
-    if isinstance(value, dict):
-        return "an object"
-    return type(value).__name__
 
 
 def _json_ports(value: object) -> tuple[PortSpec, ...]:
@@ -549,8 +481,9 @@ def spec_from_json(obj: dict[str, Any] | str | bytes) -> WorkloadSpec:
     """Parse the JSON form (a parsed object, JSON text or UTF-8 bytes) into a valid spec.
 
     Only ``image`` is required; missing fields take their defaults and ``null`` means
-    "omitted" for ``shm_size_mib`` and ``scratch_mib``. Raises :class:`WorkloadSpecError`
-    on anything else that is not exactly the documented form; ordering is normalized.
+    "omitted" for ``shm_size_mib``, ``scratch_mib`` and ``checkpoint``. Raises
+    :class:`WorkloadSpecError` on anything else that is not exactly the documented form;
+    ordering is normalized.
     """
     if isinstance(obj, (bytes, bytearray, memoryview)):
         if len(obj) > _MAX_JSON_INPUT_BYTES:
@@ -610,6 +543,8 @@ def spec_from_json(obj: dict[str, Any] | str | bytes) -> WorkloadSpec:
         scratch_mib=optional_ints["scratch_mib"],
         finish_on_exit=finish,
         version=version,
+        checkpoint=None if obj.get("checkpoint") is None else checkpoint_from_json(
+            obj["checkpoint"]),
     )
     spec.validate()
     return spec

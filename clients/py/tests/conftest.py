@@ -8,6 +8,7 @@ ledgers, templates, Solana CLI config) in its own tmp dir, never the user's home
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -74,3 +75,9 @@ from sdktestkit import job_bytes as _job_bytes
 def job_bytes():
     """Builder of Job account bytes encoded by hand from ``state/job.rs``."""
     return _job_bytes
+
+
+# The one S3 server launcher of the repository's tests (tests/s3server.py): a session fixture
+# shared with every other test folder that imports it.
+sys.path.append(str(Path(__file__).resolve().parents[3] / "tests"))
+from s3server import s3_server  # noqa: F401

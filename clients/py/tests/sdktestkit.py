@@ -25,7 +25,8 @@ DEFAULT_MEMBER = Pubkey(bytes([77] * 32))
 
 
 def job_bytes(market: Pubkey, user: Pubkey, provider: Pubkey, status: int, ended_at: int = 0,
-              committee: Sequence[Pubkey] = (DEFAULT_MEMBER,), quorum: int = 1) -> bytes:  # fmt: skip
+              committee: Sequence[Pubkey] = (DEFAULT_MEMBER,), quorum: int = 1,
+              rated: bool = False) -> bytes:  # fmt: skip
     """A Job account, encoded by hand from ``state/job.rs``."""
     terms = list(JOB_TERMS)
     terms[7] = quorum
@@ -42,6 +43,7 @@ def job_bytes(market: Pubkey, user: Pubkey, provider: Pubkey, status: int, ended
         + bytes(range(32))
         + struct.pack("<qBB", JOB_LAST_WINDOW_END, 254, 253)
         + bytes([0x77]) * 32  # workload_hash
+        + bytes([int(rated)])
     )  # fmt: skip
 
 

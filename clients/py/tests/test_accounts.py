@@ -123,7 +123,7 @@ def test_job_deadlines(codec, job_bytes):
         assert job.settlement_over(0) and job.grace_ends_at is None
 
 
-MARKET_PARAMS_FMT = "<HHQqIBIHHHQIHIH"  # MarketParams field types, in order (state/market.rs)
+MARKET_PARAMS_FMT = "<HHQqIBIHHHQIHIHBII"  # MarketParams field types, in order (state/market.rs)
 
 
 def market_bytes(params: tuple, pending: tuple, effective_at: int) -> bytes:
@@ -136,8 +136,8 @@ def market_bytes(params: tuple, pending: tuple, effective_at: int) -> bytes:
     )  # fmt: skip
 
 
-PARAMS = (500, 5000, 10, 1_209_600, 60, 1, 10, 100, 5000, 1000, 7, 5, 95, 0, 1000)
-PENDING = (700, 5000, 10, 1_209_600, 30, 2, 4, 100, 5000, 1000, 7, 5, 90, 3, 2000)
+PARAMS = (500, 5000, 10, 1_209_600, 60, 1, 10, 100, 5000, 1000, 7, 5, 95, 0, 1000, 2, 3600, 2_592_000)
+PENDING = (700, 5000, 10, 1_209_600, 30, 2, 4, 100, 5000, 1000, 7, 5, 90, 3, 2000, 3, 600, 0)
 
 
 def test_market_and_validator(codec):

@@ -198,7 +198,7 @@ def test_dry_run_shows_the_best_offer_deposit_and_committee_and_sends_nothing(ke
     # Provider 2 is cheaper but runs no containers; the RTX 4090 does not match H100.
     assert data == {
         "dry_run": True, "provider": str(Pubkey(bytes([1] * 32))), "gpu_model": "NVIDIA H100 80GB",
-        "gpus": 2, "region": "eu-west", "score": 0.5, "price_per_gpu_hour": "3.6",
+        "gpus": 2, "region": "eu-west", "score": 0.3, "price_per_gpu_hour": "3.6",
         "cost_per_hour": "7.2", "hours": "1.5", "deposit": "10.8", "deposit_covers": "1h30m",
         "committee": [str(k) for k in MEMBERS], "quorum": 2, "image": "busybox:1",
         "balance": "1000000"}  # fmt: skip

@@ -249,7 +249,9 @@ MARKET_PARAMS = {"fee_bps": 500, "burn_bps": 5000, "min_stake_per_gpu": 0, "unbo
                  "window_seconds": 60, "min_quorum": 1, "max_missed_windows": 10,
                  "downtime_slash_bps": 0, "equivocation_slash_bps": 0, "reporter_reward_bps": 0,
                  "validator_min_bond": 0, "max_skew_seconds": 5, "temp_critical_c": 95,
-                 "ecc_uncorrected_max": 0, "validator_reward_bps": 1000}  # fmt: skip
+                 "ecc_uncorrected_max": 0, "validator_reward_bps": 1000, "hardware_quorum": 2,
+                 "hardware_attestation_max_age_seconds": 3600,
+                 "verified_record_seconds": 2_592_000}  # fmt: skip
 
 
 def market_bytes(codec, payment_mint: Pubkey, stake_mint: Pubkey, treasury: Pubkey,

@@ -30,7 +30,7 @@ from test_client import MARKET_PARAMS, fake_client, market_bytes
 
 PARAMS = MARKET_PARAMS  # test_client's market_bytes: the params in force
 STARTED_AT = JOB_STARTED_AT  # conftest's job_bytes
-PARAM_FMT = "<HHQqIBIHHHQIHIH"  # MarketParams field types, in order (state/market.rs)
+PARAM_FMT = "<HHQqIBIHHHQIHIHBII"  # MarketParams field types, in order (state/market.rs)
 
 
 def disc(name: str) -> bytes:

@@ -190,10 +190,10 @@ def test_program_shape(new_idl):
         "cancel_job", "expire_job", "close_job", "slash_equivocation", "slash_downtime",
         "decline_job", "complete_job", "set_treasury", "sweep_vault", "withdraw_fees",
         "update_validator", "claim_validator_rewards", "replace_committee_member",
-        "slash_validator_equivocation",
+        "slash_validator_equivocation", "attest_hardware", "slash_wrong_answer", "rate_job",
     }  # fmt: skip
     assert {a["name"] for a in new_idl["accounts"]} == {
-        "Market", "Provider", "Validator", "Job", "EquivocationRecord"
+        "Market", "Provider", "Validator", "Job", "EquivocationRecord", "WrongAnswerRecord"
     }  # fmt: skip
     assert new_idl["address"] == str(PROGRAM_ID)
     assert new_idl["errors"][0] == {
@@ -346,7 +346,7 @@ def test_load_idl_json_errors(tmp_path):
 def test_load_idl_parses(idl_path):
     parsed = idl_mod.load_idl(idl_path)
     assert {a.name for a in parsed.accounts} == {
-        "Market", "Provider", "Validator", "Job", "EquivocationRecord"
+        "Market", "Provider", "Validator", "Job", "EquivocationRecord", "WrongAnswerRecord"
     }  # fmt: skip
 
 

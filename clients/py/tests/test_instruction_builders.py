@@ -16,6 +16,7 @@ import pytest
 from gpu_market import pda, tokens
 from gpu_market.accounts import DEFAULT_MARKET_PARAMS, decode_job, decode_market
 from gpu_market.constants import INSTRUCTIONS_SYSVAR_ID, SYSTEM_PROGRAM_ID, TOKEN_PROGRAM_ID
+from gpu_market.hardware import HardwareVerdictArgs, WrongAnswerEvidence
 from gpu_market.settle import Attestation, SettleAccounts, SettleItem
 from sdktestkit import JOB_STARTED_AT, job_bytes
 from solders.pubkey import Pubkey
@@ -78,6 +79,9 @@ def samples(codec, m, j):
     validator_record = pda.validator_equivocation_pda(
         pda.validator_pda(MARKET, MEMBERS[0], pid), JOB, JOB_STARTED_AT, 3, pid
     )
+    verdict = HardwareVerdictArgs(OTHER, "H100", 8, 81920, True, JOB_STARTED_AT, bytes([4]) * 32)
+    evidence = WrongAnswerEvidence(bytes([4]) * 32, JOB_STARTED_AT, bytes([5]) * 32, 5, 2,
+                                   bytes([6]) * 32, (bytes([7]) * 32,) * 3)  # fmt: skip
     return {
         # market
         "initialize_market": (
@@ -194,7 +198,37 @@ def samples(codec, m, j):
              "validator": pda.validator_pda(MARKET, MEMBERS[0], pid), **vaults,
              "reporter_stake_account": OTHER, "record": validator_record, "instructions": IXS,
              "token_program": TOKEN, "system_program": SYSTEM}, []),
+        # hardware, ratings
+        "attest_hardware": (
+            builders.attest_hardware_ix(codec, SIGNER, MARKET, PROVIDER, verdict, MEMBERS[:2]),
+            {"submitter": SIGNER, "market": MARKET, "provider": PROVIDER, "instructions": IXS},
+            [pda.validator_pda(MARKET, a, pid) for a in MEMBERS[:2]]),
+        "slash_wrong_answer": (
+            builders.slash_wrong_answer_ix(codec, SIGNER, m, PROVIDER, evidence),
+            {"reporter": SIGNER, "market": MARKET, "provider": PROVIDER, **vaults,
+             "record": pda.wrong_answer_pda(PROVIDER, bytes([4]) * 32, pid), "instructions": IXS,
+             "token_program": TOKEN, "system_program": SYSTEM}, []),
+        "rate_job": (builders.rate_job_ix(codec, SIGNER, PROVIDER, JOB, 4),
+                     {"user": SIGNER, "provider": PROVIDER, "job": JOB}, []),
     }  # fmt: skip
+
+
+def test_hardware_builders_encode_their_arguments(codec, market):
+    """The argument bytes are the program's borsh layout, field by field."""
+    import struct
+
+    verdict = HardwareVerdictArgs(OTHER, "H100", 8, 81920, False, -5, bytes([4]) * 32)
+    ix = builders.attest_hardware_ix(codec, SIGNER, MARKET, PROVIDER, verdict, [MEMBERS[0]])
+    assert bytes(ix.data)[8:] == (bytes(OTHER) + b"H100".ljust(32, b"\0")
+                                  + struct.pack("<HIBq", 8, 81920, 0, -5) + bytes([4]) * 32)  # fmt: skip
+    assert [(a.is_signer, a.is_writable) for a in ix.accounts[4:]] == [(False, False)]
+    evidence = WrongAnswerEvidence(bytes([4]) * 32, 7, bytes([5]) * 32, 5, 2, bytes([6]) * 32,
+                                   (bytes([7]) * 32, bytes([8]) * 32))  # fmt: skip
+    ix = builders.slash_wrong_answer_ix(codec, SIGNER, market, PROVIDER, evidence)
+    assert bytes(ix.data)[8:] == (bytes([4]) * 32 + struct.pack("<q", 7) + bytes([5]) * 32
+                                  + struct.pack("<III", 5, 2, 0)[:8] + bytes([6]) * 32
+                                  + struct.pack("<I", 2) + bytes([7]) * 32 + bytes([8]) * 32)  # fmt: skip
+    assert bytes(builders.rate_job_ix(codec, SIGNER, PROVIDER, JOB, 5).data)[8:] == b"\x05"
 
 
 def test_every_instruction_has_exactly_one_builder(new_idl):

@@ -240,7 +240,10 @@ def test_offer_from_provider_carries_the_chain_figures():
         "NVIDIA H100 80GB HBM3", 5, 8, 81920, "us-west")
     assert (o.price_per_gpu_second, o.price_per_gpu_hour(), o.stake) == (1_000, 3_600_000, 10**9)
     assert (o.verified_hours, o.jobs_completed, o.jobs_failed, o.slashes) == (1.5, 3, 1, 0)
-    assert o.score == reputation_score(p.reputation, jailed=False) and not o.jailed
+    # No hardware verdict (3/4) and no ratings (4/5) on top of the record.
+    assert o.score == pytest.approx(reputation_score(p.reputation, jailed=False) * 0.75 * 0.8)
+    assert not o.jailed and (o.hardware, o.verified, o.badge, o.rating, o.ratings) == (
+        "unverified", False, False, None, 0)
     assert o.endpoint == "http://10.0.0.1:8080" and o.runs_workloads
 
 
@@ -508,12 +511,13 @@ def test_json_lists_every_field_in_rank_order(chain):
         "worker_key": str(CHAIN[1].worker_key), "gpu_model": "NVIDIA A100", "gpus_free": 2,
         "gpus_total": 4, "vram_mib": 81920, "vram_gib": 80.0, "region": "eu-west",
         "price_per_gpu_second": "0.0005", "price_per_gpu_hour": "1.8", "stake": "1000",
-        "score": 0.5, "verified_hours": 0.0, "jobs_completed": 0, "jobs_failed": 0,
+        "score": 0.3, "hardware": "unverified", "verified": False, "badge": False,
+        "rating": None, "ratings": 0, "verified_hours": 0.0, "jobs_completed": 0, "jobs_failed": 0,
         "slashes": 0, "jailed": False, "workloads": False, "endpoint": "",
         "online": None, "checked_at": NOW, "last_seen": None, "liveness_error": "",
     }  # fmt: skip
     assert set(rows[1]) == set(a100)
-    assert rows[1]["workloads"] is True and rows[1]["score"] == pytest.approx(10 / 12)
+    assert rows[1]["workloads"] is True and rows[1]["score"] == pytest.approx(10 / 12 * 0.6)
     assert (rows[1]["online"], rows[1]["last_seen"]) == (True, NOW)
 
 
@@ -531,11 +535,11 @@ def test_text_table(chain):
     assert (code, err) == (0, "")
     lines = out.splitlines()
     assert lines[0].split() == ["PROVIDER", "GPU", "MODEL", "FREE/TOTAL", "VRAM", "GiB", "REGION",
-                                "PRICE/GPU-H", "STAKE", "SCORE", "WORKLOADS", "ONLINE", "LAST",
-                                "SEEN"]  # fmt: skip
+                                "PRICE/GPU-H", "STAKE", "SCORE", "VERIFIED", "RATING", "WORKLOADS",
+                                "ONLINE", "LAST", "SEEN"]  # fmt: skip
     assert lines[1].split() == [str(CHAIN[1].address), "NVIDIA", "A100", "2/4", "80", "eu-west",
-                                "1.8", "1000", "0.50", "no", "-", "-"]  # fmt: skip
-    assert lines[2].split()[-7:] == ["us-west", "3.6", "1000", "0.83", "yes", "yes", "now"]
+                                "1.8", "1000", "0.30", "no", "-", "no", "-", "-"]  # fmt: skip
+    assert lines[2].split()[-9:] == ["us-west", "3.6", "1000", "0.50", "no", "-", "yes", "yes", "now"]
     assert len(lines) == 3
     _, out, _ = gpum("--limit", "1")
     assert out.splitlines()[-1] == "... 1 more offer(s): raise --limit (0 = all)"

@@ -17,6 +17,7 @@ from gpu_market.proof import (
     WORKLOAD_NONE,
     WORKLOAD_RUNNING,
     ZERO_HASH,
+    CheckpointRecord,
     GpuWindow,
     ProofDecodeError,
     ProofEncodeError,
@@ -81,14 +82,64 @@ def _manual_v1(p: WindowProof, version: int) -> bytes:
             + struct.pack("<IQQ", p.health_flags, p.billable_seconds, p.cumulative_seconds))
 
 
+CHECKPOINT = CheckpointRecord(seq=7, manifest_digest=b"\x0c" * 32, total_bytes=5 << 30,
+                              created_at=1_700_000_042)
+
+
 def test_layout_matches_documented_field_order() -> None:
-    p = _proof(workload=WorkloadWindow(WORKLOAD_EXITED, exit_code=-3, job_processes=2,
-                                       foreign_processes=1))
-    manual = _manual_v1(p, 2) + bytes([WORKLOAD_EXITED, 1]) + struct.pack("<iHH", -3, 2, 1)
+    assert PROOF_VERSION == 3
+    w = WorkloadWindow(WORKLOAD_EXITED, exit_code=-3, job_processes=2, foreign_processes=1)
+    p = _proof(workload=dataclasses.replace(w, checkpoint=CHECKPOINT))
+    manual = (_manual_v1(p, 3) + bytes([WORKLOAD_EXITED, 1]) + struct.pack("<iHH", -3, 2, 1)
+              + b"\x01" + struct.pack("<Q", 7) + b"\x0c" * 32
+              + struct.pack("<Qq", 5 << 30, 1_700_000_042))
     assert encode_proof(p) == manual
     assert decode_proof(manual) == p
     none = _proof()
-    assert encode_proof(none) == _manual_v1(none, 2) + bytes([WORKLOAD_NONE, 0]) + bytes(4)
+    assert encode_proof(none) == _manual_v1(none, 3) + bytes([WORKLOAD_NONE, 0]) + bytes(5)
+    v2 = _proof(version=2, workload=w)
+    manual2 = _manual_v1(v2, 2) + bytes([WORKLOAD_EXITED, 1]) + struct.pack("<iHH", -3, 2, 1)
+    assert encode_proof(v2) == manual2 and decode_proof(manual2) == v2
+
+
+def test_version_2_proofs_are_read_and_carry_no_checkpoint() -> None:
+    with pytest.raises(ProofEncodeError, match="version-2 proof cannot carry a checkpoint"):
+        encode_proof(_proof(version=2, workload=WorkloadWindow(WORKLOAD_RUNNING,
+                                                               checkpoint=CHECKPOINT)))
+    b = encode_proof(_proof(version=2, workload=WorkloadWindow(WORKLOAD_RUNNING)))
+    assert decode_proof(b).workload.checkpoint is None
+    with pytest.raises(ProofDecodeError, match="trailing"):  # a v2 proof has no checkpoint tag
+        decode_proof(b + b"\x00")
+
+
+@pytest.mark.parametrize(
+    ("record", "needle"),
+    [
+        (dataclasses.replace(CHECKPOINT, seq=0), "checkpoint.seq"),
+        (dataclasses.replace(CHECKPOINT, seq=2**64), "checkpoint.seq"),
+        (dataclasses.replace(CHECKPOINT, manifest_digest=b"\x00" * 31), "manifest_digest"),
+        (dataclasses.replace(CHECKPOINT, total_bytes=-1), "checkpoint.total_bytes"),
+        (dataclasses.replace(CHECKPOINT, created_at=2**63), "checkpoint.created_at"),
+        ("not a record", "CheckpointRecord"),
+    ],
+)
+def test_checkpoint_record_out_of_range_is_refused(record, needle: str) -> None:
+    with pytest.raises(ProofEncodeError, match=needle):
+        encode_proof(_proof(workload=WorkloadWindow(WORKLOAD_RUNNING, checkpoint=record)))
+
+
+def test_decode_rejects_bad_checkpoint_tag_and_seq_zero() -> None:
+    p = _proof(workload=WorkloadWindow(WORKLOAD_RUNNING, checkpoint=CHECKPOINT))
+    b = bytearray(encode_proof(p))
+    tag = len(b) - (1 + 8 + 32 + 8 + 8)
+    assert b[tag] == 1
+    b[tag] = 2
+    with pytest.raises(ProofDecodeError, match="Option tag 2 for workload.checkpoint"):
+        decode_proof(bytes(b))
+    b[tag] = 1
+    struct.pack_into("<Q", b, tag + 1, 0)
+    with pytest.raises(ProofDecodeError, match="workload.checkpoint.seq"):
+        decode_proof(bytes(b))
 
 
 def test_version_1_proofs_are_still_read_and_written() -> None:
@@ -116,7 +167,7 @@ def test_workload_out_of_range_is_refused(workload: WorkloadWindow, needle: str)
 
 def test_decode_rejects_bad_workload_state_byte() -> None:
     b = bytearray(encode_proof(_proof()))
-    b[-6] = 9  # the state byte: state u8, exit Option tag 0, two u16
+    b[-7] = 9  # the state byte: state u8, exit Option tag 0, two u16, checkpoint tag 0
     with pytest.raises(ProofDecodeError, match="workload.state"):
         decode_proof(bytes(b))
 
@@ -195,7 +246,7 @@ def test_rejects_invalid_utf8_uuid() -> None:
 
 def test_rejects_unknown_version() -> None:
     b = bytearray(encode_proof(_proof()))
-    b[0] = 3
+    b[0] = 4
     with pytest.raises(ProofDecodeError, match="version"):
         decode_proof(bytes(b))
 
@@ -207,8 +258,8 @@ def test_rejects_oversized_input() -> None:
 
 def test_decode_applies_semantic_checks() -> None:
     b = bytearray(encode_proof(_proof()))
-    # billable_seconds := 61 > window length 60
-    struct.pack_into("<Q", b, len(b) - 16, 61)
+    # billable_seconds := 61 > window length 60 (before the 7-byte workload trailer)
+    struct.pack_into("<Q", b, len(b) - 7 - 16, 61)
     with pytest.raises(ProofDecodeError, match="billable"):
         decode_proof(bytes(b))
 
@@ -225,7 +276,7 @@ def test_decode_rejects_bp_over_10000() -> None:
 @pytest.mark.parametrize(
     ("kw", "needle"),
     [
-        ({"version": 3}, "version"),
+        ({"version": 4}, "version"),
         ({"job": b"\x00" * 31}, "job"),
         ({"seq": -1}, "seq"),
         ({"window_end": 1_700_000_000}, "window_end"),
@@ -252,8 +303,9 @@ def test_encode_rejects_invalid(kw: dict, needle: str) -> None:
 
 def test_max_size_proof_fits_limit() -> None:
     g = [_gpu("G" * (MAX_UUID_BYTES - 3) + f"{i:03d}", fan_max_pct=100) for i in range(MAX_GPUS)]
-    b = encode_proof(_proof(gpus=tuple(g), workload=WorkloadWindow(WORKLOAD_EXITED, exit_code=1)))
-    assert len(b) == MAX_PROOF_BYTES
+    b = encode_proof(_proof(gpus=tuple(g), workload=WorkloadWindow(
+        WORKLOAD_EXITED, exit_code=1, checkpoint=CHECKPOINT)))
+    assert len(b) == MAX_PROOF_BYTES == 10_008
     assert decode_proof(b).gpus == tuple(g)
 
 
@@ -308,6 +360,10 @@ def gpu_windows(draw, length: int, uuid: str) -> GpuWindow:
     )
 
 
+checkpoints = st.builds(CheckpointRecord, st.integers(1, 2**64 - 1), b32,
+                        st.integers(0, 2**64 - 1), st.integers(-(2**63), 2**63 - 1))
+
+
 @st.composite
 def proofs(draw) -> WindowProof:
     start = draw(st.integers(-(2**63), 2**63 - 2))
@@ -326,7 +382,8 @@ def proofs(draw) -> WindowProof:
         cumulative_seconds=draw(st.integers(billable, 2**64 - 1)), version=PROOF_VERSION,
         workload=WorkloadWindow(draw(st.integers(WORKLOAD_NONE, WORKLOAD_FAILED)),
                                 draw(st.none() | st.integers(-(2**31), 2**31 - 1)),
-                                draw(st.integers(0, 2**16 - 1)), draw(st.integers(0, 2**16 - 1))),
+                                draw(st.integers(0, 2**16 - 1)), draw(st.integers(0, 2**16 - 1)),
+                                draw(st.none() | checkpoints)),
     )
 
 

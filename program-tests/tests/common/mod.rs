@@ -49,6 +49,9 @@ pub fn default_params() -> MarketParams {
         ecc_uncorrected_max: 0,
         // Rewards are tested on their own (settle.rs); 0 keeps the other tests' figures simple.
         validator_reward_bps: 0,
+        hardware_quorum: 2,
+        hardware_attestation_max_age_seconds: 3_600,
+        verified_record_seconds: 30 * 86_400,
     }
 }
 
@@ -291,6 +294,7 @@ impl Bench {
             .invariant(self.token_balance(&market.stake_vault))
             .expect("market invariant: stake vault >= staked + bonded");
         let mut in_use: std::collections::HashMap<Pubkey, u16> = Default::default();
+        let mut rated: std::collections::HashMap<Pubkey, u32> = Default::default();
         let mut providers = vec![];
         for (key, acc) in self.svm.accounts_db().inner.iter() {
             if acc.owner() != &gpu_market::ID {
@@ -303,6 +307,11 @@ impl Bench {
                 if job.status.holds_gpus() {
                     *in_use.entry(job.provider).or_default() += job.gpu_count;
                 }
+                assert!(!job.rated || job.paid_seconds > 0, "only a job that billed is rated");
+                *rated.entry(job.provider).or_default() += u32::from(job.rated);
+            } else if let Ok(t) = gpu_market::state::ClosedJob::try_deserialize(&mut &data[..]) {
+                assert!(!t.rated || t.paid_seconds > 0, "only a job that billed is rated");
+                *rated.entry(t.provider).or_default() += u32::from(t.rated);
             } else if let Ok(p) = Provider::try_deserialize(&mut &data[..]) {
                 p.invariant().expect("provider invariant");
                 providers.push((*key, p));
@@ -310,6 +319,7 @@ impl Bench {
         }
         for (key, p) in &providers {
             assert_eq!(p.gpus_in_use, in_use.get(key).copied().unwrap_or(0), "gpus_in_use == sum over open jobs");
+            assert_eq!(p.ratings.count, rated.get(key).copied().unwrap_or(0), "ratings.count == rated jobs and tombstones");
         }
         self.inv_check_stake_vault_sum(&market, &providers);
         self.inv_check_token_supplies();

@@ -179,4 +179,41 @@ pub enum GpuMarketError {
     MarketParamsChanged,
     #[msg("the validator has unclaimed rewards: claim_validator_rewards before withdrawing the bond")]
     RewardsUnclaimed,
+    // -- hardware verdicts, wrong answers, ratings (appended: existing codes keep their numbers) --
+    #[msg("hardware_quorum must be between 1 and 5")]
+    InvalidHardwareQuorum,
+    #[msg("hardware_attestation_max_age_seconds must be between 60 and 86400")]
+    InvalidHardwareAttestationAge,
+    #[msg("verified_record_seconds must be at most 365 days")]
+    InvalidVerifiedRecord,
+    #[msg("a hardware verdict needs signatures of at least hardware_quorum distinct validators, one Validator account per signature in the same order")]
+    HardwareQuorumNotMet,
+    #[msg("a signed message is not this hardware verdict")]
+    HardwareVerdictMismatch,
+    #[msg("the verdict is for another worker key than the provider's current one")]
+    HardwareWorkerKeyMismatch,
+    #[msg("a passing verdict must be for the provider's declared GPU model, count and VRAM")]
+    HardwareSpecMismatch,
+    #[msg("the challenge was issued in the future")]
+    HardwareChallengeInFuture,
+    #[msg("the challenge is older than hardware_attestation_max_age_seconds")]
+    HardwareVerdictStale,
+    #[msg("the challenge is not newer than the provider's last attested one")]
+    HardwareVerdictReplayed,
+    #[msg("the provider's owner or worker key cannot attest its own hardware")]
+    HardwareAttesterIsProvider,
+    #[msg("a signed message is not this challenge answer or row opening")]
+    ChallengeMessageMismatch,
+    #[msg("the challenge answer is not signed by a key of the provider valid when it was challenged")]
+    WrongChallengeSigner,
+    #[msg("the Merkle evidence is malformed: leaf count 1..=32768, row index below it, one sibling hash per level with a sibling")]
+    InvalidMerkleEvidence,
+    #[msg("the opened row's Merkle path leads to the signed root: the answer is consistent")]
+    NotAWrongAnswer,
+    #[msg("a rating is 1 to 5 stars")]
+    InvalidRating,
+    #[msg("only a job that billed something can be rated")]
+    JobNotBilled,
+    #[msg("this job was already rated")]
+    JobAlreadyRated,
 }

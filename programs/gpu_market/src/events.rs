@@ -328,3 +328,55 @@ pub struct ValidatorEquivocationSlashed {
     pub reward: u64,
     pub burned: u64,
 }
+
+/// `attest_hardware` recorded a verdict; carries everything the validators signed and who.
+#[event]
+pub struct HardwareAttested {
+    pub provider: Pubkey,
+    pub worker_key: Pubkey,
+    pub gpu_model: [u8; 32],
+    pub gpu_count: u16,
+    pub vram_mib: u32,
+    pub passed: bool,
+    pub challenged_at: i64,
+    pub challenge_digest: [u8; 32],
+    pub attested_at: i64,
+    /// The validators' authority keys, in the order of their signatures.
+    pub attesters: Vec<Pubkey>,
+    pub submitter: Pubkey,
+}
+
+/// Carries the evidence (what the worker signed, the root its path leads to) and the inputs
+/// and outputs of the slash math.
+#[event]
+pub struct WrongAnswerSlashed {
+    pub provider: Pubkey,
+    pub challenge_digest: [u8; 32],
+    pub challenged_at: i64,
+    pub root: [u8; 32],
+    pub row_index: u32,
+    pub leaf_hash: [u8; 32],
+    /// Where the signed path leads instead of `root`.
+    pub computed_root: [u8; 32],
+    /// The worker keys that signed the answer and the row.
+    pub answer_signer: Pubkey,
+    pub row_signer: Pubkey,
+    pub reporter: Pubkey,
+    pub slash_bps: u16,
+    pub slashed: u64,
+    pub burned: u64,
+}
+
+/// The user rated one of the provider's billed jobs; `count` and `sum` are the provider's
+/// ratings after it.
+#[event]
+pub struct JobRated {
+    pub job: Pubkey,
+    pub provider: Pubkey,
+    pub user: Pubkey,
+    pub score: u8,
+    /// The job was already closed (rated through its tombstone).
+    pub closed: bool,
+    pub count: u32,
+    pub sum: u32,
+}

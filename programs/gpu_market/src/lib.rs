@@ -7,6 +7,7 @@
 #![allow(clippy::diverging_sub_expression)]
 use anchor_lang::prelude::*;
 
+pub mod challenge;
 pub mod checked;
 pub mod errors;
 pub mod events;
@@ -17,6 +18,7 @@ pub mod receipt;
 pub mod seeds;
 pub mod state;
 
+use challenge::{HardwareVerdictArgs, WrongAnswerEvidence};
 use instructions::*;
 pub use receipt::Receipt;
 use state::MarketParams;
@@ -251,5 +253,23 @@ pub mod gpu_market {
         last_proof_window_end: i64,
     ) -> Result<()> {
         instructions::slash_downtime::handler(ctx, last_proof_window_end)
+    }
+
+    /// Records a quorum of validators' verdict on a provider's hardware (anyone submits).
+    pub fn attest_hardware<'info>(
+        ctx: Context<'info, AttestHardware<'info>>,
+        verdict: HardwareVerdictArgs,
+    ) -> Result<()> {
+        instructions::attest_hardware::handler(ctx, verdict)
+    }
+
+    /// Slashes a provider whose worker signed a challenge row contradicting its own root (anyone).
+    pub fn slash_wrong_answer(ctx: Context<SlashWrongAnswer>, evidence: WrongAnswerEvidence) -> Result<()> {
+        instructions::slash_wrong_answer::handler(ctx, evidence)
+    }
+
+    /// The job's user rates a job that billed something, 1 to 5 stars, once (also once closed).
+    pub fn rate_job(ctx: Context<RateJob>, score: u8) -> Result<()> {
+        instructions::rate_job::handler(ctx, score)
     }
 }

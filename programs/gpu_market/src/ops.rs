@@ -166,6 +166,19 @@ pub fn pay_slash<'info>(
     burn_signed(token_program, stake_vault, stake_mint, authority, &seeds, split.burned)
 }
 
+/// Burns `amount` of the stake vault (a slash without a reporter reward), signed by the market.
+/// The caller has booked it (stake, market totals).
+pub fn burn_from_stake_vault<'info>(
+    token_program: &Program<'info, Token>,
+    stake_vault: &Account<'info, TokenAccount>,
+    stake_mint: &Account<'info, Mint>,
+    market: &Account<'info, Market>,
+    amount: u64,
+) -> Result<()> {
+    let signer = MarketSigner::of(market);
+    burn_signed(token_program, stake_vault, stake_mint, market.to_account_info(), &signer.seeds(), amount)
+}
+
 /// What emptying an escrow paid the user.
 pub struct EscrowRefund {
     /// The booked balance, now booked as `refunded`.

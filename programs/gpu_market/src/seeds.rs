@@ -13,3 +13,5 @@ pub const FEE_VAULT: &[u8] = b"fee_vault";
 pub const EQUIVOCATION: &[u8] = b"equivocation";
 /// `["validator_equivocation", validator, job, job.started_at (i64 le), seq (u64 le)]`.
 pub const VALIDATOR_EQUIVOCATION: &[u8] = b"validator_equivocation";
+/// `["wrong_answer", provider, challenge_digest]`: one wrong-answer slash per challenge.
+pub const WRONG_ANSWER: &[u8] = b"wrong_answer";

@@ -13,7 +13,8 @@
 //!   (32 bytes), `receipt_message` the 173-byte receipt message (`receipt_for_proof`), and
 //!   `fields` the decoded proof as plain tuples in the field order of the Python dataclasses,
 //!   so that `WindowProof(*fields[:9], tuple(GpuWindow(*g) for g in fields[9]),
-//!   *fields[10:16], WorkloadWindow(*fields[16]))` equals `decode_proof(proof_bytes)`:
+//!   *fields[10:16], WorkloadWindow(*w[:4], w[4] and CheckpointRecord(*w[4])))`, with
+//!   `w = fields[16]`, equals `decode_proof(proof_bytes)`:
 //!
 //!   ```text
 //!   fields = (program_id, market, job, provider, worker_key,          # bytes(32) x5   [0:5]
@@ -21,14 +22,16 @@
 //!             gpus,                                                    # tuple of gpu   [9]
 //!             process_list_hash, prev_proof_hash,                      # bytes(32) x2   [10:12]
 //!             health_flags, billable_seconds, cumulative_seconds,      # int x3         [12:15]
-//!             version,                                                 # int 1 or 2     [15]
-//!             workload)                                                # 4-tuple        [16]
+//!             version,                                                 # int 1, 2 or 3  [15]
+//!             workload)                                                # 5-tuple        [16]
 //!   gpu      = (uuid: str, samples, covered_seconds, util_gpu_avg_bp, util_gpu_max_bp,
 //!               util_mem_avg_bp, mem_used_max_mib, mem_total_mib, temp_max_c,
 //!               power_avg_mw, fan_max_pct, ecc_uncorrected_delta, health_flags)
 //!               # the optional metrics are int or None
-//!   workload = (state, exit_code: int | None, job_processes, foreign_processes)
-//!               # (0, None, 0, 0) for a version-1 proof (NO_WORKLOAD_WINDOW)
+//!   workload = (state, exit_code: int | None, job_processes, foreign_processes,
+//!               checkpoint: (seq, manifest_digest: bytes(32), total_bytes, created_at) | None)
+//!               # (0, None, 0, 0, None) for a version-1 proof (NO_WORKLOAD_WINDOW); the
+//!               # checkpoint is None in versions 1 and 2
 //!   ```
 //!
 //! * `("err", reason, message)`: the first check that fails, in the order and with the
@@ -95,7 +98,14 @@ fn fields<'py>(py: Python<'py>, p: &Proof<'_>) -> PyResult<Bound<'py, PyTuple>> 
             .collect::<PyResult<Vec<_>>>()?,
     )?;
     let w = &p.workload;
-    let workload = py_tuple!(py; w.state, w.exit_code, w.job_processes, w.foreign_processes)?;
+    let checkpoint = match &w.checkpoint {
+        None => py.None().into_bound(py),
+        Some(c) => py_tuple!(py; c.seq, PyBytes::new(py, &c.manifest_digest), c.total_bytes,
+                             c.created_at)?
+        .into_any(),
+    };
+    let workload = py_tuple!(py; w.state, w.exit_code, w.job_processes, w.foreign_processes,
+                             checkpoint)?;
     let b = |k: &[u8; 32]| PyBytes::new(py, k);
     py_tuple!(py; b(p.program_id), b(p.market), b(p.job), b(p.provider), b(p.worker_key),
               p.seq, p.window_start, p.window_end, p.sample_interval_ms, gpus,

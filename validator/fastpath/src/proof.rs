@@ -11,7 +11,7 @@
 use std::fmt;
 
 /// Versions `decode` reads (Python `PROOF_VERSIONS`).
-pub const PROOF_VERSIONS: [u8; 2] = [1, 2];
+pub const PROOF_VERSIONS: [u8; 3] = [1, 2, 3];
 /// Python `MAX_GPUS`.
 pub const MAX_GPUS: usize = 64;
 /// Python `MAX_UUID_BYTES`.
@@ -22,8 +22,9 @@ pub const BP_MAX: u16 = 10_000;
 pub const MAX_SAMPLE_INTERVAL_MS: u32 = 60_000;
 /// Python `WORKLOAD_FAILED`, the highest workload state.
 pub const WORKLOAD_FAILED: u8 = 5;
-/// Fixed part of a proof (Python `_PROOF_FIXED`).
-const PROOF_FIXED: usize = 1 + 5 * 32 + 8 + 8 + 8 + 4 + 4 + 32 + 32 + 4 + 8 + 8 + (1 + 5 + 2 + 2);
+/// Fixed part of a proof (Python `_PROOF_FIXED`), with the version-3 workload checkpoint.
+const PROOF_FIXED: usize =
+    1 + 5 * 32 + 8 + 8 + 8 + 4 + 4 + 32 + 32 + 4 + 8 + 8 + (1 + 5 + 2 + 2) + (1 + 8 + 32 + 8 + 8);
 /// Largest encoded GpuWindow (Python `_GPU_MAX`).
 const GPU_MAX: usize = (4 + MAX_UUID_BYTES) + 4 + 4 + 3 * 3 + 3 * 5 + 2 * 3 + 9 + 4;
 /// Python `MAX_PROOF_BYTES`: longer input is refused before parsing.
@@ -47,14 +48,26 @@ pub struct Gpu<'a> {
     pub health_flags: u32,
 }
 
+/// The workload's last complete checkpoint as of the window's end (Python
+/// `CheckpointRecord`, version-3 proofs only).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Checkpoint {
+    pub seq: u64,
+    pub manifest_digest: [u8; 32],
+    pub total_bytes: u64,
+    pub created_at: i64,
+}
+
 /// What the job's container did in the window (Python `WorkloadWindow`); all zero/None for
-/// a version-1 proof, which carries none (Python `NO_WORKLOAD_WINDOW`).
+/// a version-1 proof, which carries none (Python `NO_WORKLOAD_WINDOW`); `checkpoint` is
+/// None in versions 1 and 2.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Workload {
     pub state: u8,
     pub exit_code: Option<i32>,
     pub job_processes: u16,
     pub foreign_processes: u16,
+    pub checkpoint: Option<Checkpoint>,
 }
 
 /// A decoded window proof borrowing its keys, hashes and uuids from the input bytes.
@@ -196,6 +209,22 @@ fn decode_gpu<'a>(r: &mut Reader<'a>, i: usize) -> Result<Gpu<'a>, DecodeError> 
     })
 }
 
+fn decode_checkpoint(r: &mut Reader<'_>) -> Result<Option<Checkpoint>, DecodeError> {
+    match r.take(1, &"workload.checkpoint")?[0] {
+        0 => Ok(None),
+        1 => Ok(Some(Checkpoint {
+            seq: r.num(&"workload.checkpoint.seq")?,
+            manifest_digest: *r.b32("workload.checkpoint.manifest_digest")?,
+            total_bytes: r.num(&"workload.checkpoint.total_bytes")?,
+            created_at: r.num(&"workload.checkpoint.created_at")?,
+        })),
+        tag => err(format!(
+            "bad Option tag {tag} for workload.checkpoint at offset {}",
+            r.pos - 1
+        )),
+    }
+}
+
 /// Parse canonical proof bytes: Python `decode_proof`, checks and error texts included.
 pub fn decode(data: &[u8]) -> Result<Proof<'_>, DecodeError> {
     if data.len() > MAX_PROOF_BYTES {
@@ -208,7 +237,7 @@ pub fn decode(data: &[u8]) -> Result<Proof<'_>, DecodeError> {
     let version: u8 = r.num(&"version")?;
     if !PROOF_VERSIONS.contains(&version) {
         return err(format!(
-            "unsupported proof version {version} (expected one of (1, 2))"
+            "unsupported proof version {version} (expected one of (1, 2, 3))"
         ));
     }
     let program_id = r.b32("program_id")?;
@@ -240,6 +269,11 @@ pub fn decode(data: &[u8]) -> Result<Proof<'_>, DecodeError> {
             exit_code: r.opt(&"workload.exit_code")?,
             job_processes: r.num(&"workload.job_processes")?,
             foreign_processes: r.num(&"workload.foreign_processes")?,
+            checkpoint: if version >= 3 {
+                decode_checkpoint(&mut r)?
+            } else {
+                None
+            },
         }
     } else {
         Workload::default()
@@ -288,6 +322,14 @@ fn validate(p: &Proof<'_>) -> Result<(), DecodeError> {
             "workload.state={} out of range [0, {WORKLOAD_FAILED}]",
             p.workload.state
         ));
+    }
+    if let Some(c) = &p.workload.checkpoint {
+        if c.seq == 0 {
+            return err(format!(
+                "workload.checkpoint.seq=0 out of range [1, {}]",
+                u64::MAX
+            ));
+        }
     }
     if p.window_end <= p.window_start {
         return err("window_end must be after window_start".into());
@@ -414,6 +456,18 @@ pub fn encode(p: &Proof<'_>) -> Vec<u8> {
         put_opt(&mut out, w.exit_code.map(i32::to_le_bytes));
         out.extend_from_slice(&w.job_processes.to_le_bytes());
         out.extend_from_slice(&w.foreign_processes.to_le_bytes());
+        if p.version >= 3 {
+            match &w.checkpoint {
+                None => out.push(0),
+                Some(c) => {
+                    out.push(1);
+                    out.extend_from_slice(&c.seq.to_le_bytes());
+                    out.extend_from_slice(&c.manifest_digest);
+                    out.extend_from_slice(&c.total_bytes.to_le_bytes());
+                    out.extend_from_slice(&c.created_at.to_le_bytes());
+                }
+            }
+        }
     }
     out
 }
@@ -462,12 +516,18 @@ mod tests {
             health_flags: 0,
             billable_seconds: 60,
             cumulative_seconds: 60,
-            workload: if version == 2 {
+            workload: if version >= 2 {
                 Workload {
                     state: 2,
                     exit_code: Some(-1),
                     job_processes: 1,
                     foreign_processes: 0,
+                    checkpoint: (version == 3).then_some(Checkpoint {
+                        seq: 4,
+                        manifest_digest: [9u8; 32],
+                        total_bytes: 1 << 33,
+                        created_at: 1_700_000_030,
+                    }),
                 }
             } else {
                 Workload::default()
@@ -478,13 +538,13 @@ mod tests {
 
     #[test]
     fn limits_match_python() {
-        assert_eq!(PROOF_FIXED, 287);
+        assert_eq!(PROOF_FIXED, 344);
         assert_eq!(GPU_MAX, 151);
-        assert_eq!(MAX_PROOF_BYTES, 9951);
+        assert_eq!(MAX_PROOF_BYTES, 10_008);
     }
 
     #[test]
-    fn round_trips_both_versions() {
+    fn round_trips_every_version() {
         for v in PROOF_VERSIONS {
             let b = sample(v);
             let p = decode(&b).unwrap();
@@ -495,7 +555,7 @@ mod tests {
 
     #[test]
     fn every_strict_prefix_is_truncated_and_extra_bytes_trail() {
-        let b = sample(2);
+        let b = sample(3);
         for n in 0..b.len() {
             let e = decode(&b[..n]).unwrap_err().0;
             assert!(e.starts_with("truncated proof: "), "{n}: {e}");
@@ -511,10 +571,23 @@ mod tests {
     #[test]
     fn bad_tags_and_versions() {
         let mut b = sample(2);
-        b[0] = 3;
+        b[0] = 4;
         assert_eq!(
             decode(&b).unwrap_err().0,
-            "unsupported proof version 3 (expected one of (1, 2))"
+            "unsupported proof version 4 (expected one of (1, 2, 3))"
+        );
+        let mut b = sample(3);
+        let tag = b.len() - (1 + 8 + 32 + 8 + 8);
+        b[tag] = 2;
+        assert_eq!(
+            decode(&b).unwrap_err().0,
+            format!("bad Option tag 2 for workload.checkpoint at offset {tag}")
+        );
+        b[tag] = 1;
+        b[tag + 1..tag + 9].copy_from_slice(&0u64.to_le_bytes());
+        assert_eq!(
+            decode(&b).unwrap_err().0,
+            "workload.checkpoint.seq=0 out of range [1, 18446744073709551615]"
         );
         let mut b = sample(2);
         let tag = 1 + 5 * 32 + 24 + 4 + 4 + 4 + 8 + 8; // gpus[0].util_gpu_avg_bp's tag

@@ -23,7 +23,9 @@ One module per command group, as ``gpum --help`` lists them:
   :mod:`~gpu_market.cli.exec`;
 - :mod:`~gpu_market.cli.offers`: ``gpum offers``;
 - :mod:`~gpu_market.cli.run`: ``gpum run``; its ``--template`` and ``-f/--file``, and ``gpum
-  templates``, in :mod:`~gpu_market.cli.task_file`;
+  templates``, in :mod:`~gpu_market.cli.task_file`; ``--managed`` and the checkpoint options,
+  ``job watch --managed``, ``job migrate`` and what ``job status/list/stop/watch`` show or do
+  for a managed job in :mod:`~gpu_market.cli.managed`;
 - :mod:`~gpu_market.cli.base`: what they all share (common options and :class:`Env`, argument
   types, ``--output`` formatting, keypair and URL resolution, small chain reads).
 

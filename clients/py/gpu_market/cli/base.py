@@ -324,13 +324,22 @@ def job_view(env: Env, address: Pubkey):
 
 
 def resolve_job(env: Env, ref: str | Pubkey) -> Pubkey:
-    """The job address ``ref`` names: an address as is, else the job of that name on this
-    cluster in the local history (:mod:`gpu_market.job_history`); CliError for an unknown or
-    ambiguous name."""
+    """The job address ``ref`` names: an address as is, else the current attempt of the managed
+    job of that name (:mod:`gpu_market.managed`), else the job of that name on this cluster in
+    the local history (:mod:`gpu_market.job_history`); CliError for an unknown or ambiguous
+    name."""
     from ..job_history import HistoryError, JobHistory
 
     if isinstance(ref, Pubkey):
         return ref
+    from ..managed.store import StoreError, current_job
+
+    try:
+        managed = current_job(str(ref), resolve_url(env.url))
+    except StoreError as e:
+        raise CliError(str(e)) from None
+    if managed is not None:
+        return managed
     try:
         return JobHistory().resolve(str(ref), resolve_url(env.url))
     except HistoryError as e:

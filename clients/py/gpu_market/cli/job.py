@@ -23,6 +23,7 @@ from ..constants import MAX_COMMITTEE, MAX_QUORUM
 from ..units import SECONDS_PER_HOUR, format_price_per_hour, format_ui_amount
 from . import exec as cli_exec
 from . import job_control
+from . import managed as cli_managed
 from . import workload as cli_workload
 from .base import JOB, PUBKEY, CliError, Env, emit_dated
 from .base import common as _common
@@ -103,7 +104,8 @@ def choose_committee(env: Env, market: Pubkey, market_view: Any, provider: Any, 
 @click.group()
 def job() -> None:
     """Create, list, inspect, top up, stop, finish, cancel, decline, expire, complete, close
-    jobs and replace committee members. JOB is a job's address or the --name you gave it."""
+    and rate jobs, and replace committee members. JOB is a job's address or the --name you
+    gave it."""
 
 
 job.add_command(cli_workload.job_deliver)
@@ -111,8 +113,9 @@ job.add_command(cli_workload.job_logs)
 job.add_command(job_watch)
 job.add_command(cli_exec.job_exec)
 job.add_command(cli_exec.job_cp)
+job.add_command(cli_managed.job_migrate)
 for _command in (job_control.job_list, job_control.job_stop, job_control.job_close,
-                 job_control.job_cancel):  # fmt: skip
+                 job_control.job_cancel, job_control.job_rate):  # fmt: skip
     job.add_command(_command)
 
 
@@ -216,7 +219,8 @@ def _price_above_limit(price: int | None, limit: int, decimals: int) -> str:
 @_common
 @click.argument("job_address", metavar="JOB", type=JOB)
 def job_status(env: Env, job_address: Pubkey) -> None:
-    """Show a job's state, its terms (fixed at creation) and money flows."""
+    """Show a job's state, its terms (fixed at creation) and money flows; for a managed job
+    (JOB its name), its current attempt and the history of its attempts."""
     from .. import pda
     from ..errors import AccountNotFound
 
@@ -272,8 +276,13 @@ def job_status(env: Env, job_address: Pubkey) -> None:
         data["expirable_after"] = j.expirable_after  # expire strictly after
     if workload is not None:
         data["workload"] = workload
+    managed = cli_managed.status_of(env, job_address)
+    if managed is not None and env.output == "json":
+        data["managed"] = managed
     emit_dated(env, data, _now(env), ("last_window_end", "created_at", "started_at", "ended_at",
                                       "grace_ends_at", "expirable_after", "logs_kept_until"))
+    if managed is not None and env.output != "json":
+        env.emit({}, cli_managed.status_lines(managed, d, _now(env)))
 
 
 def _job_action(name: str, method: str, doc: str, precheck: bool = False) -> None:

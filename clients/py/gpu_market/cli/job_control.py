@@ -1,5 +1,6 @@
-"""``gpum job list``, ``job stop``, ``job close`` and ``job cancel``: see your jobs and end
-them with a receipt; and the job names of ``--name`` (``job create``, ``gpum run``).
+"""``gpum job list``, ``job stop``, ``job close``, ``job cancel`` and ``job rate``: see your
+jobs, end them with a receipt and rate them; and the job names of ``--name`` (``job create``,
+``gpum run``).
 
 A job's name and, once it is closed, its receipt (deposited, paid to the provider, fees,
 refunded) live in the local history (:mod:`gpu_market.job_history`): the chain keeps only a
@@ -25,8 +26,8 @@ from .base import common as _common
 from .base import job_view as _job_view
 from .base import now as _now
 
-__all__ = ["check_job_name", "job_cancel", "job_close", "job_list", "job_stop", "name_option",
-           "remember_job", "require_settlement_over"]  # fmt: skip
+__all__ = ["check_job_name", "job_cancel", "job_close", "job_list", "job_rate", "job_stop",
+           "name_option", "remember_job", "require_settlement_over"]  # fmt: skip
 
 _sleep = time.sleep
 _monotonic = time.monotonic
@@ -171,6 +172,23 @@ def job_cancel(env: Env, job_address: Pubkey) -> None:
     env.emit({"job": str(job_address), "signature": str(sig)})
 
 
+@click.command("rate")
+@_common
+@click.argument("job_address", metavar="JOB", type=JOB)
+@click.argument("stars", type=click.IntRange(1, 5), metavar="1..5")
+def job_rate(env: Env, job_address: Pubkey, stars: int) -> None:
+    """Rate a job 1 to 5 stars (user), once, if it billed something: also after `gpum job
+    close` (the closed job's record keeps what the rating needs). Ratings show in `gpum
+    offers` (RATING) and count in the provider's score."""
+    kp = env.keypair
+    try:
+        sig = env.client.rate_job(kp, job_address, stars)
+    except ValueError as e:
+        raise CliError(str(e)) from None
+    env.emit({"job": str(job_address), "stars": stars, "signature": str(sig)},
+             [f"job {job_address} rated {stars} of 5 stars", f"  signature: {sig}"])  # fmt: skip
+
+
 # ----------------------------------------------------------------------------- stop
 
 
@@ -183,7 +201,8 @@ def job_cancel(env: Env, job_address: Pubkey) -> None:
 def job_stop(env: Env, job_address: Pubkey, timeout: str | None) -> None:
     """Stop a job and get your money back: an Open job is cancelled (full refund); a Running
     one is finished (billing stops), its settlement grace waited out (progress on stderr),
-    then it is closed. Prints the receipt: deposited, paid, fees, refunded."""
+    then it is closed. Prints the receipt: deposited, paid, fees, refunded. For a managed job
+    (JOB its name or an attempt), every attempt, and its controller stops migrating."""
     from ..runway import parse_duration
 
     limit = None
@@ -195,6 +214,10 @@ def job_stop(env: Env, job_address: Pubkey, timeout: str | None) -> None:
     from ..deployment import DeployError, Hooks, cli_flag, stop_job
 
     kp = env.keypair
+    from . import managed as cli_managed
+
+    if cli_managed.stop_managed(env, job_address, limit):
+        return
     _job_view(env, job_address)
     say = _Progress(env.output == "text")
     hooks = Hooks(sleep=lambda s: _sleep(s), monotonic=lambda: _monotonic(), flag=cli_flag)
@@ -290,7 +313,9 @@ def _open_row(env: Env, j: Any, name: str | None, now: int) -> dict[str, Any]:
 def job_list(env: Env, show_all: bool, market: Pubkey | None) -> None:
     """Your wallet's jobs on chain (open, running, finishing, ended but not closed): state,
     provider, GPUs, spent, escrow left, runway and endpoints. With --all, also the closed
-    ones this machine's history knows, with their receipts (paid, fees, refunded)."""
+    ones this machine's history knows, with their receipts (paid, fees, refunded). Managed
+    jobs' attempts are named NAME#k, and each managed job still at work is shown with the
+    history of its attempts."""
     from ..job_history import HistoryError
 
     user = env.keypair.pubkey()
@@ -308,10 +333,15 @@ def job_list(env: Env, show_all: bool, market: Pubkey | None) -> None:
     closed = [_closed_row(a, r) for a, r in records.items()
               if a not in on_chain and (market is None or r.get("market") == str(market))]  # fmt: skip
     closed.sort(key=lambda r: (r["closed_at"] or 0, r["job"]))
+    from . import managed as cli_managed
+
+    managed, managed_lines = cli_managed.list_section(env, user, live + closed)
     if env.output == "json":
-        env.emit({"user": str(user), "chain_time": now, "jobs": live + (closed if show_all else [])})
+        env.emit({"user": str(user), "chain_time": now, "jobs": live + (closed if show_all else []),
+                  "managed": managed})  # fmt: skip
         return
-    env.emit({}, _list_lines(env, live, closed, now, show_all))
+    env.emit({}, _list_lines(env, live, closed, now, show_all)
+             + (["", *managed_lines] if managed_lines else []))  # fmt: skip
 
 
 def _closed_row(address: str, r: dict[str, Any]) -> dict[str, Any]:

@@ -57,6 +57,11 @@ def offer_row(o: Offer, payment_decimals: int, stake_decimals: int) -> dict[str,
         "price_per_gpu_hour": format_ui_amount(o.price_per_gpu_hour(), payment_decimals),
         "stake": format_ui_amount(o.stake, stake_decimals),
         "score": o.score,
+        "hardware": o.hardware,
+        "verified": o.verified,
+        "badge": o.badge,
+        "rating": o.rating,
+        "ratings": o.ratings,
         "verified_hours": o.verified_hours,
         "jobs_completed": o.jobs_completed,
         "jobs_failed": o.jobs_failed,
@@ -91,6 +96,19 @@ def seen_text(o: Offer, now_: float) -> str:
     return f"{stamp} ({rel})"
 
 
+def verified_text(o: Offer) -> str:
+    """``badge`` (verified hardware and a long clean record), ``yes`` (verified hardware),
+    ``failed`` (the last hardware verdict failed) or ``no``."""
+    if o.badge:
+        return "badge"
+    return {"verified": "yes", "failed": "failed"}.get(o.hardware, "no")
+
+
+def rating_text(o: Offer) -> str:
+    """``4.5 (12)``: average stars and how many ratings; ``-`` without ratings."""
+    return "-" if o.rating is None else f"{o.rating:.1f} ({o.ratings})"
+
+
 def _gib(mib: int) -> str:
     return f"{mib / 1024:.1f}".removesuffix(".0")
 
@@ -100,12 +118,12 @@ def _table(rows: Sequence[Offer], payment_decimals: int, stake_decimals: int,
     """Aligned text lines: a header and one line per offer, in order."""
     now_ = time.time() if now_ is None else now_
     header = ("PROVIDER", "GPU MODEL", "FREE/TOTAL", "VRAM GiB", "REGION", "PRICE/GPU-H",
-              "STAKE", "SCORE", "WORKLOADS", "ONLINE", "LAST SEEN")  # fmt: skip
+              "STAKE", "SCORE", "VERIFIED", "RATING", "WORKLOADS", "ONLINE", "LAST SEEN")  # fmt: skip
     cells = [header] + [
         (str(o.provider), o.gpu_model or "-", f"{o.gpus_free}/{o.gpus_total}", _gib(o.vram_mib),
          o.region or "-", format_ui_amount(o.price_per_gpu_hour(), payment_decimals),
-         format_ui_amount(o.stake, stake_decimals), f"{o.score:.2f}",
-         "yes" if o.runs_workloads else "no",
+         format_ui_amount(o.stake, stake_decimals), f"{o.score:.2f}", verified_text(o),
+         rating_text(o), "yes" if o.runs_workloads else "no",
          "-" if o.online is None else ("yes" if o.online else "no"), seen_text(o, now_))
         for o in rows
     ]  # fmt: skip
@@ -179,12 +197,26 @@ def offers(env: Env, market: Pubkey, query: tuple[str, ...], sort: str, limit: i
       jobs_completed, jobs_failed, slashes   whole numbers
       workloads       true/false: publishes a worker endpoint (runs containers)
       online          true/false: the worker answered its health probe; alone = true
+      verified        true/false: a quorum of validators verified the GPUs (model,
+                      count, VRAM) and nothing changed since; alone = true
+      badge           true/false: verified and no slash for the market's
+                      verified_record_seconds (30 days by default), missed windows
+                      at most 1 % of the verified time; alone = true
+      rating          users' average stars, 1..5 (unrated providers match only != and
+                      notin);  ratings: how many users rated a job
 
     \b
-    score, from the provider's on-chain reputation: 0 if jailed, else
-      (jobs_completed + 2) / (jobs_completed + jobs_failed + 4)
-        / (1 + slashes) / (1 + windows_missed / (verified_hours + 1))
-    A new provider scores 0.5; one slash halves the score, two leave a third.
+    VERIFIED: badge / yes / failed (the last hardware challenge failed) / no.
+    RATING: average stars (ratings); users rate billed jobs: gpum job rate JOB 1..5.
+
+    \b
+    score, from the provider's on-chain facts: 0 if jailed, else record * hw * stars
+      record = (jobs_completed + 2) / (jobs_completed + jobs_failed + 4)
+               / (1 + slashes) / (1 + windows_missed / (verified_hours + 1))
+      hw     = 1 verified, 0.75 no verdict, 0.5 the last verdict failed
+      stars  = (ratings_sum + 4 * 5) / (5 * (ratings + 5)): the average smoothed by
+               five 4-star prior ratings, so one 5-star rating never beats a long record
+    A new provider scores 0.3 (0.4 verified); one slash halves the score.
     rank (the default order): offline providers last; then price / (0.5 + 0.5 * score)
     ascending; then higher score, more free GPUs, provider address.
     """
@@ -202,8 +234,9 @@ def offers(env: Env, market: Pubkey, query: tuple[str, ...], sort: str, limit: i
     m = market_view(env, market)
     now_ = now(env)
     providers = list_providers(client, market)
-    before = offers_from_providers(providers, now=now_, include_full=False,
-                                   min_stake_per_gpu=effective_params(m, now_).min_stake_per_gpu)  # fmt: skip
+    params = effective_params(m, now_)
+    before = offers_from_providers(providers, now=now_, include_full=False, params=params,
+                                   min_stake_per_gpu=params.min_stake_per_gpu)  # fmt: skip
     before = with_liveness(before, _probe(before))
     pdec = client.mint_decimals(m.payment_mint)
     sdec = client.mint_decimals(m.stake_mint)

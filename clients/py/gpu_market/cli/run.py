@@ -39,6 +39,7 @@ from ..constants import MAX_QUORUM
 from ..deployment import CANCEL_RESERVE_S, DELIVER_ATTEMPT_S, DeployError, parse_gpu, parse_hours
 from ..runway import format_duration
 from ..units import format_ui_amount
+from . import managed as cli_managed
 from . import workload as cli_workload
 from .base import (
     PUBKEY,
@@ -133,10 +134,13 @@ class _Progress:
 @name_option
 @task_options
 @cli_workload.workload_options
+@cli_managed.managed_options
+@cli_managed.checkpoint_options
 def run(env: Env, market: Pubkey, gpu: tuple[str, int], hours: Fraction, max_price: str | None,
         provider_: Pubkey | None, committee: str | None, quorum: int | None, job_id: int | None,
         wait_timeout: int, dry_run: bool, name: str | None,
-        workload: dict[str, Any] | None) -> None:  # fmt: skip
+        workload: dict[str, Any] | None, managed: dict[str, Any] | None,
+        checkpoint: dict[str, Any] | None) -> None:  # fmt: skip
     """Rent GPUs and run a container on them: pick the best offer that runs containers (or
     --provider), escrow the price of --hours, create the job with its workload and wait until
     the container runs. Prints the job, the provider, the cost and the container's published
@@ -145,27 +149,41 @@ def run(env: Env, market: Pubkey, gpu: tuple[str, int], hours: Fraction, max_pri
     Nothing is sent unless the provider's worker answers its health check. If the workload
     cannot be delivered, the provider does not accept within --timeout, or you press Ctrl-C,
     the job (still Open) is cancelled and the whole deposit refunded; a job already running is
-    left running and the error says how to stop it (`gpum job stop JOB`)."""
+    left running and the error says how to stop it (`gpum job stop JOB`).
+
+    With --managed, a controller keeps the job alive across provider failures within its
+    policy (--max-restarts, --budget, ...): see `gpum job watch --managed` and `gpum job
+    migrate`."""
     if workload is None:
         raise click.UsageError("gpum run needs --image IMAGE (to rent GPUs without a container, "
                                "use `gpum job create`)")  # fmt: skip
+    if managed is not None:
+        if job_id is not None:
+            raise click.UsageError("--job-id cannot be given with --managed: each attempt's job "
+                                   "id is derived from the managed job")  # fmt: skip
+        cli_managed.run_managed(env, market, gpu, hours, max_price, provider_, committee, quorum,
+                                wait_timeout, dry_run, name, workload, managed, checkpoint)  # fmt: skip
+        return
     model, gpus = gpu
     seconds = hours
     try:
         _run(env, market, model, gpus, seconds, max_price, provider_, committee, quorum, job_id,
-             wait_timeout, dry_run, name, workload)  # fmt: skip
+             wait_timeout, dry_run, name, workload, checkpoint)  # fmt: skip
     except DeployError as e:
         raise CliError(str(e)) from None
 
 
 def _run(env: Env, market: Pubkey, model: str, gpus: int, seconds: Fraction, max_price: str | None,
          provider_: Pubkey | None, committee: str | None, quorum: int | None, job_id: int | None,
-         wait_timeout: int, dry_run: bool, name: str | None, workload: dict[str, Any]) -> None:  # fmt: skip
+         wait_timeout: int, dry_run: bool, name: str | None, workload: dict[str, Any],
+         checkpoint: dict[str, Any] | None = None) -> None:  # fmt: skip
     """``gpum run`` once its options are parsed: the SDK's flow (:mod:`gpu_market.deployment`)
-    with the CLI's workload options, committee choice, job names, output and progress."""
+    with the CLI's workload options, committee choice, job names, output and progress; with
+    ``checkpoint``, the store is checked first and its section sealed into the spec."""
     from ..accounts import effective_params
     from ..workload import spec_hash
 
+    stored = None if checkpoint is None else cli_managed.check_checkpoint(checkpoint)
     deadline = _monotonic() + wait_timeout
     work_deadline = deadline - min(CANCEL_RESERVE_S, wait_timeout / 4)
     progress = _Progress(env.output == "text")
@@ -186,6 +204,12 @@ def _run(env: Env, market: Pubkey, model: str, gpus: int, seconds: Fraction, max
                           left=work_deadline - _monotonic(), hooks=hooks)  # fmt: skip
     offer, p, price, rate, deposit = plan.offer, plan.provider, plan.price, plan.rate, plan.deposit
     spec = cli_workload.build_spec(workload, p)
+    if stored is not None:
+        from dataclasses import replace
+
+        from ..checkpoint import seal_checkpoint
+
+        spec = replace(spec, checkpoint=seal_checkpoint(*stored, p.worker_key))
     members, quorum = choose_committee(env, market, m, offer, committee, quorum)
     kp = env.keypair
     account, balance = token_holding(env, m.payment_mint)

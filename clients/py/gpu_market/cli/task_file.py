@@ -56,6 +56,12 @@ NOT_IN_FILE = {
     "market": "which market: --market or GPUM_MARKET",
     "template_ref": "the file's `template` key",
     "task_file": "the file itself",
+    **{k: "a managed job's policy (`gpum run --managed`): per invocation" for k in (
+        "managed", "max_restarts", "managed_budget", "min_score", "avoid", "regions",
+        "recover_on_exit", "missed_windows", "health_grace", "start_timeout", "detach")},
+    "checkpoint_store": "checkpoints: per invocation (with the keys in the environment)",
+    **{f"checkpoint_{k}": "checkpoints: per invocation" for k in (
+        "dir", "endpoint", "region", "interval", "max_size")},
 }
 """``gpum run``'s parameters a task file does not set, and why."""
 

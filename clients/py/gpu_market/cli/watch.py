@@ -203,13 +203,22 @@ class _Screen:
 @click.option("--windows", "window_count", type=click.IntRange(1, MAX_WINDOWS), default=3,
               show_default=True, help="Latest windows to show.")
 @click.option("--once", is_flag=True, default=False, help="Show one round and exit.")
+@click.option("--managed", is_flag=True, default=False,
+              help="Run the controller of managed job JOB here (in the foreground): it watches "
+                   "the job and migrates it when its provider fails (`gpum run --managed`).")  # fmt: skip
 def job_watch(env: Env, job_address: Pubkey, below: int | None, target: int | None,
               budget: str | None, warn_below: int | None, interval: float, window_count: int,
-              once: bool) -> None:  # fmt: skip
+              once: bool, managed: bool) -> None:  # fmt: skip
     """Show JOB's spend rate, escrow left, runway, settled vs running seconds and its latest
     windows' GPU use (from its committee's validators), refreshed every --interval; with
     --auto-top-up-below, top it up from your wallet before it runs dry, never past --budget.
-    Ends when the job is neither open nor running (or after one round with --once)."""
+    Ends when the job is neither open nor running (or after one round with --once); a managed
+    job is followed to its next attempt. With --managed, runs its controller instead."""
+    from . import managed as cli_managed
+
+    if managed:
+        cli_managed.watch_managed(env, job_address)
+        return
     if (below is None) != (budget is None):
         raise click.UsageError("--auto-top-up-below and --budget go together: the threshold and "
                                "the most the top-ups may spend on this job")  # fmt: skip
@@ -220,7 +229,14 @@ def job_watch(env: Env, job_address: Pubkey, below: int | None, target: int | No
     if target is not None and below is not None and target < below:
         raise click.BadParameter(f"{format_duration(target)} is below --auto-top-up-below "
                                  f"{format_duration(below)}", param_hint="'--top-up-to'")  # fmt: skip
-    j = job_view(env, job_address)
+    try:
+        j = job_view(env, job_address)
+    except CliError:  # a managed job's closed attempt: watch its current one
+        successor = cli_managed.successor_of(env, job_address)
+        if successor is None:
+            raise
+        job_address = successor
+        j = job_view(env, job_address)
     m = market_view(env, j.market)
     decimals = env.client.mint_decimals(m.payment_mint)
     auto: AutoTopUp | None = None
@@ -254,6 +270,10 @@ def job_watch(env: Env, job_address: Pubkey, below: int | None, target: int | No
                 continue
             first = False
             if data is None:
+                successor = None if auto is not None else cli_managed.successor_of(env, job_address)
+                if successor is not None:
+                    job_address = successor
+                    continue
                 env.emit({"job": str(job_address), "status": "closed"},
                          [f"job {job_address} no longer exists (closed): nothing to watch"])
                 return
@@ -261,8 +281,13 @@ def job_watch(env: Env, job_address: Pubkey, below: int | None, target: int | No
                 env.emit(data)
             else:
                 screen.show(_watch_lines(data))
-            if once or data["status"] not in ("open", "running"):
+            if once:
                 return
+            if data["status"] not in ("open", "running"):
+                successor = cli_managed.successor_of(env, job_address)
+                if successor is None or auto is not None:
+                    return
+                job_address = successor  # a managed job moved on: follow its attempt
             _sleep(interval)
     except KeyboardInterrupt:
         return

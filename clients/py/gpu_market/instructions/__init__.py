@@ -28,9 +28,10 @@ module          instructions
 ``validator``   register_validator, update_validator, claim_validator_rewards,
                 request_validator_exit, withdraw_validator_bond
 ``job``         create_job, accept_job, finish_job, top_up, cancel_job, close_job,
-                decline_job, expire_job, complete_job, replace_committee_member
+                decline_job, expire_job, complete_job, replace_committee_member, rate_job
 ``settle``      settle
 ``slash``       slash_equivocation, slash_downtime, slash_validator_equivocation
+``hardware``    attest_hardware, slash_wrong_answer
 ==============  ==============================================================================
 
 ``tests/test_instruction_builders.py`` checks that every instruction of the IDL has exactly
@@ -39,6 +40,7 @@ one builder here and that it emits the IDL's accounts and discriminator.
 
 from __future__ import annotations
 
+from .hardware import attest_hardware_ix, slash_wrong_answer_ix
 from .job import (
     accept_job_ix,
     cancel_job_ix,
@@ -48,6 +50,7 @@ from .job import (
     decline_job_ix,
     expire_job_ix,
     finish_job_ix,
+    rate_job_ix,
     replace_committee_member_ix,
     top_up_ix,
 )
@@ -80,6 +83,7 @@ from .validator import (
 __all__ = [
     "accept_authority_ix",
     "accept_job_ix",
+    "attest_hardware_ix",
     "cancel_job_ix",
     "claim_validator_rewards_ix",
     "close_job_ix",
@@ -90,6 +94,7 @@ __all__ = [
     "finish_job_ix",
     "initialize_market_ix",
     "propose_authority_ix",
+    "rate_job_ix",
     "register_provider_ix",
     "register_validator_ix",
     "replace_committee_member_ix",
@@ -102,6 +107,7 @@ __all__ = [
     "slash_downtime_ix",
     "slash_equivocation_ix",
     "slash_validator_equivocation_ix",
+    "slash_wrong_answer_ix",
     "stake_ix",
     "sweep_vault_ix",
     "top_up_ix",

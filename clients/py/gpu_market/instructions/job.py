@@ -1,6 +1,6 @@
 """Builders of the job instructions (the program's ``create_job.rs``, ``accept_job.rs``,
 ``finish_job.rs``, ``top_up.rs``, ``cancel_job.rs``, ``decline_job.rs``, ``expire_job.rs``,
-``complete_job.rs``, ``close_job.rs`` and ``replace_committee_member.rs``).
+``complete_job.rs``, ``close_job.rs``, ``replace_committee_member.rs`` and ``rate_job.rs``).
 
 ``decline_job``, ``expire_job`` and ``complete_job`` share the program's ``EndJob`` accounts
 (signer, provider, job); ``cancel_job`` and ``close_job`` refund the escrow
@@ -30,6 +30,7 @@ __all__ = [
     "decline_job_ix",
     "expire_job_ix",
     "finish_job_ix",
+    "rate_job_ix",
     "replace_committee_member_ix",
     "top_up_ix",
 ]
@@ -187,3 +188,10 @@ def replace_committee_member_ix(
             "new_validator": pda.validator_pda(job.market, new_authority, program_id),
         },
     )
+
+
+def rate_job_ix(codec: Codec, user: Pubkey, provider: Pubkey, job: Pubkey, score: int) -> Instruction:
+    """``rate_job``: ``user`` gives ``job`` (a Job account, or its tombstone once closed) of
+    ``provider`` (its Provider account) ``score`` stars, 1..5."""
+    return codec.instruction("rate_job", {"score": int(score)},
+                             {"user": user, "provider": provider, "job": job})  # fmt: skip

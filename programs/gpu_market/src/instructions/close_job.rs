@@ -82,7 +82,7 @@ pub fn handler(ctx: Context<CloseJob>) -> Result<()> {
         signer,
     ))?;
     require!(job.booked_escrow()? == 0, GpuMarketError::InvariantViolated);
-    leave_tombstone(&job_info, &accounts.user.to_account_info(), now)?;
+    leave_tombstone(&job_info, &accounts.user.to_account_info(), ClosedJob::of(&job, now))?;
     emit_event(JobClosed {
         job: job_info.key(),
         user: job.user,
@@ -113,12 +113,12 @@ fn load_job(info: &AccountInfo, program_id: &Pubkey) -> Result<Box<Job>> {
 
 /// Shrinks the job account to a `ClosedJob` and moves every lamport above its rent exemption
 /// to `user`. The account stays owned by this program, with data, for good.
-fn leave_tombstone(job: &AccountInfo, user: &AccountInfo, now: i64) -> Result<()> {
+fn leave_tombstone(job: &AccountInfo, user: &AccountInfo, tombstone: ClosedJob) -> Result<()> {
     let space = ClosedJob::DISCRIMINATOR.len().saturating_add(ClosedJob::INIT_SPACE);
     job.resize(space)?;
     {
         let mut data = job.try_borrow_mut_data()?;
-        ClosedJob { closed_at: now }.try_serialize(&mut &mut data[..])?;
+        tombstone.try_serialize(&mut &mut data[..])?;
     }
     let keep = Rent::get()?.minimum_balance(space);
     let excess = job.lamports().checked_sub(keep).ok_or(GpuMarketError::MathOverflow)?;

@@ -151,6 +151,7 @@ pub fn handler<'info>(
         bump: ctx.bumps.job,
         escrow_bump: ctx.bumps.escrow,
         workload_hash,
+        rated: false,
     });
     ctx.accounts.escrow.reload()?;
     ctx.accounts.job.invariant(ctx.accounts.escrow.amount)?;

@@ -4,8 +4,8 @@ use crate::errors::GpuMarketError;
 use crate::events::{emit_event, ProviderRegistered};
 use crate::seeds;
 use crate::state::{
-    encode_optional_endpoint, GpuSpec, Market, Provider, ProviderStatus, Reputation, Unbonding,
-    MAX_GPUS_PER_PROVIDER,
+    encode_optional_endpoint, GpuSpec, HardwareVerdict, Market, Provider, ProviderStatus, Ratings,
+    Reputation, Unbonding, MAX_GPUS_PER_PROVIDER,
 };
 
 #[derive(AnchorSerialize, AnchorDeserialize, Clone, Debug, PartialEq, Eq)]
@@ -40,6 +40,7 @@ pub struct RegisterProvider<'info> {
 }
 
 pub fn handler(ctx: Context<RegisterProvider>, args: RegisterProviderArgs) -> Result<()> {
+    let now = Clock::get()?.unix_timestamp;
     require!(
         (1..=MAX_GPUS_PER_PROVIDER).contains(&args.spec.gpu_count),
         GpuMarketError::InvalidGpuCount
@@ -68,6 +69,10 @@ pub fn handler(ctx: Context<RegisterProvider>, args: RegisterProviderArgs) -> Re
         reputation: Reputation::default(),
         bump: ctx.bumps.provider,
         endpoint,
+        registered_at: now,
+        last_slash_at: 0,
+        hardware: HardwareVerdict::default(),
+        ratings: Ratings::default(),
     });
     provider.invariant()?;
     emit_event(ProviderRegistered {

@@ -9,8 +9,9 @@ use crate::state::{Market, Provider};
 /// max_missed_windows` of the job's terms (they may still sit in a validator's queue), and stay
 /// evidence for `slash_equivocation`; it signs nothing after now. At most `RETIRED_KEYS`
 /// retired keys are kept, and one is dropped only once it retired `unbonding_seconds` ago
-/// (`RotationTooSoon` otherwise), so rotating cannot erase evidence. Can only be signed by the
-/// provider's owner.
+/// (`RotationTooSoon` otherwise), so rotating cannot erase evidence. The hardware verdict was
+/// about the machine holding the old key: `hardware.verified` is cleared until a challenge of
+/// the new key passes. Can only be signed by the provider's owner.
 #[derive(Accounts)]
 pub struct RotateWorkerKey<'info> {
     pub owner: Signer<'info>,
@@ -34,6 +35,7 @@ pub fn handler(ctx: Context<RotateWorkerKey>, new_worker_key: Pubkey, expires_at
     require!(expires_at == 0 || expires_at > now, GpuMarketError::InvalidWorkerKey);
     let previous = provider.worker_key;
     provider.rotate_key(new_worker_key, expires_at, now, params.unbonding_seconds)?;
+    provider.clear_verified();
     emit_event(WorkerKeyRotated {
         provider: provider.key(),
         previous,

@@ -40,7 +40,7 @@ impl SlashTargets<'_> {
     /// burned) and fails the job (freeing its GPUs) if it still holds them. A job that already
     /// ended keeps its status, so no job counts both completed and failed.
     pub fn apply(&mut self, split: &SlashSplit, now: i64) -> Result<()> {
-        self.provider.book_slash(&mut self.market, split)?;
+        self.provider.book_slash(&mut self.market, split, now)?;
         ops::pay_slash(
             &self.token_program,
             &self.stake_vault,

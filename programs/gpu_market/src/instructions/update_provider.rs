@@ -20,7 +20,9 @@ pub struct UpdateProviderArgs {
     pub endpoint: Option<String>,
 }
 
-/// Updates price, spec or availability. Can only be signed by the provider's owner.
+/// Updates price, spec or availability. A spec whose GPU model, count or VRAM differs from the
+/// last hardware verdict's clears `hardware.verified`: the new spec needs a new challenge.
+/// Can only be signed by the provider's owner.
 #[derive(Accounts)]
 pub struct UpdateProvider<'info> {
     pub owner: Signer<'info>,
@@ -41,6 +43,9 @@ pub fn handler(ctx: Context<UpdateProvider>, args: UpdateProviderArgs) -> Result
             GpuMarketError::InvalidGpuCount
         );
         require!(spec.gpu_count >= provider.gpus_in_use, GpuMarketError::GpusInUse);
+        if !provider.hardware.matches(&spec) {
+            provider.clear_verified();
+        }
         provider.spec = spec;
     }
     if let Some(endpoint) = &args.endpoint {

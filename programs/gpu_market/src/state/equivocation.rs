@@ -14,3 +14,16 @@ pub struct EquivocationRecord {
     pub slashed: u64,
     pub bump: u8,
 }
+
+/// `["wrong_answer", provider, challenge_digest]`: the provider was slashed for a wrong answer
+/// to this challenge; its existence makes a second `slash_wrong_answer` for the same challenge
+/// fail (a challenge's openings are one incident, however many rows contradict the root).
+#[account]
+#[derive(InitSpace)]
+pub struct WrongAnswerRecord {
+    pub provider: Pubkey,
+    pub challenge_digest: [u8; 32],
+    pub reporter: Pubkey,
+    pub slashed: u64,
+    pub bump: u8,
+}

@@ -124,6 +124,8 @@ pub struct Job {
     /// at `create_job`; all zeros for a job without a workload (GPUs only). Lets the provider
     /// prove what it was asked to run and the user prove what it asked for.
     pub workload_hash: [u8; 32],
+    /// The user rated this job (`rate_job`, once per job; the tombstone keeps the flag).
+    pub rated: bool,
 }
 
 impl Job {
@@ -219,10 +221,25 @@ impl Job {
 /// What `close_job` leaves at a job's address: a program-owned tombstone, so the address can
 /// never hold a Job again (`create_job`'s `init` finds it in use). One address, one incarnation:
 /// every receipt, attestation and piece of evidence bound to a job address is about one job.
+/// It keeps what `rate_job` needs (who may rate, whom, whether the job billed, whether it was
+/// rated), so a user may rate after closing; `rate_job` is the only instruction that writes
+/// it, and only `rated`.
 #[account]
 #[derive(InitSpace)]
 pub struct ClosedJob {
     pub closed_at: i64,
+    pub user: Pubkey,
+    /// The Provider account (PDA).
+    pub provider: Pubkey,
+    pub paid_seconds: u64,
+    pub rated: bool,
+}
+
+impl ClosedJob {
+    /// The tombstone of `job`, closed at `now`.
+    pub fn of(job: &Job, now: i64) -> Self {
+        Self { closed_at: now, user: job.user, provider: job.provider, paid_seconds: job.paid_seconds, rated: job.rated }
+    }
 }
 
 #[cfg(test)]

@@ -22,6 +22,15 @@ pub const MAX_ECC_UNCORRECTED: u32 = 1_000_000;
 /// `unbonding_seconds` is: long enough for every client to see the announcement (a `create_job`
 /// signed for the old parameters fails with `MarketParamsChanged` once they apply).
 pub const MIN_PARAMS_DELAY_SECONDS: i64 = 3_600;
+/// The most validators a hardware verdict may need: `attest_hardware` with this many
+/// signatures (one shared 32-byte digest, one Validator account each) still fits one
+/// 1232-byte legacy transaction (pinned by a packet-size test).
+pub const MAX_HARDWARE_QUORUM: u8 = 5;
+/// A hardware challenge older than `hardware_attestation_max_age_seconds` is not attested;
+/// that bound is itself a minute to a day.
+pub const HARDWARE_ATTESTATION_AGE_RANGE_SECONDS: core::ops::RangeInclusive<u32> = 60..=86_400;
+/// The clean record the badge asks for is at most a year.
+pub const MAX_VERIFIED_RECORD_SECONDS: u32 = 365 * 24 * 3_600;
 
 /// Bounded market parameters; `validate` runs on every write.
 #[derive(AnchorSerialize, AnchorDeserialize, Clone, Copy, Debug, PartialEq, Eq, InitSpace)]
@@ -47,6 +56,13 @@ pub struct MarketParams {
     pub ecc_uncorrected_max: u32,
     /// Share of each settlement's fee credited to the attesting validators (<= 10000).
     pub validator_reward_bps: u16,
+    /// Distinct Active validators whose signatures a hardware verdict needs (1..=5).
+    pub hardware_quorum: u8,
+    /// How old a challenge may be when its verdict is attested (60..=86400 seconds).
+    pub hardware_attestation_max_age_seconds: u32,
+    /// The clean record (no slash since registration or the last slash) a verified provider
+    /// needs for the badge clients show (0..=365 days); the chain stores only the facts.
+    pub verified_record_seconds: u32,
 }
 
 impl MarketParams {
@@ -88,6 +104,18 @@ impl MarketParams {
             TEMP_CRITICAL_RANGE_C.contains(&self.temp_critical_c)
                 && self.ecc_uncorrected_max <= MAX_ECC_UNCORRECTED,
             GpuMarketError::InvalidHealthThresholds
+        );
+        require!(
+            (1..=MAX_HARDWARE_QUORUM).contains(&self.hardware_quorum),
+            GpuMarketError::InvalidHardwareQuorum
+        );
+        require!(
+            HARDWARE_ATTESTATION_AGE_RANGE_SECONDS.contains(&self.hardware_attestation_max_age_seconds),
+            GpuMarketError::InvalidHardwareAttestationAge
+        );
+        require!(
+            self.verified_record_seconds <= MAX_VERIFIED_RECORD_SECONDS,
+            GpuMarketError::InvalidVerifiedRecord
         );
         Ok(())
     }
@@ -209,6 +237,7 @@ mod tests {
         let mut params: MarketParams = zeroed();
         (params.fee_bps, params.window_seconds, params.min_quorum) = (fee_bps, 1, 1);
         (params.max_missed_windows, params.temp_critical_c) = (1, 90);
+        (params.hardware_quorum, params.hardware_attestation_max_age_seconds) = (1, 60);
         params
     }
 

@@ -1,6 +1,6 @@
 use anchor_lang::prelude::*;
 
-use crate::checked::{add, sub};
+use crate::checked::{add, add32, sub};
 use crate::errors::GpuMarketError;
 use crate::math::SlashSplit;
 use crate::state::{Market, ENDPOINT_LEN};
@@ -51,6 +51,72 @@ pub struct Reputation {
     pub slashes: u32,
 }
 
+/// The last hardware verdict a quorum of validators attested for the provider
+/// (`attest_hardware`): what the challenge found and when, not a judgement the chain makes.
+/// `verified` holds only while the provider's declared GPU model, count and VRAM are the
+/// attested ones (`update_provider` changing them, or a worker-key rotation, clears it), and
+/// a proven wrong answer (`slash_wrong_answer`) clears it too.
+#[derive(AnchorSerialize, AnchorDeserialize, Clone, Copy, Debug, Default, PartialEq, Eq, InitSpace)]
+pub struct HardwareVerdict {
+    /// The last verdict passed and nothing has cleared it since.
+    pub verified: bool,
+    /// What the last verdict said (a cleared pass stays `passed`, no longer `verified`).
+    pub passed: bool,
+    pub gpu_model: [u8; 32],
+    pub gpu_count: u16,
+    pub vram_mib: u32,
+    /// When the validators issued the challenge (their clock); 0 = never attested. Every
+    /// attestation must be for a later challenge than the one recorded here.
+    pub challenged_at: i64,
+    /// Chain time of the attestation.
+    pub attested_at: i64,
+    /// sha256 of the challenge's canonical bytes (`gpu_market.challenge.Challenge.challenge_id`).
+    pub challenge_digest: [u8; 32],
+    /// Validators whose signatures the attestation carried.
+    pub attesters: u8,
+    /// sha256 of those validators' authority keys, sorted by bytes and concatenated (the keys
+    /// themselves are in the `HardwareAttested` event).
+    pub attesters_hash: [u8; 32],
+}
+
+impl HardwareVerdict {
+    /// Whether the verdict is about `spec`'s GPU model, count and VRAM (the region is not
+    /// something a challenge measures).
+    pub fn matches(&self, spec: &GpuSpec) -> bool {
+        self.gpu_model == spec.gpu_model && self.gpu_count == spec.gpu_count && self.vram_mib == spec.vram_mib
+    }
+}
+
+/// Users' ratings of the provider's billed jobs (`rate_job`): one per job, 1..=5 stars each,
+/// so `count <= sum <= 5 * count`. Clients show `sum / count` and smooth it (`gpum offers`).
+#[derive(AnchorSerialize, AnchorDeserialize, Clone, Copy, Debug, Default, PartialEq, Eq, InitSpace)]
+pub struct Ratings {
+    pub count: u32,
+    pub sum: u32,
+}
+
+impl Ratings {
+    /// These ratings with one more of `score` stars (1..=5, `InvalidRating`); `MathOverflow`
+    /// rather than a wrap when the count or the sum would pass `u32::MAX`.
+    pub fn with(self, score: u8) -> Result<Ratings> {
+        require!((MIN_RATING..=MAX_RATING).contains(&score), GpuMarketError::InvalidRating);
+        Ok(Ratings {
+            count: add32(self.count, 1)?,
+            sum: add32(self.sum, u32::from(score))?,
+        })
+    }
+
+    /// `count <= sum <= 5 * count`: every rating is 1..=5 stars.
+    pub fn consistent(&self) -> bool {
+        let (count, sum) = (u64::from(self.count), u64::from(self.sum));
+        count <= sum && sum <= count.saturating_mul(u64::from(MAX_RATING))
+    }
+}
+
+/// The stars a rating may give.
+pub const MIN_RATING: u8 = 1;
+pub const MAX_RATING: u8 = 5;
+
 /// `["provider", market, owner]`.
 #[account]
 #[derive(InitSpace)]
@@ -80,6 +146,13 @@ pub struct Provider {
     /// `last_equivocation_slash_at`: later evidence of that incident under a job whose terms
     /// carry a higher rate slashes the difference, never the same rate twice.
     pub last_equivocation_slash_bps: u16,
+    /// Chain time of `register_provider`: the start of the provider's record.
+    pub registered_at: i64,
+    /// Chain time of the provider's last slash of any kind (0 = never): a clean record counts
+    /// from the later of this and `registered_at` (the badge, `gpu_market.reputation.badge`).
+    pub last_slash_at: i64,
+    pub hardware: HardwareVerdict,
+    pub ratings: Ratings,
 }
 
 impl Provider {
@@ -151,7 +224,9 @@ impl Provider {
 
     /// Books `split` against the provider's stake (then unbonding) and the market totals. The
     /// caller moves the tokens (reward, burn) out of the stake vault.
-    pub fn book_slash(&mut self, market: &mut Market, split: &SlashSplit) -> Result<()> {
+    /// Every slash path calls it, so `last_slash_at` is set by each.
+    pub fn book_slash(&mut self, market: &mut Market, split: &SlashSplit, now: i64) -> Result<()> {
+        self.last_slash_at = now;
         self.stake = sub(self.stake, split.from_stake)?;
         self.unbonding.amount = sub(self.unbonding.amount, split.from_unbonding)?;
         market.totals.staked = sub(market.totals.staked, split.amount)?;
@@ -159,11 +234,24 @@ impl Provider {
         Ok(())
     }
 
+    /// A changed GPU model, count or VRAM, or another worker key, is not what the last
+    /// challenge measured: the provider is unverified until a new verdict.
+    pub fn clear_verified(&mut self) {
+        self.hardware.verified = false;
+    }
+
+    /// `gpus_in_use <= gpu_count`; a verified verdict is about the declared spec; ratings are
+    /// 1..=5 stars each.
     pub fn invariant(&self) -> Result<()> {
         require!(
             self.gpus_in_use <= self.spec.gpu_count,
             GpuMarketError::InvariantViolated
         );
+        require!(
+            !self.hardware.verified || (self.hardware.passed && self.hardware.matches(&self.spec)),
+            GpuMarketError::InvariantViolated
+        );
+        require!(self.ratings.consistent(), GpuMarketError::InvariantViolated);
         Ok(())
     }
 }
@@ -281,7 +369,8 @@ mod tests {
         p.stake = 100;
         p.unbonding.amount = 50;
         let mut m = market(150);
-        p.book_slash(&mut m, &split(100, 50)).unwrap();
+        p.book_slash(&mut m, &split(100, 50), 7).unwrap();
+        assert_eq!(p.last_slash_at, 7);
         assert_eq!((p.stake, p.unbonding.amount), (0, 0));
         assert_eq!((m.totals.staked, m.totals.slashed), (0, 150));
     }
@@ -291,13 +380,74 @@ mod tests {
         let mut p = provider();
         p.stake = 100;
         let mut m = market(100);
-        assert_eq!(error_code(p.book_slash(&mut m, &split(101, 0)).unwrap_err()), code_of(GpuMarketError::MathOverflow));
+        assert_eq!(error_code(p.book_slash(&mut m, &split(101, 0), 0).unwrap_err()), code_of(GpuMarketError::MathOverflow));
         let mut p = provider();
-        assert_eq!(error_code(p.book_slash(&mut m, &split(0, 1)).unwrap_err()), code_of(GpuMarketError::MathOverflow));
+        assert_eq!(error_code(p.book_slash(&mut m, &split(0, 1), 0).unwrap_err()), code_of(GpuMarketError::MathOverflow));
         let mut p = provider();
         p.stake = u64::MAX;
         let mut m = market(u64::MAX);
         m.totals.slashed = 1;
-        assert_eq!(error_code(p.book_slash(&mut m, &split(u64::MAX, 0)).unwrap_err()), code_of(GpuMarketError::MathOverflow));
+        assert_eq!(error_code(p.book_slash(&mut m, &split(u64::MAX, 0), 0).unwrap_err()), code_of(GpuMarketError::MathOverflow));
+    }
+
+    #[test]
+    fn a_rating_is_one_to_five_stars() {
+        for score in [0u8, 6, u8::MAX] {
+            assert_eq!(error_code(Ratings::default().with(score).unwrap_err()), code_of(GpuMarketError::InvalidRating));
+        }
+        let r = Ratings::default().with(1).unwrap().with(5).unwrap();
+        assert_eq!((r.count, r.sum), (2, 6));
+        assert!(r.consistent());
+    }
+
+    #[test]
+    fn ratings_overflow_rather_than_wrap() {
+        let full = Ratings { count: u32::MAX, sum: u32::MAX };
+        assert_eq!(error_code(full.with(1).unwrap_err()), code_of(GpuMarketError::MathOverflow));
+        let sum_full = Ratings { count: 1, sum: u32::MAX - 4 };
+        assert_eq!(error_code(sum_full.with(5).unwrap_err()), code_of(GpuMarketError::MathOverflow));
+        assert_eq!(sum_full.with(4).unwrap().sum, u32::MAX);
+    }
+
+    #[test]
+    fn a_spec_change_is_what_clears_a_verdict() {
+        let mut p = provider();
+        p.spec.gpu_count = 8;
+        p.hardware = HardwareVerdict { verified: true, passed: true, gpu_count: 8, ..Default::default() };
+        assert!(p.invariant().is_ok());
+        p.spec.region = [1; 16];
+        assert!(p.hardware.matches(&p.spec), "the region is not measured");
+        p.spec.vram_mib = 1;
+        assert_eq!(error_code(p.invariant().unwrap_err()), code_of(GpuMarketError::InvariantViolated));
+        p.clear_verified();
+        assert!(p.invariant().is_ok());
+    }
+
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Any sequence of valid ratings keeps `count <= sum <= 5 count` and adds up exactly;
+        /// an invalid score changes nothing.
+        #[test]
+        fn ratings_add_up(scores in proptest::collection::vec(0u8..8, 0..200), start in 0u32..1_000_000) {
+            let mut r = Ratings { count: start, sum: start.saturating_mul(3) };
+            let (mut count, mut sum) = (u64::from(r.count), u64::from(r.sum));
+            for s in scores {
+                match r.with(s) {
+                    Ok(next) => {
+                        prop_assert!((1..=5).contains(&s));
+                        count += 1;
+                        sum += u64::from(s);
+                        r = next;
+                    }
+                    Err(e) => {
+                        prop_assert!(!(1..=5).contains(&s));
+                        prop_assert_eq!(error_code(e), code_of(GpuMarketError::InvalidRating));
+                    }
+                }
+                prop_assert_eq!((u64::from(r.count), u64::from(r.sum)), (count, sum));
+                prop_assert!(r.consistent());
+            }
+        }
     }
 }
