@@ -11,7 +11,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 LOCALNET := $(CARGO_TARGET_DIR)/debug/gpum-localnet
 
-.PHONY: all setup venv localnet containers browser postgres js-deps seaweedfs test test-rust test-py idl idl-check demo lint clean
+.PHONY: all setup venv localnet containers browser postgres js-deps js-client js-client-generate js-client-check seaweedfs torch ray test test-rust test-py idl idl-check demo demo-cluster lint clean
 
 all: test
 
@@ -34,12 +34,20 @@ localnet:
 
 # Workloads run in real containers: Debian's podman with runc (crun fails on hybrid cgroups)
 # and a static busybox for the local test image (no registry, no network); a job's /scratch
-# is an ext4 image with a hard quota (mkfs.ext4 from e2fsprogs).
+# is an ext4 image with a hard quota (mkfs.ext4 from e2fsprogs). A cluster node's mesh is
+# WireGuard (wg from wireguard-tools, wireguard-go where the kernel has no module) with an
+# nftables filter; without recommends, as wireguard-tools recommends a kernel image.
 containers:
 	@if ! command -v podman >/dev/null || ! command -v runc >/dev/null \
 	    || ! dpkg -s busybox-static >/dev/null 2>&1 || ! command -v mkfs.ext4 >/dev/null; then \
 	  echo "installing podman, runc, busybox-static and e2fsprogs (Debian packages)"; \
 	  apt-get update -q && apt-get install -y -q podman runc busybox-static e2fsprogs; \
+	fi
+	@if ! command -v wg >/dev/null || ! command -v wireguard-go >/dev/null \
+	    || ! command -v nft >/dev/null; then \
+	  echo "installing wireguard-tools, wireguard-go and nftables (Debian packages)"; \
+	  apt-get update -q && apt-get install -y -q --no-install-recommends wireguard-tools \
+	    wireguard-go nftables; \
 	fi
 
 # The committed IDL, regenerated with Anchor's idl-build (no SBF toolchain needed).
@@ -70,24 +78,62 @@ postgres:
 	  apt-get update -q && apt-get install -y -q postgresql; \
 	fi
 
-# The official Solana JS stack (web3.js, Anchor TS) for the JS-client test, pinned by the lock.
+# The official Solana JS stack (web3.js, Anchor TS, kit) for the JS-client tests, pinned by the lock.
 js-deps: tests/js/node_modules/.installed
 tests/js/node_modules/.installed: tests/js/package.json tests/js/package-lock.json
 	cd tests/js && npm ci --no-audit --no-fund --loglevel=error
 	touch $@
+
+# The TypeScript client (clients/js): the code Codama generates from the IDL is committed
+# (src/generated); `js-client` builds it with tsc into clients/js/dist, which the JS tests load.
+JS_CLIENT_SRC := $(shell find clients/js/src -name '*.ts' 2>/dev/null)
+js-client: clients/js/dist/.built
+clients/js/node_modules/.installed: clients/js/package.json clients/js/package-lock.json
+	cd clients/js && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+clients/js/dist/.built: clients/js/node_modules/.installed clients/js/tsconfig.json $(JS_CLIENT_SRC)
+	cd clients/js && node_modules/.bin/tsc -p tsconfig.json
+	touch $@
+
+# Regenerates clients/js/src/generated from idl/gpu_market.json (after `make idl`).
+js-client-generate: clients/js/node_modules/.installed
+	cd clients/js && node scripts/generate.mjs
+
+# Fails when the committed generated client is stale against the committed IDL.
+js-client-check: clients/js/node_modules/.installed
+	rm -rf $(CARGO_TARGET_DIR)/js-client-check
+	mkdir -p $(CARGO_TARGET_DIR)/js-client-check
+	cd clients/js && node scripts/generate.mjs $(CARGO_TARGET_DIR)/js-client-check/generated
+	@diff -ru clients/js/src/generated $(CARGO_TARGET_DIR)/js-client-check/generated \
+	  || { echo "clients/js/src/generated is stale: run 'make js-client-generate' and commit it"; exit 1; }
 
 # The checkpoint tests keep checkpoints in a real S3-compatible server: SeaweedFS's `weed`,
 # built once with Go into ~/.cache/gpu-market/seaweedfs (the script prints its path).
 seaweedfs:
 	scripts/build-seaweedfs.sh >/dev/null
 
-test-py: venv localnet containers browser postgres js-deps seaweedfs
+# Cluster node images are packed from this machine's files (gpu_market.cluster_demo_image): the
+# torchrun one from Debian's python3-torch (a CPU build), the Ray one from the pinned ray wheel
+# and its dependencies, downloaded once (hash-checked) into ~/.cache/gpu-market/ray.
+torch:
+	@dpkg -s python3-torch >/dev/null 2>&1 || { echo "installing python3-torch (Debian package)"; \
+	  apt-get update -q && apt-get install -y -q --no-install-recommends python3-torch; }
+
+ray: venv
+	@$(PY) -m gpu_market.cluster_demo_image ray-site >/dev/null
+
+test-py: venv localnet containers browser postgres js-deps js-client seaweedfs torch ray
 	GPUM_LOCALNET_BIN=$(LOCALNET) GPUM_WEED_BIN="$$(scripts/build-seaweedfs.sh)" $(PY) -m pytest
 
-test: idl-check test-rust test-py
+test: idl-check js-client-check test-rust test-py
 
 demo: venv localnet containers seaweedfs
 	GPUM_LOCALNET_BIN=$(LOCALNET) GPUM_WEED_BIN="$$(scripts/build-seaweedfs.sh)" $(PY) -m gpu_market.demo
+
+# A 2-node torchrun all-reduce over gloo across two providers' cluster mesh; the node image is
+# built from this machine's Debian python3-torch (a CPU build), no registry.
+demo-cluster: venv localnet containers torch
+	GPUM_LOCALNET_BIN=$(LOCALNET) $(PY) -m gpu_market.cluster_demo
 
 lint: venv
 	$(VENV)/bin/ruff check clients/py worker validator tests bench

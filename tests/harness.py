@@ -15,7 +15,9 @@ with a provider whose real worker runs podman: ``worker_network`` starts that wo
 ``start_validator_node`` starts a module's one validator node; ``podman_setup``
 and ``remove_containers`` prepare and clean up the container runtime of modules that run
 workloads; ``reaper_pid`` and ``stop_reapers`` find and stop the reapers workers start
-detached (``worker_network`` stops them with the world). ``wait_until``
+detached (``worker_network`` stops them with the world); ``release_mounts`` unmounts what a
+killed worker left mounted under a work directory (``worker_network`` calls it last), so no
+test leaves a mount behind for pytest's removal of old temporary directories to trip on. ``wait_until``
 polls a condition with a deadline, checking that the processes a test relies on still run,
 and says what the test waited for, and their logs, when it gives up.
 """
@@ -25,6 +27,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -249,6 +252,7 @@ def worker_network(cls: type[W], workdir: Path, m: Market, image: str,
         stop_reapers(workdir)
         if net is not None:
             remove_containers(net.jobs, net.podman_env)
+        release_mounts(workdir)
 
 
 def create_market(url: str, workdir: Path, names: Iterable[str], params: Mapping[str, Any], *,
@@ -360,3 +364,30 @@ def remove_containers(jobs: Iterable[Pubkey], podman_env: Mapping[str, str]) -> 
         cmd = f"podman ps -aq --filter label=gpum.job={job} | xargs -r podman rm -f"
         subprocess.run(["sh", "-c", cmd], capture_output=True, timeout=120, check=False,
                        env={**os.environ, **podman_env})
+
+
+def _unescape(field: str) -> str:
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m[1], 8)), field)
+
+
+def release_mounts(workdir: Path) -> list[str]:
+    """Unmounts every filesystem mounted under ``workdir`` (the loop-mounted checkpoint and
+    /scratch volumes of a worker killed before it released them), deepest first and lazily
+    (``umount -l``: gone at once, freed when a leftover container lets go), and detaches
+    every loop device whose image is under ``workdir`` (``losetup -d``: a device still in use
+    is freed when its last user ends). Returns the mount points found."""
+    root = str(Path(workdir).resolve()).rstrip("/") + "/"
+    points = []
+    with suppress(OSError), open("/proc/self/mountinfo") as f:
+        for line in f:
+            fields = line.split()
+            if len(fields) > 4 and _unescape(fields[4]).startswith(root):
+                points.append(_unescape(fields[4]))
+    for point in sorted(points, reverse=True):
+        subprocess.run(["umount", "-l", point], capture_output=True, timeout=60, check=False)
+    for backing in Path("/sys/block").glob("loop*/loop/backing_file"):
+        with suppress(OSError):
+            if backing.read_text().strip().removesuffix(" (deleted)").startswith(root):
+                subprocess.run(["losetup", "-d", f"/dev/{backing.parent.parent.name}"],
+                               capture_output=True, timeout=60, check=False)
+    return points

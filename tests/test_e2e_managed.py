@@ -20,7 +20,9 @@ the committee's downtime report after 12 s of silence, later than the controller
    the wallet is what the attempts paid, each refunded its deposit less what it paid.
 3. With ``--checkpoint-store`` (a real S3 server, ``tests/s3server.py``): a counter kept in the
    container's checkpoint directory goes on, on P2, from the newest checkpoint P1's worker
-   synced before it was killed.
+   synced before it was killed. P1's worker then comes back: its old job's last sync is
+   refused (the store moved on to the successor's line), the store's newest checkpoint stays
+   the successor's, and the old job's checkpoint volume is unmounted.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ from harness import (
     Market,
     podman_setup,
     register_provider,
+    release_mounts,
     remove_containers,
     start_validator,
     start_worker,
@@ -85,10 +88,10 @@ class World(CliNetwork):
     def store(self) -> ManagedStore:
         return ManagedStore(data_dir() / DB_FILE)
 
-    def managed(self) -> tuple[Any, list[Any]]:
+    def managed(self, name: str = NAME) -> tuple[Any, list[Any]]:
         store = self.store()
         try:
-            m = store.find(NAME, self.url)
+            m = store.find(name, self.url)
             return m, ([] if m is None else store.attempts(m.id))
         finally:
             store.close()
@@ -159,6 +162,7 @@ def world(tmp_path_factory: pytest.TempPathFactory,
         for folder in (workdir, workdir / "p2"):
             stop_reapers(folder)
         remove_containers([Pubkey.from_string(j) for j in jobs], podman_env)
+        release_mounts(workdir)
 
 
 def _events(text: str) -> list[dict[str, Any]]:
@@ -340,5 +344,30 @@ def test_the_successor_resumes_from_the_newest_checkpoint(world: World, s3_serve
     _, logs, _ = w.gpum("user", "job", "logs", "m3", output="text")
     resumed = [int(line.split()[-1]) for line in logs.splitlines() if line.startswith("resumed at")]
     assert resumed and resumed[0] >= 5, logs  # it went on from the checkpoint, not from 0
+    # P1's worker comes back: the old job is not live, so it tries that job's last sync of
+    # its old directory; the successor claimed the store when it restored: refused.
+    successor = w.managed("m3")[1][1].job
+    volume = str(w.workdir / "checkpoints" / first["job"])
+    w.start_p1()
+    moved_on = (f"checkpoint: the store moved on (newer checkpoint by job {successor}); not "
+                "syncing this job any more")
+    w.until("P1's worker refusing the old job's last sync",
+            lambda: moved_on in w.log("worker_p1.log"), timeout=60, log="worker_p1.log")
+    w.until("the old job's checkpoint volume unmounted", lambda: volume not in _mounts(),
+            timeout=60, log="worker_p1.log")
+    newest = _checkpoints(s3_server, store).latest()
+    assert newest is not None and newest.job == successor, newest  # still the successor's
     done = w.gpum_json("user", "job", "stop", "m3", timeout=180)
     assert done["phase"] == "done"
+
+
+def _mounts() -> str:
+    with open("/proc/self/mountinfo") as f:
+        return f.read()
+
+
+def _checkpoints(s3_server: Any, store: str) -> Any:
+    from gpu_market.checkpoint import CheckpointConfig, CheckpointStore, Credentials
+
+    return CheckpointStore(CheckpointConfig(store=store, endpoint=s3_server.endpoint),
+                           Credentials(s3_server.access_key_id, s3_server.secret_access_key))

@@ -186,6 +186,7 @@ def test_offers_are_the_active_providers_with_gpus_a_job_can_take(world: World) 
             "jobs_failed": v.reputation.jobs_failed, "slashes": v.reputation.slashes,
             "jailed": False, "workloads": v.endpoint != "", "endpoint": v.endpoint,
             "online": True if v.endpoint else None, "checked_at": row["checked_at"],
+            "cluster": False if v.endpoint else None,  # these workers serve no cluster nodes
             "last_seen": row["checked_at"] if v.endpoint else None, "liveness_error": "",
         }  # fmt: skip
         assert isinstance(row["checked_at"], int)
@@ -257,14 +258,15 @@ def test_limit_and_text_table(world: World) -> None:
     r = world.gpum("user", "offers", "--market", str(world.market), "--limit", "2")
     lines = r.stdout.splitlines()
     assert lines[0].startswith("PROVIDER") and "PRICE/GPU-H" in lines[0]
-    assert lines[0].split()[-3:] == ["ONLINE", "LAST", "SEEN"]
+    assert lines[0].split()[-4:] == ["ONLINE", "CLUSTER", "LAST", "SEEN"]
     assert lines[1].split()[0] == str(world.providers["B"])
-    assert lines[1].split()[-9:] == ["eu-west", "1.8", "250", "0.30", "no", "-", "no", "-", "-"]
+    assert lines[1].split()[-10:] == ["eu-west", "1.8", "250", "0.30", "no", "-", "no", "-", "-",
+                                      "-"]  # fmt: skip
     assert lines[2].split()[0] == str(world.providers["F"])
     assert lines[3] == "... 1 more offer(s): raise --limit (0 = all)"
     r = world.gpum("user", "offers", "--market", str(world.market), "online")
     (row,) = r.stdout.splitlines()[1:]
-    assert row.split()[0] == str(world.providers["A"]) and row.split()[-2:] == ["yes", "now"]
+    assert row.split()[0] == str(world.providers["A"]) and row.split()[-3:] == ["yes", "no", "now"]
 
 
 def test_no_offer_says_which_clause_removed_them(world: World) -> None:

@@ -192,7 +192,7 @@ fn notes_for(l: &Ledger, e: &LandedEvent, id: u64, kind: &Kind) -> Vec<String> {
         Kind::Signature(s) if *s == e.signature => vec![signature_note(id, e.slot, &e.err)],
         Kind::Account { key, enc, slice } if e.writable.contains(key) => {
             let value = match l.account(key) {
-                Some(acc) => encode_account(l, &acc, *enc, *slice).unwrap_or(Value::Null),
+                Some(acc) => encode_account(l, key, &acc, *enc, *slice).unwrap_or(Value::Null),
                 // A closed account: Agave notifies its default (empty) state.
                 None => json!({"data": ["", "base64"], "executable": false, "lamports": 0,
                     "owner": "11111111111111111111111111111111", "rentEpoch": 0, "space": 0}),
@@ -207,7 +207,7 @@ fn notes_for(l: &Ledger, e: &LandedEvent, id: u64, kind: &Kind) -> Vec<String> {
                 if acc.owner() != program || !filters.iter().all(|f| f.matches(&acc)) {
                     return None;
                 }
-                let account = encode_account(l, &acc, *enc, *slice).ok()?;
+                let account = encode_account(l, key, &acc, *enc, *slice).ok()?;
                 Some(notification("programNotification", id, json!({
                     "context": context(e.slot),
                     "value": {"pubkey": key.to_string(), "account": account},

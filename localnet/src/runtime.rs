@@ -6,7 +6,9 @@
 //! host side of every syscall (CPI, sysvars, logs, return data). [`NativeStubs`] implements it
 //! against the `InvokeContext` of the instruction being executed, which the builtin entrypoint
 //! publishes in a thread-local for the duration of the call. `msg!` reaches the log collector
-//! through the hook of our patched `solana-msg`; events through `sol_log_data`.
+//! through the hook of our patched `solana-msg`, and so does `Pubkey::log` (our patched
+//! `solana-address` writes through it: the keys of a failed `has_one`); events through
+//! `sol_log_data`. Nothing the program logs goes to stdout.
 //!
 //! Differences from a cluster (documented in the README): the program's own compute units are
 //! not metered (a native builtin has no instruction counter; CPIs into SBF programs are), and

@@ -5,10 +5,12 @@ to the provider's worker, the verdict kept and served (docs/gpu-challenge.md; th
 When. Every ``pass_seconds`` the challenger reads the market's Provider accounts (cached a
 minute) and challenges each Active one that is due: never judged here (registration), its
 declared GPU model, count, VRAM or worker key differing from its latest verdict's (a spec
-change), or its random time come: after each verdict the next one is drawn from an
-exponential distribution of mean ``interval_seconds``, clipped to [mean / 10, 3 x mean], with
-a seeded generator in tests (``ChallengeConfig.seed``). Providers are challenged one at a
-time, registrations and spec changes first, at most ``MAX_PER_PASS`` per pass.
+change), its endpoint published after a verdict that found none (a provider registered
+before its worker answered), or its random time come: after each verdict the next one is
+drawn from an exponential distribution of mean ``interval_seconds``, clipped to
+[mean / 10, 3 x mean], with a seeded generator in tests (``ChallengeConfig.seed``).
+Providers are challenged one at a time, registrations and spec changes first, at most
+``MAX_PER_PASS`` per pass.
 
 How. The challenge (a fresh seed from the OS, the configured ``n``, ``rounds``, ``rows``,
 and a memory part of ``memory_fraction`` of the declared VRAM per GPU, at most
@@ -211,6 +213,8 @@ class Challenger:
                 first.append((view, "registration"))
             elif not declared_of(view).same(last.declared):
                 first.append((view, "spec_change"))
+            elif last.detail.get("no_endpoint") and getattr(view, "endpoint", ""):
+                first.append((view, "endpoint_published"))
             else:
                 at = self._next.setdefault(key, last.recorded_at + self.draw())
                 if now >= at:
@@ -232,7 +236,8 @@ class Challenger:
         endpoint = str(getattr(view, "endpoint", "") or "").rstrip("/")
         if not endpoint.startswith(("http://", "https://")):
             return self._record(view, ch, why, missing("the provider publishes no worker "
-                                                       "endpoint to challenge"))
+                                                       "endpoint to challenge",
+                                                       {"no_endpoint": True}))
         judged = self._ask(view, declared, endpoint, ch)
         if judged is None:
             return None

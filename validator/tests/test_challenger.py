@@ -283,6 +283,19 @@ def test_a_provider_without_an_endpoint_fails(world: Any) -> None:
     assert v.codes == ("no_answer",) and "endpoint" in v.reasons[0]
 
 
+def test_an_endpoint_published_after_a_verdict_without_one_is_challenged_at_once(
+        world: Any) -> None:
+    bare = provider(5)
+    v = world.ch.challenge(bare, "registration")
+    assert not v.passed and v.detail["no_endpoint"] is True
+    assert world.ch.due([bare]) == []
+    published = replace(bare, endpoint="http://127.0.0.1:9")
+    assert [w for _, w in world.ch.due([published])] == ["endpoint_published"]
+    v = world.ch.challenge(published, "endpoint_published")
+    assert v.codes == ("no_answer",) and "no_endpoint" not in v.detail
+    assert world.ch.due([published]) == []  # then its random time, like any verdict
+
+
 def test_an_unreachable_worker_fails(world: Any) -> None:
     v = world.ch.challenge(provider(5, "http://127.0.0.1:9"), "registration")
     assert v.codes == ("no_answer",)

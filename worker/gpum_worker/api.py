@@ -5,7 +5,10 @@ Endpoints (JSON unless noted; every error is ``{"error": "<what to do>"}``)::
     POST /v1/jobs/<job b58>/workload      body: the spec JSON (at most 64 KiB)
     GET  /v1/jobs/<job b58>/workload      the workload's status
     GET  /v1/jobs/<job b58>/logs?tail=N&follow=0|1   text/plain; chunked while following
-    GET  /v1/health                       {"ok": true, "worker": <pubkey>, "runtime": ...}
+    GET  /v1/health                       {"ok": true, "worker": <pubkey>, "runtime": ...,
+                                           "cluster": {"udp_port", ...} or null}
+    GET  /v1/jobs/<job b58>/mesh          a cluster node's signed mesh key  (``mesh_api``)
+    POST /v1/jobs/<job b58>/mesh          body {"peers": [...]}: its peer list
     POST /v1/jobs/<job b58>/exec          body {"cmd": [...], "tty", "stdin", "nonce"}
     PUT  /v1/jobs/<job b58>/files?path=DIR&nonce=N   body: a tar archive, into DIR
     GET  /v1/jobs/<job b58>/files?path=PATH&nonce=N  application/x-tar of PATH
@@ -83,6 +86,7 @@ from gpu_market.workload import (
 )
 
 from . import exec as execs
+from . import mesh_api
 from .config import parse_listen
 from .errors import ConfigError
 from .jobs import AssignedJob
@@ -126,8 +130,11 @@ class WorkerApi:
                  log_max_bytes: int = LOG_READ_MAX_BYTES,
                  log_deadline_s: float = LOG_READ_DEADLINE_S, max_execs: int = 8,
                  exec_deadline_s: float = execs.EXEC_DEADLINE_S,
-                 max_download_bytes: int = 4 << 30, challenges: Any = None) -> None:
+                 max_download_bytes: int = 4 << 30, challenges: Any = None,
+                 peer_chain: mesh_api.PeerChain | None = None) -> None:
         self.manager = manager
+        self.peer_chain = peer_chain
+        """Reads peer jobs from chain for ``POST .../mesh`` (``mesh_api``); None: refused."""
         self.challenges = challenges
         """``challenge_api.ChallengeService`` behind ``/v1/challenges``; None: 404 there."""
         self.replay = execs.ReplayGuard(clock=clock)
@@ -271,13 +278,15 @@ class _Exchange:
                 status, obj, retry = self.api.challenges.route(method, segs, self.req.body)
                 return _json(status, obj, retry_after=retry)
             if parts.path == "/v1/health" and method == "GET":
+                mesh = self.api.manager.mesh
                 return _json(200, {"ok": True, "worker": self.api.worker,
-                                   "runtime": self.api.manager.runtime_name})
+                                   "runtime": self.api.manager.runtime_name,
+                                   "cluster": None if mesh is None else mesh.health()})
             if len(segs) != 5 or segs[:3] != ["", "v1", "jobs"] \
-                    or segs[4] not in ("workload", "logs", "exec", "files"):
+                    or segs[4] not in ("workload", "logs", "exec", "files", "mesh"):
                 raise ApiError(404, f"no such endpoint: {method} {parts.path}")
             allowed = {"workload": ("GET", "POST"), "logs": ("GET",), "exec": ("POST",),
-                       "files": ("GET", "PUT")}[segs[4]]
+                       "files": ("GET", "PUT"), "mesh": ("GET", "POST")}[segs[4]]
             if method not in allowed:
                 raise ApiError(405, f"{method} is not allowed on {parts.path}; use "
                                     f"{' or '.join(allowed)}")
@@ -289,6 +298,8 @@ class _Exchange:
                 return self._logs(job_key, parse_qs(parts.query))
             if segs[4] in ("exec", "files"):
                 return _exec_routes(self, job_key, segs[4], parse_qs(parts.query))
+            if segs[4] == "mesh":
+                return self._mesh(job_key)
             if method == "POST":
                 return self._deliver(job_key)
             return self._status(job_key)
@@ -363,6 +374,14 @@ class _Exchange:
             raise ApiError(400, f"bad workload spec: {e}") from None
         return _json(200, {"job": status["job"], "workload_hash": status["workload_hash"],
                            "state": status["state"]})
+
+    def _mesh(self, job_key: bytes) -> Response:
+        j = self._job(job_key)
+        method, body = self.req.method, self.req.body
+        self._auth("mesh", j, mesh_api.signed_hash(method, body, j.workload_hash))
+        self._has_workload(j)
+        status, obj = mesh_api.serve(method, j, body, self.api.manager, self.api.peer_chain)
+        return _json(status, obj)
 
     def _status(self, job_key: bytes) -> Response:
         j = self._job(job_key)

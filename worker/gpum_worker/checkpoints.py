@@ -12,7 +12,10 @@ For a job whose spec has a ``checkpoint`` section, ``Checkpoints`` (a part of
   (``restored.json``, ``last-manifest.json``) are outside what the container sees.
 * **Restore, once, before the first start.** Before the job's container first starts, the
   store's newest complete checkpoint is restored into ``data`` (verified, swapped in whole;
-  an empty store: an empty directory). ``restored.json`` records that it happened, so a
+  an empty store: an empty directory) and claimed: a manifest of the same files naming it
+  as parent and this job as writer (``CheckpointStore.claim``) is written at once, so from
+  then on the store's line is this job's (a newer checkpoint written meanwhile is restored
+  instead, up to ``CLAIM_TRIES`` times). ``restored.json`` records that it happened, so a
   container started again (after a host reboot) keeps its local data. A restore that fails
   (store unreachable, keys refused, a checkpoint that does not verify) fails that start: it
   is retried with the start backoff (30 s, 60 s) and, after ``MAX_START_FAILURES`` failed
@@ -30,6 +33,14 @@ For a job whose spec has a ``checkpoint`` section, ``Checkpoints`` (a part of
   Running tells the user's side (a successor job's controller) that the last sync is done. That last sync is retried with backoff for up to
   ``FINAL_SYNC_GIVE_UP_S``, also across a worker restart (a volume whose job is not live is
   found again at the next reconcile), before the data is given up.
+* **A stale worker never hides a newer checkpoint.** Every sync writes a manifest whose
+  parent is the one this job last wrote or restored, and only while that is still the
+  store's newest (``CheckpointStore.upload``). When another job wrote after it (the job moved
+  to another provider while this worker was down, and its successor restored and claimed the
+  store), nothing is written, ever again, for this job: its status's ``error`` and the log
+  say "checkpoint: the store moved on (newer checkpoint by job X); not syncing this job any
+  more"; the container keeps running, and a job that left Running has its volume released
+  without a last sync.
 * **A failing store never fails the job.** A sync that fails (store down, keys revoked,
   bucket gone, the directory over ``max_mib``) is logged as a warning and reported in the
   workload's status (``"checkpoint": {"error", "error_since"}``); the container keeps
@@ -57,6 +68,8 @@ from typing import Any
 from gpu_market.checkpoint import (
     CheckpointError,
     CheckpointStore,
+    CheckpointStoreError,
+    CheckpointSuperseded,
     Manifest,
     open_checkpoint_credentials,
     operation_deadline_s,
@@ -72,6 +85,7 @@ from .runtime_disk import ScratchVolumes
 from .workload_store import WorkloadStore, WorkloadUnavailable
 
 __all__ = [
+    "CLAIM_TRIES",
     "FINAL_SYNC_GIVE_UP_S",
     "CheckpointStartError",
     "Checkpoints",
@@ -85,6 +99,8 @@ FINAL_RETRY_BASE_S = 30.0
 FINAL_RETRY_CAP_S = 600.0
 RETRY_LEFTOVER_S = 60.0
 """A volume still there after its last sync and release were tried is tried again then."""
+CLAIM_TRIES = 3
+"""Restores before the first start when a newer checkpoint keeps arriving before the claim."""
 HISTORY = 256
 """Complete checkpoints remembered per job for ``record_at``."""
 DATA = "data"
@@ -149,6 +165,7 @@ class Checkpoints:
         self._syncs: dict[bytes, _Sync] = {}
         self._final_done: set[bytes] = set()
         self._next_try: dict[bytes, float] = {}
+        self._superseded: dict[bytes, str] = {}
 
     # ----------------------------------------------------------------- specs and paths
 
@@ -301,12 +318,7 @@ class Checkpoints:
         store = self._factory(cfg, creds, deadline_s=operation_deadline_s(cfg))
         del creds
         try:
-            m = store.latest()
-            if m is not None:
-                store.restore(m, data, dir_mode=0o777)
-            else:
-                os.makedirs(data, exist_ok=True)
-                os.chmod(data, 0o777)
+            m, claimed = self._restore_newest(store, job, data)
         except CheckpointError as e:
             error = f"restoring the checkpoint from {cfg.store} failed: {e}"
             self._set_error(job, spec, error)
@@ -315,16 +327,19 @@ class Checkpoints:
         finally:
             store.close()
         rec = None if m is None else m.record()
+        if claimed is not None:
+            with contextlib.suppress(OSError):  # lost: the store's newest names this job
+                _write_file(os.path.join(vol, LAST), claimed.canonical_bytes())
         _write_file(os.path.join(vol, RESTORED), json.dumps(
             {} if rec is None else {"seq": rec.seq, "digest": rec.manifest_digest.hex(),
                                     "bytes": rec.total_bytes,
                                     "created_at": rec.created_at}).encode())
-        if m is not None:
-            with contextlib.suppress(OSError):
-                _write_file(os.path.join(vol, LAST), m.canonical_bytes())
         with self._lock:
-            st.restored_from = st.last = rec
+            st.restored_from = rec
+            st.last = rec if claimed is None else claimed.record()
             st.history = [] if rec is None else [rec]
+            if claimed is not None:
+                st.history.append(claimed.record())
             st.error = st.error_since = None
         if m is None:
             log.info("job %s: its checkpoint store %s is empty: the container starts with an "
@@ -333,6 +348,38 @@ class Checkpoints:
             log.info("job %s: restored checkpoint %d (%d bytes, %s) from %s into %s",
                      b58encode(job), m.seq, m.total_bytes, m.digest.hex()[:16], cfg.store,
                      cfg.dir)
+
+    def _restore_newest(self, store: CheckpointStore, job: bytes, data: str
+                        ) -> tuple[Manifest | None, Manifest | None]:
+        """Restore the store's newest checkpoint into ``data`` and claim it for ``job``:
+        (restored, claim), or (None, None) when the store is empty (``data`` made empty)."""
+        for _ in range(CLAIM_TRIES):
+            m = store.latest()
+            if m is None:
+                os.makedirs(data, exist_ok=True)
+                os.chmod(data, 0o777)
+                return None, None
+            store.restore(m, data, dir_mode=0o777)
+            try:
+                return m, store.claim(m, job=b58encode(job))
+            except CheckpointSuperseded as e:
+                log.info("job %s: a newer checkpoint arrived while checkpoint %d was restored "
+                         "(%s); restoring that one", b58encode(job), m.seq, e)
+        raise CheckpointStoreError(
+            "conflict", f"the newest checkpoint changed {CLAIM_TRIES} times while it was "
+            "restored: another job keeps writing to this store")
+
+    def superseded(self, job: bytes) -> str | None:
+        """Why ``job`` no longer syncs (another job's checkpoint is the store's newest), or
+        None while it does."""
+        with self._lock:
+            return self._superseded.get(job)
+
+    def _moved_on(self, job: bytes, spec: CheckpointSpec, e: CheckpointSuperseded) -> None:
+        why = f"checkpoint: {e}; not syncing this job any more"
+        with self._lock:
+            self._superseded[job] = why
+        self._set_error(job, spec, why)
 
     # ----------------------------------------------------------------- sync threads
 
@@ -345,6 +392,8 @@ class Checkpoints:
         if spec is None or self.volumes is None:
             return
         with self._lock:
+            if job in self._superseded:
+                return
             sync = self._syncs.get(job)
             alive = sync is not None and sync.is_alive()
             if state == "running" and (not alive or sync.final):  # type: ignore[union-attr]
@@ -426,6 +475,8 @@ class Checkpoints:
             log.warning("job %s: cannot release its checkpoint volume (%s); retrying later",
                         b58encode(job), e)
             return
+        with self._lock:
+            self._superseded.pop(job, None)
         log.info("job %s: checkpoint volume released", b58encode(job))
 
 
@@ -466,6 +517,10 @@ class _Sync(threading.Thread):
             return
         cfg = spec.config
         assert owner.volumes is not None
+        if owner.superseded(job) is not None:  # nothing of this job is written any more
+            if self.release:
+                self._release_when_gone()
+            return
         try:
             owner.volumes.ensure(b58encode(job), cfg.max_mib)  # mounted again after a reboot
         except ContainerRuntimeError as e:
@@ -491,6 +546,8 @@ class _Sync(threading.Thread):
                     if self._stopped.is_set():
                         return
                 ok, last = self._sync_once(store, last)
+                if ok is None:  # the store moved on: this job's data is not written again
+                    break
                 if not self.final:
                     continue
                 if ok:
@@ -511,14 +568,21 @@ class _Sync(threading.Thread):
             self._release_when_gone()
 
     def _sync_once(self, store: CheckpointStore, last: Manifest | None
-                   ) -> tuple[bool, Manifest | None]:
+                   ) -> tuple[bool | None, Manifest | None]:
+        """One upload: (True, its manifest) when it is stored (or nothing changed), (False,
+        ``last``) when it failed (retried), (None, ``last``) when the store moved on."""
         owner, job, spec = self.owner, self.job, self.spec
         assert spec is not None
         data = owner.data_dir(job)
         if owner.volumes is not None and not os.path.isdir(data):
             return True, last  # never restored here, so nothing of the job's to upload
         try:
-            m = store.upload(data, last, force=self.final)
+            m = store.upload(data, last, force=self.final, job=b58encode(job))
+        except CheckpointSuperseded as e:
+            if e.job == b58encode(job):  # this job's other sync wrote first: adopted next time
+                return False, last
+            owner._moved_on(job, spec, e)
+            return None, last
         except CheckpointError as e:
             owner._set_error(job, spec, f"checkpoint sync to {spec.config.store} failed (the job "
                              f"keeps running; retried every {spec.config.interval_s} s): {e}")

@@ -312,6 +312,14 @@ def _run_worker(cfg: Any, paths: Any, config_path: Path | None, key: Any, backen
         log.info("--job jobs carry no workload: no container runtime is used")
     else:
         runtime = _detect_runtime(cfg)
+    mesh = None
+    if cfg.cluster.enabled and runtime is not None:
+        from .mesh import Mesh, MeshError
+        try:
+            mesh = Mesh(cfg.db.parent, cfg.cluster, key.seed)
+            mesh.preflight(runtime.name)
+        except MeshError as e:
+            raise ConfigError(f"[cluster] enabled, but {e}") from None
     store = WorkloadStore(paths.store, ended_logs_s=cfg.ended_logs_seconds)
     keeper = None
     if runtime is not None and cfg.reaper:
@@ -319,6 +327,7 @@ def _run_worker(cfg: Any, paths: Any, config_path: Path | None, key: Any, backen
                               cfg.reaper_poll_seconds).start()
     workloads = WorkloadManager(runtime, store, key.seed, publish_host=cfg.publish_host,
                                 attach_gpus=not simulate, provider=cfg.provider)
+    workloads.mesh = mesh
     if simulate and runtime is not None:
         log.warning("simulated GPUs: workload containers get no GPU devices")
     api: WorkerApi | None = None
@@ -346,8 +355,10 @@ def _run_worker(cfg: Any, paths: Any, config_path: Path | None, key: Any, backen
             if cfg.challenges and isinstance(source, ChainJobSource):
                 from .challenge_api import challenge_service
                 challenges = challenge_service(cfg, key, lambda: agent.gpus, simulate)
+            from .mesh_api import ChainPeers
             api = WorkerApi(workloads, cfg.api_listen, worker=key.pubkey_b58,
-                            challenges=challenges)
+                            challenges=challenges, peer_chain=ChainPeers(
+                                source._client) if isinstance(source, ChainJobSource) else None)
             api.start()
             workloads.api_url = api.url
         else:
@@ -487,8 +498,8 @@ def _reaper(config_path: Path | None, exit_when_idle: bool, flags: dict[str, Any
                  "%s)", os.getpid(), b58encode(cfg.provider), cfg.reaper_poll_seconds, paths.store,
                  runtime.name)
         try:
-            why = run_reaper(Reaper(runtime, store, source, cfg.provider), paths, lock,
-                             cfg.reaper_poll_seconds, stop, exit_when_idle=exit_when_idle)
+            why = run_reaper(Reaper(runtime, store, source, cfg.provider, paths=paths), paths,
+                             lock, cfg.reaper_poll_seconds, stop, exit_when_idle=exit_when_idle)
         finally:
             store.close()
         log.info("reaper stopped: %s", why)

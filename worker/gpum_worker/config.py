@@ -55,6 +55,11 @@ TOML layout::
     require_health = true             # every member answers GET /health with 200
     health_timeout_seconds = 3
     health_grace_seconds = 60         # then a job whose member stays silent is declined
+    [cluster]                         # serve cluster nodes (mesh.py; needs root, podman)
+    enabled = false
+    public_host = "203.0.113.7"       # the address peers send the mesh's UDP to
+    udp_ports = "51820-51899"         # one port per cluster node; open them to the internet
+    wireguard = "auto"                # "kernel", "userspace" (wireguard-go) or "auto"
 
 Without ``[api] listen`` (or ``--api-listen``) there is no worker API, so no user can
 deliver a workload spec and jobs with a workload are never accepted.
@@ -76,11 +81,13 @@ from .committee import CommitteePolicy
 from .errors import ConfigError
 from .health import DEFAULT_THRESHOLDS, Thresholds
 from .keys import decode_pubkey
+from .mesh import DEFAULT_UDP_PORTS, MeshSettings, check_public_host, parse_port_range
 from .reaper import REAPER_POLL_S
 from .sender import DEFAULT_RETRY, RetryPolicy
 from .workload_store import ENDED_LOGS_S
 
 DEFAULT_COMMITTEE_POLICY = CommitteePolicy()
+DEFAULT_MESH_SETTINGS = MeshSettings()
 
 ENV_PREFIX = "GPUM_WORKER_"
 
@@ -163,6 +170,8 @@ class WorkerConfig:
     """Answer validators' hardware challenges on the API (``[challenges] enabled``)."""
     challenge_min_interval_seconds: float = 60.0
     """One accepted challenge per validator at most this often."""
+    cluster: MeshSettings = DEFAULT_MESH_SETTINGS
+    """``[cluster]``: whether and where this worker serves cluster nodes' meshes."""
 
 
 def load_toml(path: Path) -> dict[str, Any]:
@@ -250,7 +259,7 @@ def _section(file: Mapping[str, Any], name: str, cls: type, mapping: dict[str, s
 
 _KNOWN_TOP = {"key_file", "db", "validators", "window_seconds", "sample_interval_ms",
               "poll_seconds", "log_level", "chain", "health", "sender", "workload", "api",
-              "committee", "challenges"}
+              "committee", "challenges", "cluster"}
 _KNOWN_COMMITTEE = {"allow", "deny", "min_bond", "require_health", "health_timeout_seconds",
                     "health_grace_seconds"}
 _KNOWN_CHAIN = {"rpc_url", "program_id", "market", "provider"}
@@ -377,7 +386,31 @@ def resolve(file: Mapping[str, Any], env: Mapping[str, str], flags: Mapping[str,
         api_listen=api_listen,
         committee=committee,
         **_challenges(file.get("challenges", {})),
+        cluster=_cluster(file.get("cluster", {})),
     )
+
+
+def _cluster(sec: Any) -> MeshSettings:
+    """``[cluster]``: ``enabled`` (false), ``public_host`` (needed when enabled),
+    ``udp_ports`` ("51820-51899"), ``wireguard`` ("auto")."""
+    known = {"enabled", "public_host", "udp_ports", "wireguard"}
+    if not isinstance(sec, Mapping) or set(sec) - known:
+        raise ConfigError(f"[cluster] accepts only: {', '.join(sorted(known))}")
+    enabled = sec.get("enabled", False)
+    if not isinstance(enabled, bool):
+        raise ConfigError("[cluster] enabled must be true or false")
+    try:
+        ports = parse_port_range(sec.get("udp_ports", "{}-{}".format(*DEFAULT_UDP_PORTS)))
+        host = check_public_host(sec["public_host"]) if "public_host" in sec else ""
+    except ValueError as e:
+        raise ConfigError(f"[cluster] {e}") from None
+    if enabled and not host:
+        raise ConfigError("[cluster] enabled needs public_host: the address (or DNS name) "
+                          "other providers send this worker's mesh traffic to")
+    wireguard = sec.get("wireguard", "auto")
+    if wireguard not in ("auto", "kernel", "userspace"):
+        raise ConfigError('[cluster] wireguard must be "auto", "kernel" or "userspace"')
+    return MeshSettings(enabled=enabled, udp_ports=ports, public_host=host, wireguard=wireguard)
 
 
 def _challenges(sec: Any) -> dict[str, Any]:

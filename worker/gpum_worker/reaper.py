@@ -30,8 +30,20 @@ Guarantees:
   quietly, with status 0;
 * it exits when the workload store is gone (the worker's state was removed), on SIGTERM or
   SIGINT (after the pass under way), and, when started by the worker (``exit_when_idle``),
-  once no worker holds ``<db stem>.worker.lock`` and no container of this provider is left:
-  nothing is left to reap then, and the next worker starts a new reaper.
+  once no worker holds ``<db stem>.worker.lock``, no container of this provider is left and
+  no checkpoint volume of this worker is mounted: nothing is left to reap then, and the next
+  worker starts a new reaper;
+* a volume is never unmounted while a worker runs on the database, nor one whose job is
+  Running or Open, or still has a container.
+
+4. while no worker runs (no holder of ``<db stem>.worker.lock``), it takes that lock itself
+   (exclusively: a worker starting meanwhile waits for it) and releases the disk volumes the
+   dead worker left: the /scratch volumes of containers that are gone
+   (``ContainerRuntime.prune_volumes``), and the checkpoint volumes
+   (``<db dir>/checkpoints/<job>``, of jobs this worker's store knows) of jobs that are
+   neither Running nor Open and have no container, which it unmounts keeping their images:
+   the reaper cannot sync a checkpoint, so the next worker mounts each again for the job's
+   last sync (``checkpoints``) and only then deletes it.
 
 A container of a job the chain ended is thus removed within ``reaper_poll_seconds`` plus one
 RPC deadline (and the removal itself: its log read and a stop of at most 5 s) while the worker
@@ -59,10 +71,12 @@ from pathlib import Path
 from typing import Protocol
 
 from .agent import ABSENT_CONFIRMATIONS
+from .checkpoints import SUBDIR as CHECKPOINTS_SUBDIR
 from .errors import ContainerRuntimeError, JobSourceError
 from .jobs import TERMINAL_STATUSES, AssignedJob
-from .keys import b58encode
+from .keys import b58decode, b58encode
 from .runtime import CONTAINER_PREFIX, ContainerRuntime, container_name
+from .runtime_disk import ScratchVolumes
 from .workload_end import (
     PROVIDER_LABEL,
     job_of_label,
@@ -84,6 +98,7 @@ __all__ = [
     "ReaperPaths",
     "hold_worker_lock",
     "holder_pid",
+    "no_worker",
     "run_reaper",
     "worker_running",
 ]
@@ -114,6 +129,8 @@ class ReaperPaths:
     """Held (shared) by a running worker (``<db stem>.worker.lock``)."""
     log: Path
     """The spawned reaper's output (``<db stem>.reaper.log``)."""
+    checkpoints: Path
+    """Where the worker keeps its jobs' checkpoint volumes (``<db dir>/checkpoints``)."""
 
     @classmethod
     def of(cls, db: Path) -> ReaperPaths:
@@ -121,7 +138,8 @@ class ReaperPaths:
         return cls(store=db.with_name(db.stem + ".workloads.sqlite"),
                    lock=db.with_name(db.stem + ".reaper.lock"),
                    worker_lock=db.with_name(db.stem + ".worker.lock"),
-                   log=db.with_name(db.stem + ".reaper.log"))
+                   log=db.with_name(db.stem + ".reaper.log"),
+                   checkpoints=db.with_name(CHECKPOINTS_SUBDIR))
 
 
 # ----------------------------------------------------------------------------- locks
@@ -206,6 +224,18 @@ def worker_running(path: Path) -> bool:
     return False
 
 
+def no_worker(path: Path) -> int | None:
+    """The worker lock at ``path`` held exclusively: its fd (a worker starting now waits
+    until it is closed), or None when a worker holds it."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
+
+
 # ----------------------------------------------------------------------------- one pass
 
 
@@ -225,18 +255,27 @@ class Pass:
     removed: tuple[str, ...] = ()
     chain_read: bool = True
     """False when the chain could not be read (then nothing was removed)."""
+    volumes: int = 0
+    """This worker's checkpoint volumes still mounted after the pass."""
+    unmounted: tuple[str, ...] = ()
+    """Checkpoint volumes (job, base58) unmounted by this pass."""
 
 
 class Reaper:
     """One pass at a time (``reap``); see the module docstring."""
 
     def __init__(self, runtime: ContainerRuntime, store: WorkloadStore, jobs: JobReader,
-                 provider: bytes, *, absent_confirmations: int = ABSENT_CONFIRMATIONS) -> None:
+                 provider: bytes, *, absent_confirmations: int = ABSENT_CONFIRMATIONS,
+                 paths: ReaperPaths | None = None) -> None:
+        """``paths``: the worker's files, for the volume release of step 4 (None: no
+        volume is ever released)."""
         self.runtime = runtime
         self.store = store
         self.jobs = jobs
         self.provider = provider
         self.absent_confirmations = absent_confirmations
+        self.worker_lock = None if paths is None else paths.worker_lock
+        self.volumes = None if paths is None else ScratchVolumes(paths.checkpoints)
         self._absent: dict[bytes, int] = {}
         self._noted: set[bytes] = set()
 
@@ -252,23 +291,94 @@ class Reaper:
             if job is not None and name.startswith(CONTAINER_PREFIX) \
                     and name == container_name(job):
                 ours[name] = job
-        self._absent = {k: n for k, n in self._absent.items() if k in ours.values()}
-        if not ours:
-            return Pass(len(listed))
+        worker_up = self.worker_lock is None or worker_running(self.worker_lock)
+        mounted = set() if worker_up else self._mounted_volumes()
+        self._absent = {k: n for k, n in self._absent.items()
+                        if k in ours.values() or k in mounted}
+        removed: list[str] = []
+        ended: dict[bytes, str | None] = {}
+        if ours or mounted:
+            try:
+                read = self.jobs.read_jobs(sorted(set(ours.values()) | mounted))
+            except JobSourceError as e:
+                log.warning("cannot read the jobs of %d container(s) and %d volume(s) from "
+                            "chain (%s); keeping every container and volume, reading again "
+                            "next pass", len(ours), len(mounted), e)
+                return Pass(len(listed), chain_read=False, volumes=self._count_mounted())
+            ended = {job: self._ended(job, read.get(job, "invalid"))
+                     for job in set(ours.values()) | mounted}
+            for name, job in sorted(ours.items()):
+                got = read.get(job)
+                status = ended[job]
+                if status is not None and self._end(
+                        name, job, status, got if isinstance(got, AssignedJob) else None):
+                    removed.append(name)
+        unmounted: tuple[str, ...] = ()
+        if not worker_up:
+            left = set(listed) - set(removed)
+            unmounted = self._release_volumes(left, {
+                job for job in mounted
+                if ended.get(job) is not None and container_name(job) not in left})
+        return Pass(len(listed), tuple(removed), volumes=self._count_mounted(),
+                    unmounted=unmounted)
+
+    def _mounted_volumes(self) -> set[bytes]:
+        """Jobs of this worker (its store knows them) whose checkpoint volume is mounted."""
+        if self.volumes is None:
+            return set()
+        out = set()
+        for name in self.volumes.mounted():
+            try:
+                job = b58decode(name)
+            except ValueError:
+                continue
+            try:
+                known = len(job) == 32 and self.store.get(job) is not None
+            except WorkloadUnavailable:
+                known = False
+            if known:
+                out.add(job)
+        return out
+
+    def _count_mounted(self) -> int:
         try:
-            read = self.jobs.read_jobs(sorted(set(ours.values())))
-        except JobSourceError as e:
-            log.warning("cannot read the jobs of %d container(s) from chain (%s); keeping "
-                        "every container, reading again next pass", len(ours), e)
-            return Pass(len(listed), chain_read=False)
-        removed = []
-        for name, job in sorted(ours.items()):
-            got = read.get(job, "invalid")
-            status = self._ended(job, got)
-            if status is not None and self._end(name, job, status,
-                                                got if isinstance(got, AssignedJob) else None):
-                removed.append(name)
-        return Pass(len(listed), tuple(removed))
+            return len(self._mounted_volumes())
+        except OSError:
+            return 0
+
+    def _release_volumes(self, containers: set[str], ended: set[bytes]) -> tuple[str, ...]:
+        """Step 4 of the module docstring, holding the worker lock: the /scratch volumes of
+        containers that are gone released, the checkpoint volumes of ``ended`` jobs
+        unmounted (images kept); what was unmounted."""
+        assert self.worker_lock is not None and self.volumes is not None
+        try:
+            fd = no_worker(self.worker_lock)
+        except OSError as e:
+            log.warning("cannot lock %s (%s); no volume is released", self.worker_lock, e)
+            return ()
+        if fd is None:
+            return ()  # a worker started since: it releases them itself
+        done = []
+        try:
+            try:
+                self.runtime.prune_volumes(containers)
+            except ContainerRuntimeError as e:
+                log.warning("cannot release the /scratch volumes of removed containers (%s); "
+                            "retrying next pass", e)
+            for job in sorted(ended):
+                name = b58encode(job)
+                try:
+                    if self.volumes.detach(name):
+                        done.append(name)
+                        log.warning("job %s ended while no worker ran: its checkpoint volume "
+                                    "is unmounted (its image kept for the worker's last sync "
+                                    "of it)", name)
+                except ContainerRuntimeError as e:
+                    log.warning("job %s: cannot unmount its checkpoint volume (%s); retrying "
+                                "next pass", name, e)
+        finally:
+            os.close(fd)
+        return tuple(done)
 
     def _ended(self, job: bytes, got: AssignedJob | str | None) -> str | None:
         """The job's status when its container must go, else None."""
@@ -341,7 +451,8 @@ def run_reaper(reaper: Reaper, paths: ReaperPaths, lock: ReaperLock, poll_s: flo
         if not paths.store.exists():
             return f"the workload store {paths.store} is gone"
         done = reaper.reap()
-        if exit_when_idle and done.containers == 0 and not worker_running(paths.worker_lock):
+        if exit_when_idle and done.containers == 0 and not done.volumes \
+                and not worker_running(paths.worker_lock):
             lock.release()  # a worker starting now finds no reaper and spawns one
             if not worker_running(paths.worker_lock):
                 return "no worker runs and no container of this provider is left"

@@ -197,8 +197,9 @@ def _limit_args(limits: JobLimits) -> list[str]:
 
 def run_argv(runtime: str, spec: ContainerSpec, *, env_file: str | None = None,
              env_names: Sequence[str] = (), stop_timeout_s: int = 10,
-             scratch_path: str | None = None) -> list[str]:
-    """The ``<runtime> run`` arguments (after the binary) that start ``spec`` detached.
+             scratch_path: str | None = None, create: bool = False) -> list[str]:
+    """The ``<runtime> run`` arguments (after the binary) that start ``spec`` detached
+    (with ``create``: the ``create`` arguments that make it without starting it).
 
     ``env_file`` is the path of the env file holding ``split_env``'s file entries (None when
     there are none) and ``env_names`` its by-name entries; no env value is ever in the
@@ -222,7 +223,7 @@ def run_argv(runtime: str, spec: ContainerSpec, *, env_file: str | None = None,
             or stop_timeout_s < 0:
         raise ContainerRuntimeError(f"stop timeout must be >= 0 seconds, got {stop_timeout_s}")
 
-    argv = ["run", "-d", "--name", spec.name]
+    argv = ["create", "--name", spec.name] if create else ["run", "-d", "--name", spec.name]
     for key, value in spec.labels:
         argv += ["--label", _check_label(key, value)]
     argv += ["--security-opt", "no-new-privileges", "--stop-timeout", str(stop_timeout_s)]

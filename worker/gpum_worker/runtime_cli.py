@@ -18,7 +18,7 @@ import re
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from .errors import ContainerRuntimeError
@@ -194,11 +194,20 @@ class _CliRuntime(abc.ABC):
 
     # -- ContainerRuntime
 
-    def run(self, spec: ContainerSpec) -> str:
+    def run(self, spec: ContainerSpec, *,
+            before_start: Callable[[int], None] | None = None) -> str:
+        """``ContainerRuntime.run``; with ``before_start`` (podman only) the container is
+        created and initialized (its namespaces exist, its command does not run yet),
+        ``before_start`` is called with its init's host PID, and only then is it started;
+        any failure on the way removes it."""
         _check_name(spec.name)
         existing = self._container_id(spec.name)
         if existing:
             return existing
+        if before_start is not None and self.name != "podman":
+            raise ContainerRuntimeError(
+                f"{self.name} cannot start a container after preparing its network namespace "
+                "(cluster nodes need podman: it makes the namespace at `podman init`)")
         cli_env = self._env()
         by_file, by_name = split_env(spec.env, cli_env)
         scratch = scratch_size_mib(spec)
@@ -207,7 +216,8 @@ class _CliRuntime(abc.ABC):
         try:
             argv = run_argv(self.name, spec, env_file=env_file,
                             env_names=[n for n, _ in by_name],
-                            stop_timeout_s=self.stop_timeout_s, scratch_path=scratch_path)
+                            stop_timeout_s=self.stop_timeout_s, scratch_path=scratch_path,
+                            create=before_start is not None)
             cli_env.update(by_name)
             try:
                 proc = self._cli(argv, timeout=self.run_timeout_s, env=cli_env)
@@ -223,9 +233,10 @@ class _CliRuntime(abc.ABC):
         if proc.returncode == 0:
             lines = proc.stdout.decode("utf-8", "replace").split()
             cid = lines[-1] if lines else ""
-            if re.fullmatch(r"[0-9a-f]{12,64}", cid):
-                return cid
-            found = self._container_id(spec.name)
+            found = cid if re.fullmatch(r"[0-9a-f]{12,64}", cid) else \
+                self._container_id(spec.name)
+            if found and before_start is not None:
+                self._start_held(spec.name, before_start)
             if found:
                 return found
             raise ContainerRuntimeError(
@@ -242,6 +253,26 @@ class _CliRuntime(abc.ABC):
         msg = (f"{self.name} run {spec.name} (image {spec.image}) failed "
                f"(exit status {proc.returncode}): {text or 'no output'}")
         raise ContainerRuntimeError(f"{msg}; {hint}" if hint else msg)
+
+    def _start_held(self, name: str, before_start: Callable[[int], None]) -> None:
+        """``init`` the created container, ``before_start(pid)``, ``start``; on any failure
+        the container is removed."""
+        try:
+            proc = self._cli(["container", "init", name])
+            if proc.returncode != 0:
+                raise self._failure(f"container init {name}", proc)
+            proc = self._cli(["container", "inspect", "--format", "{{.State.Pid}}", name])
+            text = proc.stdout.decode("utf-8", "replace").strip()
+            if proc.returncode != 0 or not text.isdigit() or int(text) <= 0:
+                raise ContainerRuntimeError(f"{self.name} container init {name} left no "
+                                            f"process to prepare ({_tail_text(text) or 'none'})")
+            before_start(int(text))
+            proc = self._cli(["start", name])
+            if proc.returncode != 0:
+                raise self._failure(f"start {name}", proc)
+        except BaseException:
+            self._discard(name)
+            raise
 
     def state(self, name: str) -> ContainerState:
         _check_name(name)

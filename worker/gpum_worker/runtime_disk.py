@@ -82,8 +82,12 @@ class ScratchVolumes:
     loop-mounted (nosuid, nodev) at ``<root>/<name>`` with mode 1777 (any user of the
     image may write), and returns that directory. Idempotent: a mounted volume is
     returned as it is, an image left unmounted (a host reboot) is mounted again with its
-    data. ``release(name)`` unmounts it and deletes the image. Needs root (loop devices)
-    and mkfs.ext4 (e2fsprogs); errors are ``ContainerRuntimeError`` saying so.
+    data. ``release(name)`` unmounts it and deletes the image; ``detach(name)`` unmounts it
+    and keeps the image (its data stays for a later ``ensure``). Unmounting frees the loop
+    device (``mount -o loop`` sets it to clear itself); a volume still in use (a container
+    that holds it) is detached lazily (``umount -l``): gone from the host at once, its loop
+    device freed when the last user ends. Needs root (loop devices) and mkfs.ext4
+    (e2fsprogs); errors are ``ContainerRuntimeError`` saying so.
     """
 
     def __init__(self, root: str | os.PathLike[str], *, timeout_s: float = 300.0,
@@ -152,13 +156,29 @@ class ScratchVolumes:
         os.chmod(path, 0o1777)
         return path
 
+    def detach(self, name: str) -> bool:
+        """Unmount ``name``'s volume, keeping its image; False when it was not mounted."""
+        path = self.path(name)
+        if not self._mounted(path):
+            return False
+        try:
+            self._run("umount", path)
+        except ContainerRuntimeError:
+            self._run("umount", "-l", path)  # busy: detach now, freed when unused
+        return True
+
+    def mounted(self) -> set[str]:
+        """Names whose volume is mounted now."""
+        try:
+            with open(self._mountinfo) as f:
+                points = mount_points(f.read())
+        except OSError:
+            return {n for n in self.names() if os.path.ismount(self.path(n))}
+        return {n for n in self.names() if self.path(n) in points}
+
     def release(self, name: str) -> None:
         path = self.path(name)
-        if self._mounted(path):
-            try:
-                self._run("umount", path)
-            except ContainerRuntimeError:
-                self._run("umount", "-l", path)  # busy: detach now, freed when unused
+        self.detach(name)
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path + ".img")
         with contextlib.suppress(FileNotFoundError, OSError):

@@ -38,6 +38,9 @@ proof, is accounted by ``WorkloadWindows`` (``workload_windows``), a part of the
     source's ``finish_job`` with the worker key) is called; retried next poll on failure,
     never again after it succeeded (recorded durably).
 
+  - a cluster node (a spec with ``cluster``) gets no container until its mesh's peer list
+    is kept (``mesh``; "pending", "waiting for the cluster's mesh"); then it is created,
+    initialized, given ``gpum0`` and only then started, with the environment contract;
   - a spec with a ``checkpoint``: its directory is a volume of its own, restored from the
     user's store before the first start (a failed restore is a failed start) and synced while
     the container runs, when it exits and after the job left Running (``checkpoints``);
@@ -97,6 +100,7 @@ from .job_end import end_reason
 from .jobs import AssignedJob
 from .keys import b58encode
 from .limits import JobLimits, LimitsError, MachineResources, job_limits, machine_from_host
+from .mesh import NO_MESH, WAITING_FOR_MESH, Mesh
 from .runtime import (
     CONTAINER_PREFIX,
     DEFAULT_SCRATCH_DIR,
@@ -242,6 +246,9 @@ class WorkloadManager(WorkloadWindows):
             lambda job: self.runtime is None
             or self.runtime.state(container_name(job)).status == "missing"))
         """Each checkpointed job's directory, restore and sync (``checkpoints``)."""
+        self.mesh: Mesh | None = None
+        """Cluster nodes' meshes (``mesh``; set by the CLI with ``[cluster] enabled``): a
+        node's container starts only once its peer list is here, gpum0 up before it runs."""
 
     def wait_for_starts(self, timeout_s: float | None = None) -> bool:
         """Wait until no container start is under way; False on timeout."""
@@ -334,6 +341,8 @@ class WorkloadManager(WorkloadWindows):
             self.limits_for(job, spec)
         except (WorkloadSpecError, LimitsError) as e:
             return f"has a workload this machine cannot run as asked ({e}); not accepting it"
+        if spec.cluster is not None and (self.mesh is None or self.mesh.health() is None):
+            return f"is a cluster node, but {NO_MESH}; not accepting it"
         return self._image_blocker(job, spec.image)
 
     # --------------------------------------------------------------- limits and images
@@ -581,6 +590,8 @@ class WorkloadManager(WorkloadWindows):
                             "retrying next poll", e)
         self._guard_disk(jobs, now, finish)
         self.checkpoints.reconcile(keep)  # a job that left Running: last sync, then release
+        if self.mesh is not None:  # ended jobs: key deleted, port freed; others: device ended
+            self.mesh.reconcile(keep, set(jobs) | held)
 
     def _guard_disk(self, jobs: Mapping[bytes, tuple[AssignedJob, tuple[str, ...]]],
                     now: float, finish: Callable[[AssignedJob], None] | None) -> None:
@@ -686,7 +697,9 @@ class WorkloadManager(WorkloadWindows):
                 return
             self._start(j, uuids, rec, now, finish)
             return
-        if st.status == "created" and rec.state == "failed":
+        if st.status == "created" and (rec.state == "failed" or (
+                rec.state == "starting" and self.mesh is not None
+                and self.mesh.accepted(k) is not None)):
             # A start that failed half-way left a container that never ran: start afresh.
             with self._lock:
                 retry = self._retry.get(k)
@@ -703,6 +716,8 @@ class WorkloadManager(WorkloadWindows):
             self.runtime.remove(name)
             self._start(j, uuids, rec, now, finish)
             return
+        if st.status == "running" and st.pid and self.mesh is not None:
+            self.mesh.repair(k, st.pid)  # a cluster node whose mesh device died
         self._record(j, st, now)
         if st.status == "exited":
             self._maybe_finish(j, finish)
@@ -726,9 +741,15 @@ class WorkloadManager(WorkloadWindows):
         except (WorkloadSpecError, LimitsError) as e:
             self._fail(j, now, f"the stored spec cannot be used: {e}")
             return
+        node_env = None if spec.cluster is None or self.mesh is None else self.mesh.node_env(k)
+        if spec.cluster is not None and node_env is None:  # the gang hold: no mesh, no start
+            self.store.set_state(k, "pending", error=WAITING_FOR_MESH if self.mesh else NO_MESH)
+            self._observe(k, now, WORKLOAD_PENDING)
+            return
         cspec = ContainerSpec(
             name=container_name(k), image=spec.image, command=tuple(spec.command),
-            args=tuple(spec.args), env=tuple(sorted((*spec.env, *secrets))),
+            args=tuple(spec.args),
+            env=tuple(sorted((*spec.env, *secrets, *(node_env or {}).items()))),
             ports=tuple(PortBinding(p.port, p.protocol) for p in spec.ports),
             gpu_uuids=uuids if self.attach_gpus else (),
             labels=((JOB_LABEL, j.job_b58), (WORKLOAD_HASH_LABEL, j.workload_hash.hex()),
@@ -745,23 +766,29 @@ class WorkloadManager(WorkloadWindows):
         log.info("job %s: starting container %s (%s) on GPU(s) %s", j.job_b58, cspec.name,
                  spec.image, ", ".join(cspec.gpu_uuids) or "none (simulated GPUs)")
         self._observe(k, now, WORKLOAD_PENDING)
+        hold = None if node_env is None or self.mesh is None else self.mesh.before_start(k)
         if not self.background_starts:
-            self._run_container(j, cspec, now)
+            self._run_container(j, cspec, now, hold)
             return
-        t = threading.Thread(target=self._run_container, args=(j, cspec, None),
+        t = threading.Thread(target=self._run_container, args=(j, cspec, None, hold),
                              name=f"start-{cspec.name}", daemon=True)
         with self._lock:
             self._starting[k] = t
         t.start()
 
-    def _run_container(self, j: AssignedJob, cspec: ContainerSpec, now: float | None) -> None:
+    def _run_container(self, j: AssignedJob, cspec: ContainerSpec, now: float | None,
+                       hold: Callable[[int], None] | None = None) -> None:
         """``runtime.run`` (an image pull can take minutes) and record the outcome; in a
-        thread of its own unless ``background_starts`` is off."""
+        thread of its own unless ``background_starts`` is off. ``hold``: a cluster node's
+        mesh configuration, run between the container's init and its start."""
         assert self.runtime is not None
         try:
             try:
                 self.checkpoints.before_start(j.job)  # restores it before the first start
-                self.runtime.run(cspec)
+                if hold is None:
+                    self.runtime.run(cspec)
+                else:
+                    self.runtime.run(cspec, before_start=hold)  # type: ignore[call-arg]
             except ContainerRuntimeError as e:
                 self._fail(j, self.clock() if now is None else now, str(e))
                 return

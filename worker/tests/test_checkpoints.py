@@ -22,12 +22,14 @@ from gpu_market.checkpoint import (
     Manifest,
     seal_checkpoint,
 )
+from gpu_market.checkpoint_manifest import parse_manifest
 from gpu_market.proof import WORKLOAD_FAILED, WORKLOAD_RUNNING
 from gpu_market.workload import WorkloadSpec, spec_hash
 from gpum_worker.jobs import AssignedJob
 from gpum_worker.keys import WorkerKey, b58encode
 from gpum_worker.limits import MachineResources
 from gpum_worker.runtime import container_name
+from gpum_worker.runtime_disk import mount_points
 from gpum_worker.workload_store import WorkloadStore
 from gpum_worker.workloads import MAX_START_FAILURES, WorkloadManager
 from runtimetestkit import RealPodman, real_podman, wait_for
@@ -99,6 +101,12 @@ class Run:
         subprocess.run(["rm", "-rf", str(out)], check=True)
         return m, data
 
+    def manifest(self, seq: int) -> Manifest:
+        """Manifest ``seq`` as the store holds it."""
+        return parse_manifest(self.s3.client().get_object(
+            Bucket=self.s3.bucket, Key=f"{self.config.prefix}/manifests/{seq:016d}.json"
+        )["Body"].read())
+
     def inspect(self, j: AssignedJob) -> str:
         return subprocess.run(["podman", "container", "inspect", container_name(j.job)],
                               capture_output=True, check=True, text=True,
@@ -162,12 +170,17 @@ def test_the_directory_is_synced_while_running_and_restored_by_the_next_job(
     assert out[0] == final_value.strip() and b"state" in out[1:] and out[-1] == b"done"
     status = run.m.describe(b)["checkpoint"]
     assert status["restored_from"] == {"seq": final.seq, "digest": final.digest.hex()}
+    # Before it started, the restored checkpoint was claimed: a child naming job b.
+    claim = run.manifest(final.seq + 1)
+    assert (claim.parent, claim.job, claim.files) == (final.digest, b58encode(b.job),
+                                                      final.files)
     # Its container exited: one more sync, a new checkpoint of the same files.
     run.reconcile(b)
-    wait_for(lambda: run.m.describe(b)["checkpoint"]["last"]["seq"] == final.seq + 1,
+    wait_for(lambda: run.m.describe(b)["checkpoint"]["last"]["seq"] == claim.seq + 1,
              timeout_s=30, what="the sync after the container exited")
     after_exit, exit_value = run.latest_state()  # type: ignore[misc]
     assert after_exit.files == final.files and exit_value == final_value
+    assert after_exit.parent == claim.digest
 
 
 def test_a_broken_store_mid_job_keeps_the_container_running(
@@ -268,3 +281,68 @@ def test_the_store_keys_never_reach_logs_argv_env_or_disk(
         data = path.read_bytes()
         assert secret.encode() not in data and key_id.encode() not in data, path
     assert b58encode(a.job) in caplog.text  # the log did record the job's checkpoint work
+
+
+def _mounted(path: str) -> bool:
+    with open("/proc/self/mountinfo") as f:
+        return path in mount_points(f.read())
+
+
+def test_a_worker_back_after_its_job_moved_on_never_overwrites_the_successor(
+        tmp_path: Path, key: WorkerKey, real: RealPodman, s3_server,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Job a syncs on provider P1, whose worker dies (its threads gone, its container removed,
+    the volume left mounted); the successor b on P2 restores a's newest checkpoint. P1's worker
+    comes back: a is not live, so it tries a's last sync of its old directory: refused (the
+    store's newest is b's), reported in a's status and the log, and the volume unmounted."""
+    p1 = Run(tmp_path / "p1", key, real, s3_server)
+    p2 = Run(tmp_path / "p2", key, real, s3_server)
+    p2.config = p1.config  # one store for the managed job
+    back: WorkloadManager | None = None
+    try:
+        a = p1.job(COUNTER)
+        p1.reconcile(a)
+        p1.m.checkpoints.sync_now(a.job)
+        synced, _ = wait_for(p1.latest_state, timeout_s=30, interval_s=0.5, what="a's sync")
+        assert synced.job == b58encode(a.job)
+        volume = os.path.dirname(p1.m.checkpoints.data_dir(a.job))
+        p1.m.checkpoints.close()  # P1's worker killed: no thread of it runs any more
+        p1.real.runtime.remove(container_name(a.job), timeout_s=0)
+        p1.m.store.close()
+        time.sleep(2)  # the volume holds more than a's newest checkpoint
+        assert _mounted(volume)
+        a_last = p1.m.checkpoints._last_manifest(a.job)
+        assert a_last is not None and a_last.job == b58encode(a.job)
+        b = p2.job("cat /checkpoint/state; echo on > /checkpoint/b; sleep 1000")
+        p2.reconcile(b)
+        assert p2.state(b) == "running"
+        claim = p2.store().latest()
+        assert claim is not None and claim.job == b58encode(b.job)
+        assert claim.parent == a_last.digest and claim.files == a_last.files
+        manifests = s3_server.keys(f"{p1.config.prefix}/manifests/")
+        with caplog.at_level(logging.WARNING, logger="gpum_worker.checkpoints"):
+            back = WorkloadManager(real.runtime, WorkloadStore(tmp_path / "p1" / "w.sqlite"),
+                                   key.seed, "127.0.0.1", attach_gpus=False, machine=MACHINE,
+                                   background_starts=False, provider=p1.provider)
+            back.reconcile({})  # its first poll: a is not live
+            assert back.checkpoints.wait_idle(60)
+        why = (f"checkpoint: the store moved on (newer checkpoint by job {b58encode(b.job)}); "
+               "not syncing this job any more")
+        assert back.describe(a)["checkpoint"]["error"] == why
+        assert why in caplog.text
+        assert p2.store().latest() == claim  # the successor's is still the newest
+        assert s3_server.keys(f"{p1.config.prefix}/manifests/") == manifests
+        wait_for(lambda: not _mounted(volume), timeout_s=30, what="a's volume unmounted")
+        assert not os.path.exists(volume + ".img")
+        # The successor syncs on, from its claim.
+        p2.m.checkpoints.sync_now(b.job)
+        p2.reconcile(b)
+        wait_for(lambda: p2.m.describe(b)["checkpoint"]["last"]["seq"] > claim.seq,
+                 timeout_s=30, what="b's next sync")
+        assert p2.m.describe(b)["checkpoint"]["error"] is None
+    finally:
+        if back is not None:
+            back.checkpoints.close()
+            back.store.close()
+        p2.close()
+        p1.close()

@@ -337,7 +337,8 @@ def test_logs_follow_ends_when_the_client_goes_away(env: Env) -> None:
 
 def test_health_and_listen_errors(env: Env, key: WorkerKey) -> None:
     r = env.http.get("/v1/health")
-    assert r.json() == {"ok": True, "worker": key.pubkey_b58, "runtime": "fake"}
+    assert r.json() == {"ok": True, "worker": key.pubkey_b58, "runtime": "fake",
+                        "cluster": None}
     host, port = env.api.address
     with pytest.raises(ConfigError, match="cannot listen"):
         WorkerApi(env.manager, f"{host}:{port}").start()

@@ -7,7 +7,9 @@ Layers, lowest first (no import circles: a test pins it): ``idl`` -> ``codec`` -
 
 The public API is ``__all__`` (pinned by ``tests/test_public_api.py``); the contract is
 ``docs/sdk-api.md``. ``gpu_market.deploy(gpu="H100:1", image=..., ports=[8888], hours=2)``
-rents GPUs and runs a container in one call (:mod:`gpu_market.deployment`). Importing the
+rents GPUs and runs a container in one call (:mod:`gpu_market.deployment`);
+``gpu_market.create_cluster(gpu_type="A100", gpu_count=4, nodes=2, image=...)`` rents several
+nodes on one private network (:mod:`gpu_market.cluster`). Importing the
 package is cheap: the client, codec and views (which pull in anchorpy and solana-py) load on
 first attribute access, so ``gpu_market.receipt`` and ``gpu_market.proof`` stay usable on
 their own.
@@ -24,6 +26,8 @@ __all__ = [
     "AccountNotFound",
     "Attestation",
     "ChainError",
+    "Cluster",
+    "ClusterError",
     "ConfirmationTimeout",
     "DeployError",
     "Deployment",
@@ -38,7 +42,9 @@ __all__ = [
     "SettleItem",
     "TransactionTooLarge",
     "ValidatorView",
+    "create_cluster",
     "deploy",
+    "open_cluster",
 ]
 
 _LAZY = {
@@ -62,6 +68,10 @@ _LAZY = {
     "DeployError": "deployment",
     "Deployment": "deployment",
     "deploy": "deployment",
+    "Cluster": "cluster",
+    "ClusterError": "cluster",
+    "create_cluster": "cluster",
+    "open_cluster": "cluster",
 }
 
 

@@ -13,18 +13,29 @@ Guarantees of :class:`CheckpointStore`:
 * **Complete or absent.** ``upload`` stores every blob first and the manifest last, in one
   PUT, so a manifest exists only when all its blobs do; an upload that stops half-way (store
   failure, deadline, a killed process) leaves blobs without a manifest, which no reader
-  sees. A manifest is never overwritten (``If-None-Match: *``; a taken seq moves to the
-  next free one). A file that changes while it is read (size, mtime or ctime differ before
-  and after) makes ``upload`` write no manifest and return None: the next sync retries.
+  sees. A file that changes while it is read (size, mtime or ctime differ before and after)
+  makes ``upload`` write no manifest and return None: the next sync retries.
+* **One line of checkpoints, never hidden by an older one.** Every manifest names its
+  parent (the manifest its writer built on: the one it restored, or its own previous one)
+  and the job that wrote it. ``upload`` and ``claim`` write only when the store's newest
+  manifest is the writer's parent (``checkpoint_manifest.may_write_after``: or the store is
+  empty, or the newest is the same job's own), and write it as the next seq with
+  ``If-None-Match: *``, so of two writers on the same parent exactly one wins and a
+  manifest is never overwritten. Otherwise nothing is written and
+  :class:`CheckpointSuperseded` names the job of the newer checkpoint: a writer that
+  restored an older checkpoint (a worker back after its job moved on) never becomes the
+  newest. ``claim`` (a manifest of the files just restored, written before the job's
+  container starts) makes the restoring job the owner of the line at once.
 * **Content-addressed and verified.** A blob is sent with its sha256 as the request's
   ``x-amz-checksum-sha256``, so a store that checks it never keeps other bytes under that
   name; ``restore`` checks every blob's length and sha256 and every file's sha256 anyway,
   and a mismatch is a :class:`CheckpointStoreError` (nothing restored).
-* **Incremental.** Blobs named by the previous manifest (while that manifest is still in the
-  store: one HEAD per upload; a store that lost it gets every blob again), or stored earlier
-  by this store object, are not sent again; unchanged files are not read again (their size, mtime, ctime
+* **Incremental.** Blobs named by the previous manifest (while the store holds manifests; a
+  store that lost every manifest gets every blob again), or stored earlier by this store
+  object, are not sent again; unchanged files are not read again (their size, mtime, ctime
   and inode are remembered). A sync whose files equal the previous manifest's writes
-  nothing and returns the previous manifest.
+  nothing and returns the previous manifest. Each upload lists the manifests and reads the
+  newest (the rule above).
 * **Bounded.** Every request has a connect and a read timeout and at most ``max_attempts``
   tries; every operation (``check``, ``latest``, ``upload``, ``restore``) ends by its
   ``deadline_s`` (checked before each request and between blob pieces); reads are capped
@@ -73,6 +84,7 @@ from .checkpoint_manifest import (
     FileEntry,
     Manifest,
     ManifestError,
+    may_write_after,
     parse_manifest,
 )
 from .checkpoint_spec import CheckpointConfig, CheckpointSpec
@@ -87,6 +99,7 @@ __all__ = [
     "CheckpointSpec",
     "CheckpointStore",
     "CheckpointStoreError",
+    "CheckpointSuperseded",
     "CheckpointTooLarge",
     "Credentials",
     "Manifest",
@@ -123,11 +136,24 @@ class CheckpointError(Exception):
 class CheckpointStoreError(CheckpointError):
     """The store failed or refused. ``kind``: "unreachable", "credentials", "bucket",
     "permission", "corrupt" (a manifest or blob is missing or does not verify), "conflict"
-    (a manifest seq is taken), "deadline" or "other"."""
+    (a manifest seq is taken; ``upload`` and ``claim`` raise CheckpointSuperseded for it),
+    "deadline" or "other"."""
 
     def __init__(self, kind: str, message: str) -> None:
         super().__init__(message)
         self.kind = kind
+
+
+class CheckpointSuperseded(CheckpointError):
+    """The store's newest checkpoint is not the one this writer built on (another job wrote
+    after it, or raced it to the same seq); nothing was written. ``newest``: that manifest
+    (None when it could not be read); ``job``: the job that wrote it (None: unknown)."""
+
+    def __init__(self, newest: Manifest | None) -> None:
+        self.newest = newest
+        self.job = None if newest is None else newest.job
+        who = f"job {self.job}" if self.job else "a writer that names no job"
+        super().__init__(f"the store moved on (newer checkpoint by {who})")
 
 
 class CheckpointTooLarge(CheckpointError):
@@ -453,18 +479,23 @@ class CheckpointStore:
         None when the store has no manifest. When manifests exist but none of the newest
         ``MAX_MANIFEST_TRIES`` verifies: CheckpointStoreError("corrupt"), never None."""
         dl = _Deadline(self.deadline_s, "finding the newest checkpoint")
+        return self._newest(dl)[0]
+
+    def _newest(self, dl: _Deadline) -> tuple[Manifest | None, int]:
+        """``latest()`` and the highest manifest seq in the store (0: none), which may be
+        higher than the newest's when a newer manifest does not verify."""
         seqs = self._manifest_seqs(dl)
         errors: list[str] = []
         for seq in reversed(seqs[-MAX_MANIFEST_TRIES:]):
             try:
-                return self._read_manifest(seq, dl)
+                return self._read_manifest(seq, dl), seqs[-1]
             except CheckpointStoreError as e:
                 if e.kind != "corrupt":
                     raise
                 log.warning("checkpoint store %s: %s; trying an older one", self.where, e)
                 errors.append(str(e))
         if not seqs:
-            return None
+            return None, 0
         raise CheckpointStoreError(
             "corrupt", f"the store has {len(seqs)} manifest(s) but none of the newest "
             f"{len(errors)} verifies ({errors[0]}); it was altered or damaged")
@@ -560,14 +591,17 @@ class CheckpointStore:
         return entry
 
     def upload(self, directory: str | os.PathLike[str], previous: Manifest | None = None, *,
-               force: bool = False) -> Manifest | None:
-        """Store ``directory`` as the next checkpoint after ``previous`` (the last one this
-        caller knows; None: find the store's newest seq) and return its manifest; the
-        previous manifest when nothing changed, unless ``force`` (then a new manifest of the
-        same files, with a new seq and time, marks that the directory was taken as it is
+               force: bool = False, job: str | None = None) -> Manifest | None:
+        """Store ``directory`` as the next checkpoint after ``previous`` (the manifest this
+        writer built on: the one it restored or last wrote; None: none, the store was empty)
+        for ``job`` (the writing job's base58 address; None: no job) and return its manifest;
+        the previous manifest when nothing changed, unless ``force`` (then a new manifest of
+        the same files, with a new seq and time, marks that the directory was taken as it is
         now); None when a file changed while it was read (nothing written but blobs; retry
-        later). CheckpointTooLarge over ``max_mib``;
-        CheckpointStoreError when the store fails (no manifest is written then)."""
+        later). CheckpointSuperseded when the store's newest manifest is not ``previous``
+        (module docstring; checked before any blob is sent and again by the conditional
+        write); CheckpointTooLarge over ``max_mib``; CheckpointStoreError when the store
+        fails (no manifest is written then)."""
         dl = _Deadline(self.deadline_s, "uploading the checkpoint")
         files = self._scan(Path(directory))
         total = sum(st.st_size for _, _, st in files)
@@ -576,13 +610,18 @@ class CheckpointStore:
                 f"the checkpoint directory {self.config.dir} holds {_human(total)} in "
                 f"{len(files)} file(s), over the spec's limit of {self.config.max_mib} MiB; "
                 "nothing was stored: delete old files there or raise checkpoint.max_mib")
-        if previous is not None and not self._has_manifest(previous.seq, dl):
-            log.warning("checkpoint store %s lost manifest %d (the bucket was emptied or "
-                        "replaced?): storing every blob again", self.where, previous.seq)
-            previous = None
+        newest, top = self._newest(dl)
+        parent = None if previous is None else previous.digest
+        if not may_write_after(newest, parent, job):
+            raise CheckpointSuperseded(newest)
+        if newest is None and previous is not None:
+            log.warning("checkpoint store %s lost every manifest (the bucket was emptied or "
+                        "replaced?): storing every blob again", self.where)
             self._stored.clear()
+        elif newest is not None and newest.digest != parent:
+            previous = newest  # this job's own write whose local record was lost
         known = set(self._stored)
-        if previous is not None:
+        if previous is not None and newest is not None:
             known.update(b for f in previous.files for b in f.blobs)
         entries: list[FileEntry] = []
         for rel, path, st in files:
@@ -598,43 +637,51 @@ class CheckpointStore:
                 return None
             known.update(entry.blobs)
             entries.append(entry)
-        if previous is not None and tuple(entries) == previous.files and not force:
+        if previous is not None and newest is not None and tuple(entries) == previous.files \
+                and not force:
             return previous
-        seq = previous.seq + 1 if previous is not None else None
-        for _ in range(3):
-            if seq is None:
-                seqs = self._manifest_seqs(dl)
-                seq = seqs[-1] + 1 if seqs else 1
-            manifest = Manifest(seq=seq, created_at=int(self._clock()), files=tuple(entries))
-            data = manifest.canonical_bytes()
-            if len(data) > MAX_MANIFEST_BYTES:
-                raise CheckpointTooLarge(f"the checkpoint's manifest would be {_human(len(data))}"
-                                         f", over {_human(MAX_MANIFEST_BYTES)}: fewer files")
-            try:
-                self._call(dl, "write the manifest", "put_object",
-                           Key=self._key("manifests", f"{seq:016d}.json"), Body=data,
-                           IfNoneMatch="*", ContentType="application/json")
-            except CheckpointStoreError as e:
-                if e.kind != "conflict":
-                    raise
-                seq = None  # another writer took that seq: the next free one
-                continue
-            self._prune(seq, dl)
-            return manifest
-        raise CheckpointStoreError("other", "another writer keeps taking the next manifest seq "
-                                   f"under {self.config.store}; is another job using it?")
+        base = previous if newest is not None else None
+        return self._write_manifest(tuple(entries), base, top, job, dl)
 
-    def _has_manifest(self, seq: int, dl: _Deadline) -> bool:
-        """Whether manifest ``seq`` is still stored: the blobs it names are then taken to be
-        there too (a store that lost it lost them too, perhaps)."""
+    def claim(self, restored: Manifest, *, job: str | None) -> Manifest:
+        """Write a manifest of ``restored``'s files (just restored by ``job``) as its child,
+        so the store's newest checkpoint names ``job`` before its container runs: a writer
+        that built on ``restored`` or on anything older is refused from then on. Its blobs
+        are ``restored``'s, so none is sent. CheckpointSuperseded when ``restored`` is not
+        the newest any more (restore the newest and claim again); CheckpointStoreError when
+        the store fails."""
+        restored.validate()
+        dl = _Deadline(self.deadline_s, f"claiming checkpoint {restored.seq}")
+        newest, top = self._newest(dl)
+        if newest is None or newest.digest != restored.digest:
+            raise CheckpointSuperseded(newest)
+        return self._write_manifest(restored.files, restored, top, job, dl)
+
+    def _write_manifest(self, files: tuple[FileEntry, ...], parent: Manifest | None, top: int,
+                        job: str | None, dl: _Deadline) -> Manifest:
+        """Write the manifest of ``files`` whose parent is ``parent`` as seq ``top + 1``
+        (``top``: the store's highest seq when ``parent`` was found newest), only if that
+        seq is still free; CheckpointSuperseded when another writer took it."""
+        seq = top + 1
+        manifest = Manifest(seq=seq, created_at=int(self._clock()), files=files,
+                            parent=None if parent is None else parent.digest, job=job)
+        data = manifest.canonical_bytes()
+        if len(data) > MAX_MANIFEST_BYTES:
+            raise CheckpointTooLarge(f"the checkpoint's manifest would be {_human(len(data))}, "
+                                     f"over {_human(MAX_MANIFEST_BYTES)}: fewer files")
         try:
-            self._call(dl, f"look up manifest {seq}", "head_object",
-                       Key=self._key("manifests", f"{seq:016d}.json"))
+            self._call(dl, "write the manifest", "put_object",
+                       Key=self._key("manifests", f"{seq:016d}.json"), Body=data,
+                       IfNoneMatch="*", ContentType="application/json")
         except CheckpointStoreError as e:
-            if e.kind == "corrupt":  # NoSuchKey / 404
-                return False
-            raise
-        return True
+            if e.kind != "conflict":
+                raise
+            newest = None
+            with contextlib.suppress(CheckpointStoreError):
+                newest = self._newest(dl)[0]
+            raise CheckpointSuperseded(newest) from None
+        self._prune(seq, dl)
+        return manifest
 
     def _prune(self, seq: int, dl: _Deadline) -> None:
         old = seq - KEEP_MANIFESTS

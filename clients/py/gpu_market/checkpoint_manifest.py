@@ -1,12 +1,18 @@
-"""A checkpoint's manifest: the list of files it holds and their content digests (pure: no
-I/O). ``gpu_market.checkpoint`` writes and reads them; the store's layout is there.
+"""A checkpoint's manifest: the list of files it holds and their content digests, and the
+line of checkpoints it continues (pure: no I/O). ``gpu_market.checkpoint`` writes and reads
+them; the store's layout is there.
 
 JSON form (canonical bytes: ``json.dumps(obj, sort_keys=True, separators=(",", ":"),
 ensure_ascii=True)``; ``digest`` = sha256 of them)::
 
-    {"version": 1,
+    {"version": 2,
      "seq": 7,                              1, 2, 3, ... per store prefix
      "created_at": 1767225600,              unix seconds: when the checkpoint was complete
+     "parent": "<64 hex>" | null,           the digest of the manifest this one was built on
+                                            (the one its writer restored, or its own previous
+                                            one); null: built on an empty store
+     "job": "<base58>" | null,              the job (account address) whose worker wrote it;
+                                            null: a writer that is no job
      "files": [{"path": "model/step.pt",    relative, "/"-separated, no "." or ".." parts
                 "size": 123,                bytes
                 "sha256": "<64 hex>",       of the whole file
@@ -18,7 +24,19 @@ ensure_ascii=True)``; ``digest`` = sha256 of them)::
 A file's content is stored as blobs named by their sha256: the whole file when it is at most
 ``CHUNK_BYTES`` (none when empty), else one blob per piece. ``files`` is sorted by path, each
 path once, and no path is a directory of another. :func:`parse_manifest` accepts exactly the
-canonical bytes of a valid manifest, so a manifest's digest names one list of files.
+canonical bytes of a valid manifest, so a manifest's digest names one list of files and one
+parent.
+
+Version 1 manifests (written before the line of checkpoints was recorded) have neither
+``parent`` nor ``job``; they stay readable, with the digest they always had, and are read as
+parentless and written by no known job. Only version 2 is written.
+
+**Who may write next** (:func:`may_write_after`): a writer writes the next manifest only when
+the store's newest manifest is its parent, so a writer holding an older line (a worker that
+comes back after its job moved to another provider) never hides a newer checkpoint. Two
+exceptions lose nothing: an empty store (nothing newer to hide), and a newest manifest written
+by the writer's own job (its own write whose local record was lost: one job's checkpoint
+directory is on one machine, so its data is at least as new).
 """
 
 from __future__ import annotations
@@ -40,10 +58,13 @@ __all__ = [
     "FileEntry",
     "Manifest",
     "ManifestError",
+    "may_write_after",
     "parse_manifest",
 ]
 
-MANIFEST_VERSION = 1
+MANIFEST_VERSION = 2
+"""The version written. Version 1 (no ``parent``, no ``job``) is still read."""
+READ_VERSIONS = (1, 2)
 CHUNK_BYTES = 32 << 20
 """A file larger than this is stored in pieces of this size (the last one shorter)."""
 MAX_FILES = 100_000
@@ -52,7 +73,9 @@ MAX_MANIFEST_BYTES = 32 << 20
 """A longer manifest is neither written nor read."""
 MAX_SEQ = 2**63 - 1
 _HEX64 = re.compile(r"[0-9a-f]{64}")
-_KEYS = frozenset({"version", "seq", "created_at", "files", "total_bytes"})
+_JOB = re.compile(r"[1-9A-HJ-NP-Za-km-z]{32,44}")
+_KEYS_V1 = frozenset({"version", "seq", "created_at", "files", "total_bytes"})
+_KEYS = {1: _KEYS_V1, 2: _KEYS_V1 | {"parent", "job"}}
 _FILE_KEYS = frozenset({"path", "size", "sha256", "mode", "chunks"})
 
 
@@ -131,20 +154,34 @@ class FileEntry:
 
 @dataclass(frozen=True)
 class Manifest:
-    """A complete checkpoint: every blob it names was stored before it was written."""
+    """A complete checkpoint: every blob it names was stored before it was written.
+    ``parent``: the 32-byte digest of the manifest it was built on (None: none); ``job``: the
+    base58 address of the job that wrote it (None: none). Both are None in version 1."""
 
     seq: int
     created_at: int
     files: tuple[FileEntry, ...]
     version: int = MANIFEST_VERSION
+    parent: bytes | None = None
+    job: str | None = None
 
     @property
     def total_bytes(self) -> int:
         return sum(f.size for f in self.files)
 
     def validate(self) -> None:
-        if self.version != MANIFEST_VERSION or isinstance(self.version, bool):
-            raise ManifestError(f"manifest version {self.version!r} is not {MANIFEST_VERSION}")
+        if isinstance(self.version, bool) or self.version not in READ_VERSIONS:
+            raise ManifestError(f"manifest version {self.version!r} is not one of "
+                                f"{', '.join(map(str, READ_VERSIONS))}")
+        if self.version == 1 and (self.parent is not None or self.job is not None):
+            raise ManifestError("a version 1 manifest names no parent and no job")
+        if self.parent is not None and (not isinstance(self.parent, bytes)
+                                        or len(self.parent) != 32):
+            raise ManifestError("parent must be a 32-byte manifest digest or None")
+        if self.job is not None and (not isinstance(self.job, str)
+                                     or not _JOB.fullmatch(self.job)):
+            raise ManifestError(f"job must be a base58 account address or None, got "
+                                f"{self.job!r:.60}")
         _int("seq", self.seq, 1, MAX_SEQ)
         _int("created_at", self.created_at, 0, 2**63 - 1)
         if not isinstance(self.files, tuple) or len(self.files) > MAX_FILES:
@@ -165,8 +202,14 @@ class Manifest:
             raise ManifestError(f"{clash[0]!r} is both a file and a directory")
 
     def to_json(self) -> dict[str, Any]:
-        return {"version": self.version, "seq": self.seq, "created_at": self.created_at,
-                "files": [f.to_json() for f in self.files], "total_bytes": self.total_bytes}
+        obj: dict[str, Any] = {"version": self.version, "seq": self.seq,
+                               "created_at": self.created_at,
+                               "files": [f.to_json() for f in self.files],
+                               "total_bytes": self.total_bytes}
+        if self.version >= 2:
+            obj["parent"] = None if self.parent is None else self.parent.hex()
+            obj["job"] = self.job
+        return obj
 
     def canonical_bytes(self) -> bytes:
         self.validate()
@@ -175,7 +218,8 @@ class Manifest:
 
     @property
     def digest(self) -> bytes:
-        """sha256 of the canonical bytes (32 bytes): the manifest's name in window proofs."""
+        """sha256 of the canonical bytes (32 bytes): the manifest's name in window proofs and
+        in its children's ``parent``."""
         return hashlib.sha256(self.canonical_bytes()).digest()
 
     def record(self) -> CheckpointRecord:
@@ -185,6 +229,17 @@ class Manifest:
 
     def same_files(self, other: Manifest | None) -> bool:
         return other is not None and other.files == self.files
+
+
+def may_write_after(newest: Manifest | None, parent: bytes | None, job: str | None) -> bool:
+    """Whether a writer that built on the manifest whose digest is ``parent`` (None: on
+    nothing), for ``job`` (None: no job), may write the next manifest of a store whose newest
+    manifest is ``newest`` (None: the store has none). See the module docstring."""
+    if newest is None:
+        return True
+    if parent is not None and newest.digest == parent:
+        return True
+    return job is not None and newest.job == job
 
 
 def _no_dup(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -211,8 +266,18 @@ def parse_manifest(data: bytes) -> Manifest:
                          parse_float=_no_float, parse_constant=_no_float)
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
         raise ManifestError(f"the manifest is not JSON: {e}") from None
-    if not isinstance(obj, dict) or set(obj) != _KEYS:
-        raise ManifestError(f"a manifest is an object with exactly the keys {sorted(_KEYS)}")
+    version = obj.get("version") if isinstance(obj, dict) else None
+    keys = _KEYS.get(version) if isinstance(version, int) and not isinstance(version, bool) \
+        else None
+    if keys is None:
+        raise ManifestError(f"a manifest is an object whose version is one of "
+                            f"{', '.join(map(str, READ_VERSIONS))}, got {version!r:.40}")
+    if set(obj) != keys:
+        raise ManifestError(f"a version {version} manifest is an object with exactly the keys "
+                            f"{sorted(keys)}")
+    parent = obj.get("parent")
+    if parent is not None and (not isinstance(parent, str) or not _HEX64.fullmatch(parent)):
+        raise ManifestError("parent must be 64 lowercase hex digits or null")
     files_json = obj["files"]
     if not isinstance(files_json, list) or len(files_json) > MAX_FILES:
         raise ManifestError(f"files must be an array of at most {MAX_FILES} objects")
@@ -228,7 +293,8 @@ def parse_manifest(data: bytes) -> Manifest:
         files.append(FileEntry(path=item["path"], size=item["size"], sha256=item["sha256"],
                                mode=item["mode"], chunks=tuple(chunks)))
     m = Manifest(seq=obj["seq"], created_at=obj["created_at"], files=tuple(files),
-                 version=obj["version"])
+                 version=version, parent=None if parent is None else bytes.fromhex(parent),
+                 job=obj.get("job"))
     m.validate()
     if obj["total_bytes"] != m.total_bytes or isinstance(obj["total_bytes"], bool):
         raise ManifestError(f"total_bytes {obj['total_bytes']!r} is not the sum of the sizes "

@@ -71,6 +71,9 @@ alike. Fields (see :data:`FIELDS`):
   offers were probed (:func:`probe_liveness`); only ``=`` and ``!=``. A provider without a
   worker endpoint, or offers never probed, have no liveness and match neither ``online=true``
   nor ``online=false`` (``online!=true`` matches them)
+* ``cluster`` (true/false): whether the provider's worker serves cluster nodes (its health
+  answer names a mesh UDP port, ``"cluster": {"udp_port": ...}``); like ``online``, offers
+  not probed or whose worker did not answer match neither value
 
 A true/false field alone is ``field=true``: ``online workloads`` is ``online=true
 workloads=true``.
@@ -117,6 +120,7 @@ __all__ = [
     "probe_worker",
     "rank_key",
     "reputation_score",
+    "serves_cluster_nodes",
     "sort_offers",
     "with_liveness",
 ]
@@ -176,6 +180,9 @@ class Offer:
     """Unix seconds the provider was last seen alive (see "Liveness"); None: unknown."""
     liveness_error: str = ""
     """Why the probe failed ("" when online or not probed)."""
+    cluster: bool | None = None
+    """Whether the worker serves cluster nodes (its health names a mesh UDP port); None: not
+    probed, or the worker did not answer."""
 
     def price_per_gpu_hour(self) -> int:
         """``price_per_gpu_second * 3600``, payment-mint base units."""
@@ -308,6 +315,42 @@ class Liveness:
     checked_at: int
     """Unix seconds of the probe."""
     error: str = ""
+    cluster: bool | None = None
+    """Whether the worker serves cluster nodes (None: it did not answer, or no endpoint)."""
+
+
+def serves_cluster_nodes(health: dict[str, Any]) -> bool:
+    """Whether a worker's health answer says it serves cluster nodes: its ``cluster`` names
+    the mesh's UDP port."""
+    c = health.get("cluster")
+    port = c.get("udp_port") if isinstance(c, dict) else None
+    return isinstance(port, int) and not isinstance(port, bool) and 1 <= port <= 65535
+
+
+def _probe(http: Any, endpoint: str, worker_key: Pubkey | None,
+           deadline: float) -> tuple[str, dict[str, Any] | None]:  # fmt: skip
+    """(:func:`probe_worker`'s answer, the health object when healthy)."""
+    from .net import NetError
+    from .workload_api import WorkerApiError, normalize_endpoint
+
+    try:
+        url = normalize_endpoint(endpoint) + HEALTH_PATH
+    except WorkerApiError as e:
+        return str(e), None
+    try:
+        r = http.get(url, deadline=deadline, max_bytes=HEALTH_MAX_BYTES)
+    except NetError as e:
+        return f"no answer from {url}: {e}", None
+    if r.status != 200:
+        return f"{url} answered HTTP {r.status}", None
+    body = r.json_object()
+    if body is None or body.get("ok") is not True:
+        return f"{url} did not answer {{\"ok\": true}}", None
+    named = body.get("worker")
+    if worker_key is not None and isinstance(named, str) and named != str(worker_key):
+        return (f"{url} is the worker {named}, not the provider's current worker key "
+                f"{worker_key}"), None
+    return "", body
 
 
 def probe_worker(http: Any, endpoint: str, worker_key: Pubkey | None = None, *,
@@ -315,27 +358,7 @@ def probe_worker(http: Any, endpoint: str, worker_key: Pubkey | None = None, *,
     """Why the worker at ``endpoint`` is not healthy, "" when it is: ``GET /v1/health`` through
     the BoundedClient ``http`` within ``deadline`` seconds answered 200 ``{"ok": true}`` naming
     ``worker_key`` (when given and the answer names a worker). Never raises for the network."""
-    from .net import NetError
-    from .workload_api import WorkerApiError, normalize_endpoint
-
-    try:
-        url = normalize_endpoint(endpoint) + HEALTH_PATH
-    except WorkerApiError as e:
-        return str(e)
-    try:
-        r = http.get(url, deadline=deadline, max_bytes=HEALTH_MAX_BYTES)
-    except NetError as e:
-        return f"no answer from {url}: {e}"
-    if r.status != 200:
-        return f"{url} answered HTTP {r.status}"
-    body = r.json_object()
-    if body is None or body.get("ok") is not True:
-        return f"{url} did not answer {{\"ok\": true}}"
-    named = body.get("worker")
-    if worker_key is not None and isinstance(named, str) and named != str(worker_key):
-        return (f"{url} is the worker {named}, not the provider's current worker key "
-                f"{worker_key}")
-    return ""
+    return _probe(http, endpoint, worker_key, deadline)[0]
 
 
 def probe_liveness(offers: Iterable[Offer], *, deadline: float = PROBE_DEADLINE_S,
@@ -367,19 +390,21 @@ def probe_liveness(offers: Iterable[Offer], *, deadline: float = PROBE_DEADLINE_
     try:
         futures = {
             o.provider: pool.submit(
-                lambda o=o: probe_worker(client, o.endpoint, o.worker_key,
-                                         deadline=min(deadline, max(0.001, total - (time.monotonic() - start)))))
+                lambda o=o: _probe(client, o.endpoint, o.worker_key,
+                                   min(deadline, max(0.001, total - (time.monotonic() - start)))))
             for o in todo
         }  # fmt: skip
         wait_all(futures.values(), timeout=max(0.0, total - (time.monotonic() - start)))
         for provider, f in futures.items():
+            health = None
             if f.done() and f.exception() is None:
-                why = f.result()
+                why, health = f.result()
             elif f.done():
                 why = f"probe failed: {f.exception()}"
             else:
                 why = f"no answer within {total:g} s"
-            out[provider] = Liveness(why == "", checked_at, why)
+            cluster = None if health is None else serves_cluster_nodes(health)
+            out[provider] = Liveness(why == "", checked_at, why, cluster)
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
         if own:
@@ -413,7 +438,7 @@ def with_liveness(offers: Iterable[Offer], liveness: dict[Pubkey, Liveness],
         if live.online is False and last_seen is not None:
             seen = last_seen(o)
         out.append(replace(o, online=live.online, checked_at=live.checked_at, last_seen=seen,
-                           liveness_error=live.error))  # fmt: skip
+                           liveness_error=live.error, cluster=live.cluster))  # fmt: skip
     return sorted(out, key=rank_key)
 
 
@@ -483,6 +508,7 @@ FIELDS: dict[str, _Field] = {
     "slashes": _Field("int", "times slashed", "slashes=0"),
     "workloads": _Field("bool", "runs workloads (publishes a worker endpoint)", "workloads=true"),
     "online": _Field("bool", "the worker answered its health probe", "online=true"),
+    "cluster": _Field("bool", "the worker serves cluster nodes (a mesh UDP port)", "cluster=true"),
     "verified": _Field("bool", "hardware verified by a quorum of validators", "verified=true"),
     "badge": _Field("bool", "verified hardware and a long clean record", "badge=true"),
     "rating": _Field("real", "users' average stars, 1..5", "rating>=4"),
@@ -600,8 +626,8 @@ def _value_of(name: str, o: Offer, payment_decimals: int, stake_decimals: int) -
         return _norm(o.region)
     if name == "workloads":
         return o.runs_workloads
-    if name == "online":
-        return o.online
+    if name in ("online", "cluster"):
+        return getattr(o, name)
     if name in ("verified", "badge", "rating"):
         return getattr(o, name)
     if name == "score":

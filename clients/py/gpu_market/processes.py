@@ -22,7 +22,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -96,12 +96,15 @@ class Processes:
     children: list[tuple[str, subprocess.Popen]] = field(default_factory=list)
     logs: list[Any] = field(default_factory=list)
 
-    def start(self, name: str, argv: list[str]) -> subprocess.Popen:
+    def start(self, name: str, argv: list[str],
+              env: Mapping[str, str] | None = None) -> subprocess.Popen:
+        """Starts ``argv`` as ``name`` (log ``<name>.log``), with this process's environment
+        plus ``env``."""
         log = open(self.workdir / f"{name}.log", "wb")  # noqa: SIM115 - closed in stop_all
         self.logs.append(log)
         proc = subprocess.Popen(
             argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True,
+            start_new_session=True, env=None if env is None else {**os.environ, **env},
         )
         self.children.append((name, proc))
         return proc

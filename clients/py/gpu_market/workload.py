@@ -21,7 +21,8 @@ with the JSON object form (keys in this order here, sorted in the bytes)::
      "ports": [{"port": 8888, "protocol": "tcp"}],   always, sorted by (port, protocol)
      "shm_size_mib": 1024, "scratch_mib": 10240,     omitted when None
      "finish_on_exit": false,                        always
-     "checkpoint": {...}}                            omitted when None (checkpoint_spec)
+     "checkpoint": {...},                            omitted when None (checkpoint_spec)
+     "cluster": {...}}                               omitted when None (cluster_spec)
 
 Limits (``WorkloadSpec.validate`` enforces every one; each error names the field and what
 is allowed):
@@ -49,6 +50,11 @@ is allowed):
 * ``checkpoint``: None or a :class:`~gpu_market.checkpoint_spec.CheckpointSpec` (a
   directory the worker keeps in the user's S3 store; its form and limits are in
   ``checkpoint_spec``). Specs without one encode and hash as before it existed.
+* ``cluster``: None or a :class:`~gpu_market.cluster_spec.ClusterSpec` (the job is node
+  ``rank`` of a cluster; its form and limits are in ``cluster_spec``). A cluster node's
+  ``env`` and ``secret_env`` may not set a name of the environment contract
+  (``cluster_spec.CONTRACT_ENV``: the worker sets those). Specs without one encode and hash
+  as before it existed.
 * The canonical bytes are at most 65536 bytes (64 KiB).
 
 ``WorkloadSpec`` sorts ``env``, ``secret_env`` and ``ports`` (and turns lists into tuples)
@@ -93,6 +99,7 @@ from solders.pubkey import Pubkey
 from solders.signature import Signature
 
 from .checkpoint_spec import CheckpointSpec, checkpoint_from_json, checkpoint_to_json
+from .cluster_spec import CONTRACT_ENV, ClusterSpec, cluster_from_json, cluster_to_json
 from .receipt import I64_MAX, I64_MIN, private_key_from_seed, public_key_bytes, sign, verify
 from .spec_checks import (
     MAX_ITEM_BYTES,
@@ -172,7 +179,7 @@ _IMAGE_REF = re.compile(
 )
 _SPEC_KEYS = frozenset({
     "version", "image", "command", "args", "env", "secret_env", "ports", "shm_size_mib",
-    "scratch_mib", "finish_on_exit", "checkpoint",
+    "scratch_mib", "finish_on_exit", "checkpoint", "cluster",
 })  # fmt: skip
 _PORT_KEYS = frozenset({"port", "protocol"})
 _PROTOCOLS = ("tcp", "udp")
@@ -297,6 +304,7 @@ class WorkloadSpec:
     finish_on_exit: bool = False
     version: int = WORKLOAD_VERSION
     checkpoint: CheckpointSpec | None = None
+    cluster: ClusterSpec | None = None
 
     def __post_init__(self) -> None:
         for name in ("command", "args"):
@@ -387,6 +395,16 @@ def _validate_fields(spec: WorkloadSpec) -> None:
         if not isinstance(spec.checkpoint, CheckpointSpec):
             raise WorkloadSpecError("checkpoint must be a CheckpointSpec or None")
         spec.checkpoint.validate()
+    if spec.cluster is not None:
+        if not isinstance(spec.cluster, ClusterSpec):
+            raise WorkloadSpecError("cluster must be a ClusterSpec or None")
+        spec.cluster.validate()
+        taken = sorted({n for n, _ in (*env, *secret_env)} & set(CONTRACT_ENV))
+        if taken:
+            raise WorkloadSpecError(
+                f"{taken[0]} is set by the cluster's environment contract on every node; "
+                "remove it from env and secrets"
+            )
 
 
 def _to_json_unchecked(spec: WorkloadSpec) -> dict[str, Any]:
@@ -406,6 +424,8 @@ def _to_json_unchecked(spec: WorkloadSpec) -> dict[str, Any]:
     obj["finish_on_exit"] = spec.finish_on_exit
     if spec.checkpoint is not None:
         obj["checkpoint"] = checkpoint_to_json(spec.checkpoint)
+    if spec.cluster is not None:
+        obj["cluster"] = cluster_to_json(spec.cluster)
     return obj
 
 
@@ -481,7 +501,7 @@ def spec_from_json(obj: dict[str, Any] | str | bytes) -> WorkloadSpec:
     """Parse the JSON form (a parsed object, JSON text or UTF-8 bytes) into a valid spec.
 
     Only ``image`` is required; missing fields take their defaults and ``null`` means
-    "omitted" for ``shm_size_mib``, ``scratch_mib`` and ``checkpoint``. Raises
+    "omitted" for ``shm_size_mib``, ``scratch_mib``, ``checkpoint`` and ``cluster``. Raises
     :class:`WorkloadSpecError` on anything else that is not exactly the documented form;
     ordering is normalized.
     """
@@ -545,6 +565,7 @@ def spec_from_json(obj: dict[str, Any] | str | bytes) -> WorkloadSpec:
         version=version,
         checkpoint=None if obj.get("checkpoint") is None else checkpoint_from_json(
             obj["checkpoint"]),
+        cluster=None if obj.get("cluster") is None else cluster_from_json(obj["cluster"]),
     )
     spec.validate()
     return spec
@@ -661,9 +682,12 @@ def open_secrets(worker_seed: bytes, spec: WorkloadSpec) -> tuple[tuple[str, str
 
 REQUEST_DOMAIN = b"gpum-workload-request-v1\x00"
 REQUEST_MAX_SKEW_S = 300
-ACTIONS = ("deliver", "status", "logs", "exec", "files")
+ACTIONS = ("deliver", "status", "logs", "exec", "files", "mesh")
 """``exec`` and ``files`` sign ``gpu_market.exec_api.request_digest`` in place of the
-workload hash (the request's own content, with a nonce: each is accepted once)."""
+workload hash (the request's own content, with a nonce: each is accepted once). ``mesh``
+(a cluster node's ``/v1/jobs/<job>/mesh``) signs the job's workload hash for a ``GET`` and
+the sha256 of the body (``gpu_market.mesh.peers_digest``) for a ``POST``, so a signature
+authorizes exactly one peer list."""
 _H_SIGNER = "X-Gpum-Signer"
 _H_TIMESTAMP = "X-Gpum-Timestamp"
 _H_SIGNATURE = "X-Gpum-Signature"

@@ -22,6 +22,7 @@ from gpu_market.checkpoint_manifest import (
     FileEntry,
     Manifest,
     ManifestError,
+    may_write_after,
     parse_manifest,
 )
 from gpu_market.checkpoint_spec import CheckpointConfig, checkpoint_to_json
@@ -196,7 +197,8 @@ M = Manifest(seq=3, created_at=1_767_225_600, files=(
 def test_manifest_canonical_bytes_digest_and_record() -> None:
     data = M.canonical_bytes()
     assert parse_manifest(data) == M
-    assert json.loads(data) == {"version": 1, "seq": 3, "created_at": 1_767_225_600,
+    assert json.loads(data) == {"version": 2, "seq": 3, "created_at": 1_767_225_600,
+                                "parent": None, "job": None,
                                 "total_bytes": 1, "files": [
                                     {"path": "a/b.txt", "size": 1, "sha256": SHA_A, "mode": 420},
                                     {"path": "empty", "size": 0, "sha256": SHA_EMPTY,
@@ -224,7 +226,13 @@ def test_a_large_file_lists_its_chunks() -> None:
         (lambda d: d.replace(b'"seq":3', b'"seq":3.0'), "only integers"),
         (lambda d: d.replace(b'"seq":3', b'"seq":0'), "seq must be an integer 1"),
         (lambda d: d.replace(b'"total_bytes":1', b'"total_bytes":2'), "not the sum"),
-        (lambda d: d.replace(b'"version":1', b'"version":2'), "version"),
+        (lambda d: d.replace(b'"version":2', b'"version":3'), "version"),
+        (lambda d: d.replace(b'"version":2', b'"version":true'), "version"),
+        (lambda d: d.replace(b'"version":2', b'"version":1'), "version 1 manifest is an"),
+        (lambda d: d.replace(b'"parent":null', b'"parent":"ab"'), "parent must be 64"),
+        (lambda d: d.replace(b'"parent":null', b'"parent":1'), "parent must be 64"),
+        (lambda d: d.replace(b'"job":null', b'"job":"0OIl"'), "job must be a base58"),
+        (lambda d: d.replace(b'"job":null,', b''), "exactly the keys"),
         (lambda d: d.replace(b'"a/b.txt"', b'"../b.txt"'), "relative without"),
         (lambda d: d.replace(b'"a/b.txt"', b'"/abs"'), "relative without"),
         (lambda d: d.replace(b'"empty"', b'"a/b.txt/c"'), "both a file and a directory"),
@@ -238,6 +246,46 @@ def test_a_large_file_lists_its_chunks() -> None:
 def test_parse_manifest_accepts_only_canonical_valid_bytes(mutate, needle: str) -> None:
     with pytest.raises(ManifestError, match=needle):
         parse_manifest(mutate(M.canonical_bytes()))
+
+
+JOB_A = "9xQeWvG816bUx9EPjHmaT23yvVM2ZWbrrpZb9PusVFin"
+JOB_B = "4Nd1mBQtrMJVYVfKf2PJy9NZUZdTAsp7D4xWLs4gDB4T"
+
+
+def test_a_manifest_names_its_parent_and_its_job() -> None:
+    child = dataclasses.replace(M, seq=4, parent=M.digest, job=JOB_A)
+    data = child.canonical_bytes()
+    assert json.loads(data)["parent"] == M.digest.hex() and json.loads(data)["job"] == JOB_A
+    assert parse_manifest(data) == child and child.digest != dataclasses.replace(
+        child, job=JOB_B).digest != dataclasses.replace(child, parent=bytes(32)).digest
+    with pytest.raises(ManifestError, match="32-byte manifest digest"):
+        dataclasses.replace(M, parent=b"short").validate()
+
+
+def test_a_version_1_manifest_stays_readable_with_its_digest_and_no_parent() -> None:
+    """Written before manifests named their parent: the same bytes, the same digest (window
+    proofs name it), read as parentless and by no known job; never written again."""
+    v1 = (b'{"created_at":1767225600,"files":[{"mode":420,"path":"a/b.txt","sha256":"'
+          + SHA_A.encode() + b'","size":1}],"seq":3,"total_bytes":1,"version":1}')
+    m = parse_manifest(v1)
+    assert (m.version, m.parent, m.job, m.seq) == (1, None, None, 3)
+    assert m.canonical_bytes() == v1 and m.digest == hashlib.sha256(v1).digest()
+    with pytest.raises(ManifestError, match="names no parent and no job"):
+        dataclasses.replace(m, job=JOB_A).validate()
+    # It is a parent like any other: its child is written as version 2.
+    assert may_write_after(m, m.digest, None)
+    assert not may_write_after(m, M.digest, JOB_A)  # its job is unknown: never "our own"
+
+
+def test_only_the_writer_whose_parent_is_the_newest_may_write_next() -> None:
+    first = dataclasses.replace(M, seq=1, job=JOB_A)
+    second = dataclasses.replace(M, seq=2, parent=first.digest, job=JOB_B)
+    assert may_write_after(None, None, None) and may_write_after(None, first.digest, JOB_A)
+    assert may_write_after(second, second.digest, JOB_A)  # built on the newest
+    assert not may_write_after(second, first.digest, JOB_A)  # built on an older one
+    assert not may_write_after(second, None, JOB_A)  # built on nothing, the store has one
+    assert may_write_after(second, first.digest, JOB_B)  # the newest is its own job's
+    assert not may_write_after(second, first.digest, None)
 
 
 def test_manifest_files_are_sorted_and_unique() -> None:

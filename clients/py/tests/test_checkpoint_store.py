@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -20,8 +21,10 @@ from gpu_market.checkpoint import (
     CheckpointError,
     CheckpointStore,
     CheckpointStoreError,
+    CheckpointSuperseded,
     CheckpointTooLarge,
     Credentials,
+    Manifest,
 )
 from gpu_market.checkpoint_manifest import CHUNK_BYTES, parse_manifest
 
@@ -282,15 +285,117 @@ def test_symlinks_and_fifos_are_skipped_never_followed(s3, tmp_path: Path) -> No
     assert m is not None and [f.path for f in m.files] == ["real"]
 
 
-def test_a_taken_seq_is_never_overwritten(s3, tmp_path: Path) -> None:
-    a, b = _tree(tmp_path / "a", {"x": b"a"}), _tree(tmp_path / "b", {"x": b"b"})
+JOB_A = "9xQeWvG816bUx9EPjHmaT23yvVM2ZWbrrpZb9PusVFin"
+JOB_B = "4Nd1mBQtrMJVYVfKf2PJy9NZUZdTAsp7D4xWLs4gDB4T"
+
+
+def _manifest_keys(s3, store: CheckpointStore) -> list[str]:
+    return [k for k in s3.keys(store.prefix) if "/manifests/" in k]
+
+
+def test_a_stale_writer_never_hides_the_newest_checkpoint(s3, tmp_path: Path) -> None:
+    """Job A syncs 1 and 2, then its worker goes away; job B restores 2 and writes 3; A's
+    late final sync (its old directory) writes nothing and says who moved the store on."""
     config = _config(s3)
-    base = _store(s3, config).upload(a)
-    one = _store(s3, config).upload(b, base)
-    (a / "x").write_bytes(b"a2")
-    two = _store(s3, config).upload(a, base)  # a second writer that also saw seq 1
-    assert one is not None and two is not None and (one.seq, two.seq) == (2, 3)
-    assert _store(s3, config).latest() == two
+    a_dir = _tree(tmp_path / "a", {"n": b"1"})
+    a = _store(s3, config)
+    one = a.upload(a_dir, job=JOB_A)
+    (a_dir / "n").write_bytes(b"2")
+    two = a.upload(a_dir, one, job=JOB_A)
+    assert one is not None and two is not None and (one.seq, two.seq) == (1, 2)
+    assert (one.parent, one.job, two.parent, two.job) == (None, JOB_A, one.digest, JOB_A)
+    b = _store(s3, config)
+    newest = b.latest()
+    assert newest == two
+    b.restore(newest, tmp_path / "b")  # type: ignore[arg-type]
+    (tmp_path / "b" / "n").write_bytes(b"3")
+    three = b.upload(tmp_path / "b", newest, job=JOB_B)
+    assert three is not None and (three.seq, three.parent, three.job) == (3, two.digest, JOB_B)
+    (a_dir / "n").write_bytes(b"2 and a bit")  # what A did after its last sync
+    puts = _count(a, "PutObject")
+    for force in (True, False):
+        with pytest.raises(CheckpointSuperseded, match=rf"^the store moved on \(newer "
+                           rf"checkpoint by job {JOB_B}\)$") as e:
+            a.upload(a_dir, two, force=force, job=JOB_A)
+        assert e.value.job == JOB_B and e.value.newest == three
+    assert puts == []  # refused before any blob was sent
+    with pytest.raises(CheckpointSuperseded):
+        _store(s3, config).upload(a_dir, job=JOB_A)  # built on nothing: refused as well
+    assert len(_manifest_keys(s3, a)) == 3 and _store(s3, config).latest() == three
+
+
+def test_two_writers_on_the_same_parent_exactly_one_wins(s3, tmp_path: Path) -> None:
+    config = _config(s3)
+    base = _store(s3, config).upload(_tree(tmp_path / "base", {"x": b"0"}), job=JOB_A)
+    assert base is not None
+    dirs = {job: _tree(tmp_path / job, {"x": job.encode()}) for job in (JOB_A, JOB_B)}
+    both_checked = threading.Barrier(2, timeout=30)
+    out: dict[str, object] = {}
+
+    def write(job: str) -> None:
+        store = _store(s3, config)
+
+        def hold(params, **_):  # both passed the newest check before either writes
+            if "/manifests/" in params["Key"]:
+                both_checked.wait()
+
+        store.client.meta.events.register("before-parameter-build.s3.PutObject", hold)
+        try:
+            out[job] = store.upload(dirs[job], base, job=job)
+        except CheckpointSuperseded as e:
+            out[job] = e
+
+    threads = [threading.Thread(target=write, args=(job,)) for job in dirs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    won = [r for r in out.values() if not isinstance(r, CheckpointSuperseded)]
+    lost = [r for r in out.values() if isinstance(r, CheckpointSuperseded)]
+    assert len(won) == 1 and len(lost) == 1, out
+    winner = won[0]
+    assert isinstance(winner, Manifest) and winner.seq == 2 and winner.parent == base.digest
+    assert lost[0].job == winner.job and lost[0].newest == winner
+    assert _store(s3, config).latest() == winner
+    assert len([k for k in s3.keys(config.prefix) if "/manifests/" in k]) == 2
+
+
+def test_a_claim_makes_the_restoring_job_the_owner_of_the_line(s3, tmp_path: Path) -> None:
+    config = _config(s3)
+    src = _tree(tmp_path / "a", FILES)
+    a = _store(s3, config)
+    first = a.upload(src, job=JOB_A)
+    assert first is not None
+    b = _store(s3, config)
+    puts = _count(b, "PutObject")
+    claim = b.claim(first, job=JOB_B)
+    assert (claim.seq, claim.files, claim.parent, claim.job) == (2, first.files, first.digest,
+                                                                 JOB_B)
+    assert puts == [f"{config.prefix}/manifests/{2:016d}.json"]  # no blob sent again
+    (src / "state").write_bytes(b"A's late step")
+    with pytest.raises(CheckpointSuperseded, match=f"by job {JOB_B}"):
+        a.upload(src, first, force=True, job=JOB_A)
+    with pytest.raises(CheckpointSuperseded, match=f"by job {JOB_B}"):
+        _store(s3, config).claim(first, job=JOB_A)  # restored before B's claim: restore again
+    assert _store(s3, config).latest() == claim
+
+
+def test_a_job_that_lost_its_record_of_its_own_write_goes_on_after_it(s3, tmp_path) -> None:
+    """A worker killed between a write and noting it locally: the store's newest is its
+    own job's, so it goes on from there (its directory is at least as new)."""
+    src = _tree(tmp_path, {"x": b"1"})
+    store = _store(s3)
+    first = store.upload(src, job=JOB_A)
+    (src / "x").write_bytes(b"2")
+    second = store.upload(src, first, job=JOB_A)
+    assert first is not None and second is not None
+    restarted = _store(s3, store.config)
+    assert restarted.upload(src, first, job=JOB_A) == second  # nothing changed since
+    (src / "x").write_bytes(b"3")
+    third = restarted.upload(src, first, job=JOB_A)
+    assert third is not None and (third.seq, third.parent) == (3, second.digest)
+    with pytest.raises(CheckpointSuperseded):  # another job with that old record: refused
+        _store(s3, store.config).upload(src, first, force=True, job=JOB_B)
 
 
 # ----------------------------------------------------------------------------- latest, restore

@@ -514,7 +514,8 @@ def test_json_lists_every_field_in_rank_order(chain):
         "score": 0.3, "hardware": "unverified", "verified": False, "badge": False,
         "rating": None, "ratings": 0, "verified_hours": 0.0, "jobs_completed": 0, "jobs_failed": 0,
         "slashes": 0, "jailed": False, "workloads": False, "endpoint": "",
-        "online": None, "checked_at": NOW, "last_seen": None, "liveness_error": "",
+        "online": None, "cluster": None, "checked_at": NOW, "last_seen": None,
+        "liveness_error": "",
     }  # fmt: skip
     assert set(rows[1]) == set(a100)
     assert rows[1]["workloads"] is True and rows[1]["score"] == pytest.approx(10 / 12 * 0.6)
@@ -536,13 +537,29 @@ def test_text_table(chain):
     lines = out.splitlines()
     assert lines[0].split() == ["PROVIDER", "GPU", "MODEL", "FREE/TOTAL", "VRAM", "GiB", "REGION",
                                 "PRICE/GPU-H", "STAKE", "SCORE", "VERIFIED", "RATING", "WORKLOADS",
-                                "ONLINE", "LAST", "SEEN"]  # fmt: skip
+                                "ONLINE", "CLUSTER", "LAST", "SEEN"]  # fmt: skip
     assert lines[1].split() == [str(CHAIN[1].address), "NVIDIA", "A100", "2/4", "80", "eu-west",
-                                "1.8", "1000", "0.30", "no", "-", "no", "-", "-"]  # fmt: skip
-    assert lines[2].split()[-9:] == ["us-west", "3.6", "1000", "0.50", "no", "-", "yes", "yes", "now"]
+                                "1.8", "1000", "0.30", "no", "-", "no", "-", "-", "-"]  # fmt: skip
+    assert lines[2].split()[-10:] == ["us-west", "3.6", "1000", "0.50", "no", "-", "yes", "yes",
+                                      "-", "now"]  # fmt: skip
     assert len(lines) == 3
     _, out, _ = gpum("--limit", "1")
     assert out.splitlines()[-1] == "... 1 more offer(s): raise --limit (0 = all)"
+
+
+def test_cluster_says_whether_the_worker_serves_cluster_nodes(chain):
+    chain["live"] = {CHAIN[0].address: Liveness(True, NOW, "", True)}
+    _, out, _ = gpum("--output", "json", "cluster=true")
+    assert [(r["provider"], r["cluster"]) for r in json.loads(out)] == [(str(CHAIN[0].address), True)]
+    _, out, _ = gpum("cluster")
+    assert len(out.splitlines()) == 2 and out.splitlines()[1].split()[-2:] == ["yes", "now"]
+    _, out, _ = gpum("--output", "json", "cluster!=true")  # not probed: no answer either way
+    assert [r["provider"] for r in json.loads(out)] == [str(CHAIN[1].address)]
+    chain["live"] = {CHAIN[0].address: Liveness(True, NOW, "", False)}
+    _, out, _ = gpum("--output", "json", "cluster=false")
+    assert [r["provider"] for r in json.loads(out)] == [str(CHAIN[0].address)]
+    _, out, _ = gpum("cluster=true")
+    assert out.startswith("no offer matches `cluster=true`")
 
 
 def test_no_offers_says_which_clause_removed_them(chain):
@@ -666,10 +683,12 @@ def test_probe_liveness_runs_in_parallel_within_its_total_deadline():
     def handler(request):
         if request.url.host.startswith("slow"):
             release.wait(5)  # a worker that never answers in time
-        return httpx.Response(200, json={"ok": True})
+        if request.url.host == "mesh":
+            return httpx.Response(200, json={"ok": True, "cluster": {"udp_port": 51820}})
+        return httpx.Response(200, json={"ok": True, "cluster": None})
 
     offers = ([offer(n, endpoint=f"http://slow{n}:1") for n in range(1, 5)]
-              + [offer(9, endpoint="http://fast:1"), offer(10)])
+              + [offer(9, endpoint="http://fast:1"), offer(10), offer(11, endpoint="http://mesh:1")])
     with mock_http(handler) as http:
         start = time.monotonic()
         live = probe_liveness(offers, deadline=0.3, total=0.5, parallel=8, http=http,
@@ -677,12 +696,15 @@ def test_probe_liveness_runs_in_parallel_within_its_total_deadline():
         took = time.monotonic() - start
         release.set()
     assert took < 1.5, took  # four stuck probes in parallel, capped by total, not 4 x deadline
-    assert live[offers[4].provider] == Liveness(True, NOW)
+    assert live[offers[4].provider] == Liveness(True, NOW, "", cluster=False)
     assert live[offers[5].provider] == Liveness(None, NOW)
+    assert live[offers[6].provider] == Liveness(True, NOW, "", cluster=True)
     stuck = live[offers[0].provider]
     assert stuck.online is False and "no answer within 0.5 s" in stuck.error
+    assert stuck.cluster is None  # not known: no answer
     ranked = with_liveness(offers, live, last_seen=lambda o: NOW - 600)
-    assert [o.online for o in ranked] == [True, None, False, False, False, False]
+    assert [o.online for o in ranked] == [True, None, True, False, False, False, False]
+    assert [o.cluster for o in ranked][:3] == [False, None, True]
     assert ranked[0].last_seen == NOW and ranked[-1].last_seen == NOW - 600
 
 

@@ -12,6 +12,7 @@ EXPECTED = [
     "ConfirmationTimeout", "GpuMarketClient", "GpuMarketError", "InvalidAccount", "JobView",
     "MarketView", "ProviderView", "RpcUnavailable", "SdkError", "SettleItem",
     "TransactionTooLarge", "ValidatorView", "deploy", "Deployment", "DeployError",
+    "create_cluster", "open_cluster", "Cluster", "ClusterError",
 ]  # fmt: skip
 
 

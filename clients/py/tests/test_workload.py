@@ -97,7 +97,7 @@ def test_public_api_is_pinned():
         assert getattr(workload, name) is not None
     assert workload.WORKLOAD_VERSION == 1 and NO_WORKLOAD == bytes(32)
     assert REQUEST_DOMAIN == b"gpum-workload-request-v1\x00" and REQUEST_MAX_SKEW_S == 300
-    assert workload.ACTIONS == ("deliver", "status", "logs", "exec", "files")
+    assert workload.ACTIONS == ("deliver", "status", "logs", "exec", "files", "mesh")
 
 
 def test_golden_canonical_bytes_and_hash():

@@ -19,11 +19,12 @@ fn main() -> ExitCode {
         .map(PathBuf::from)
         .unwrap_or_else(|_| program.join("../../target"));
     env::set_var("CARGO_TARGET_DIR", target.join("idl"));
-    // PDA resolution is off: Anchor's resolver cannot evaluate seeds spelled with the constants
-    // of `seeds.rs`; clients derive PDAs with their own helpers (clients/py/gpu_market/pda.py).
+    // Resolution on: every PDA account carries its `pda` seeds, program and sysvar accounts
+    // their `address`, and `has_one` targets their `relations`, so Anchor's client (and Codama's
+    // generated one) fill in what the program can derive.
     match anchor_lang_idl::build::IdlBuilder::new()
         .program_path(program)
-        .resolution(false)
+        .resolution(true)
         .build()
     {
         Ok(idl) => {

@@ -40,7 +40,7 @@ pub(super) fn handle(l: &mut Ledger, method: &str, p: &Params<'_>, slot: u64) ->
             check_min_context_slot(cfg.min_context_slot, slot)?;
             let enc = account_encoding(cfg.encoding.as_deref(), AccountEncoding::Binary)?;
             let value = match l.account(&key) {
-                Some(acc) => encode_account(l, &acc, enc, cfg.data_slice)?,
+                Some(acc) => encode_account(l, &key, &acc, enc, cfg.data_slice)?,
                 None => Value::Null,
             };
             Ok(with_context(slot, value))
@@ -59,7 +59,7 @@ pub(super) fn handle(l: &mut Ledger, method: &str, p: &Params<'_>, slot: u64) ->
             for k in &keys {
                 let key = parse_pubkey(k)?;
                 out.push(match l.account(&key) {
-                    Some(acc) => encode_account(l, &acc, enc, cfg.data_slice)?,
+                    Some(acc) => encode_account(l, &key, &acc, enc, cfg.data_slice)?,
                     None => Value::Null,
                 });
             }
@@ -74,7 +74,7 @@ pub(super) fn handle(l: &mut Ledger, method: &str, p: &Params<'_>, slot: u64) ->
             let mut out = Vec::new();
             for (key, acc) in l.program_accounts(&program) {
                 if filters.iter().all(|f| f.matches(&acc)) {
-                    out.push(json!({"pubkey": key.to_string(), "account": encode_account(l, &acc, enc, cfg.account.data_slice)?}));
+                    out.push(json!({"pubkey": key.to_string(), "account": encode_account(l, &key, &acc, enc, cfg.account.data_slice)?}));
                 }
             }
             Ok(if cfg.with_context.unwrap_or(false) { with_context(slot, json!(out)) } else { json!(out) })
@@ -109,7 +109,7 @@ pub(super) fn handle(l: &mut Ledger, method: &str, p: &Params<'_>, slot: u64) ->
             for (key, acc) in l.program_accounts(&program) {
                 let Some(t) = token::parse_token_account(&acc) else { continue };
                 if t.owner == owner && mint.is_none_or(|m| m == t.mint) {
-                    out.push(json!({"pubkey": key.to_string(), "account": encode_account(l, &acc, enc, cfg.data_slice)?}));
+                    out.push(json!({"pubkey": key.to_string(), "account": encode_account(l, &key, &acc, enc, cfg.data_slice)?}));
                 }
             }
             Ok(with_context(slot, json!(out)))

@@ -3,17 +3,24 @@
 use base64::{prelude::BASE64_STANDARD, Engine};
 use serde_json::{json, Value};
 use solana_account::{AccountSharedData, ReadableAccount};
+use solana_account_decoder::{
+    encode_ui_account,
+    parse_account_data::{AccountAdditionalDataV3, SplTokenAdditionalDataV2},
+    parse_token::{get_token_account_mint, is_known_spl_token_id},
+    UiAccountEncoding, UiDataSliceConfig,
+};
 use solana_hash::Hash;
-use solana_message::{compiled_instruction::CompiledInstruction, VersionedMessage};
+use solana_message::{compiled_instruction::CompiledInstruction, AccountKeys, VersionedMessage};
 use solana_pubkey::Pubkey;
 use solana_transaction::versioned::VersionedTransaction;
 use solana_transaction_context::TransactionReturnData;
 use solana_transaction_error::TransactionError;
+use solana_transaction_status::parse_ui_instruction;
 
 use super::params::{AccountEncoding, DataSlice};
 use super::{RpcError, RpcResult, SOLANA_CORE_VERSION};
 use crate::ledger::{Execution, Ledger, TokenBalance, TxRecord};
-use crate::token::{self, TOKEN_PROGRAM};
+use crate::token;
 
 /// Agave's `PACKET_DATA_SIZE`: the largest wire transaction.
 const PACKET_DATA_SIZE: usize = 1232;
@@ -22,47 +29,41 @@ const MAX_BASE64_SIZE: usize = 1644;
 /// Largest account data Agave encodes as base58.
 const MAX_BASE58_BYTES: usize = 128;
 
-/// jsonParsed form of a token account or mint, or None when Agave would fall back to binary.
-pub(crate) fn token_json_parsed(l: &Ledger, acc: &AccountSharedData) -> Option<Value> {
-    let program = if *acc.owner() == TOKEN_PROGRAM { "spl-token" } else { "spl-token-2022" };
-    let parsed = if let Some(t) = token::parse_token_account(acc) {
-        if t.extended {
-            return None;
-        }
-        let decimals = l.mint_decimals(&t.mint)?;
-        let mut info = json!({
-            "isNative": t.is_native.is_some(),
-            "mint": t.mint.to_string(),
-            "owner": t.owner.to_string(),
-            "state": if t.state == 2 { "frozen" } else { "initialized" },
-            "tokenAmount": token::ui_amount(t.amount, decimals),
-        });
-        if let Some(d) = t.delegate {
-            info["delegate"] = json!(d.to_string());
-            info["delegatedAmount"] = token::ui_amount(t.delegated_amount, decimals);
-        }
-        if let Some(r) = t.is_native {
-            info["rentExemptReserve"] = token::ui_amount(r, decimals);
-        }
-        if let Some(c) = t.close_authority {
-            info["closeAuthority"] = json!(c.to_string());
-        }
-        json!({"type": "account", "info": info})
-    } else if let Some(m) = token::parse_mint(acc) {
-        if m.extended {
-            return None;
-        }
-        json!({"type": "mint", "info": {
-            "mintAuthority": m.mint_authority.map(|p| p.to_string()),
-            "supply": m.supply.to_string(),
-            "decimals": m.decimals,
-            "isInitialized": m.is_initialized,
-            "freezeAuthority": m.freeze_authority.map(|p| p.to_string()),
-        }})
-    } else {
-        return None;
+/// What Agave's RPC adds to a token account or mint before parsing it: the mint's decimals and
+/// its interest-bearing / scaled-UI-amount configuration (at the current clock), or None when
+/// the account names no mint this chain holds (Agave then answers base64).
+fn token_additional_data(l: &Ledger, acc: &AccountSharedData) -> Option<AccountAdditionalDataV3> {
+    use spl_token_2022_interface::extension::{
+        interest_bearing_mint::InterestBearingConfig, scaled_ui_amount::ScaledUiAmountConfig,
+        BaseStateWithExtensions, StateWithExtensions,
     };
-    Some(json!({"program": program, "parsed": parsed, "space": acc.data().len()}))
+    use spl_token_2022_interface::state::Mint;
+    let mint_key = get_token_account_mint(acc.data())?;
+    let mint_account = l.account(&mint_key)?;
+    let mint = StateWithExtensions::<Mint>::unpack(mint_account.data()).ok()?;
+    let now = l.svm().get_sysvar::<solana_clock::Clock>().unix_timestamp;
+    Some(AccountAdditionalDataV3 {
+        spl_token_additional_data: Some(SplTokenAdditionalDataV2 {
+            decimals: mint.base.decimals,
+            interest_bearing_config: mint.get_extension::<InterestBearingConfig>().ok().map(|c| (*c, now)),
+            scaled_ui_amount_config: mint.get_extension::<ScaledUiAmountConfig>().ok().map(|c| (*c, now)),
+        }),
+    })
+}
+
+/// The `jsonParsed` form of an account's data, through Agave's own account decoder (SPL Token
+/// and Token-2022 with extensions, sysvars, nonce, stake, vote, config, lookup tables,
+/// upgradeable loader): `{"program", "parsed", "space"}`, or `[base64, "base64"]` where Agave
+/// falls back to binary (unknown owners, a token account whose mint is missing).
+fn json_parsed_data(l: &Ledger, key: &Pubkey, acc: &AccountSharedData, data_slice: Option<DataSlice>) -> Value {
+    let (additional, slice) = if is_known_spl_token_id(acc.owner()) {
+        // Agave parses token accounts whole: dataSlice does not apply to them.
+        (token_additional_data(l, acc), None)
+    } else {
+        (None, data_slice.map(|s| UiDataSliceConfig { offset: s.offset, length: s.length }))
+    };
+    let ui = encode_ui_account(key, acc, UiAccountEncoding::JsonParsed, additional, slice);
+    serde_json::to_value(ui.data).unwrap_or(Value::Null)
 }
 
 pub(crate) fn context(slot: u64) -> Value {
@@ -100,6 +101,7 @@ pub(crate) fn slice(data: &[u8], s: Option<DataSlice>) -> &[u8] {
 
 pub(crate) fn encode_account(
     l: &Ledger,
+    key: &Pubkey,
     acc: &AccountSharedData,
     enc: AccountEncoding,
     data_slice: Option<DataSlice>,
@@ -125,8 +127,7 @@ pub(crate) fn encode_account(
                 .map_err(|e| RpcError::internal(format!("zstd compression failed: {e}")))?;
             json!([BASE64_STANDARD.encode(compressed), "base64+zstd"])
         }
-        AccountEncoding::JsonParsed => token_json_parsed(l, acc)
-            .unwrap_or_else(|| json!([BASE64_STANDARD.encode(data), "base64"])),
+        AccountEncoding::JsonParsed => json_parsed_data(l, key, acc, data_slice),
     };
     Ok(json!({
         "data": encoded,
@@ -194,14 +195,13 @@ pub(crate) fn compiled_ix_json(ix: &CompiledInstruction, stack_height: Option<u3
     })
 }
 
+/// An instruction in `jsonParsed` form, as Agave answers it: parsed by Agave's parsers where the
+/// program is one they know (System, SPL Token/Token-2022, ATA, Memo, stake, vote, loaders,
+/// lookup tables) and the data is valid for it, else partially decoded (`programId`,
+/// `accounts`, `data`).
 pub(crate) fn parsed_ix_json(ix: &CompiledInstruction, keys: &[Pubkey], stack_height: Option<u32>) -> Value {
-    let key = |i: u8| keys.get(i as usize).map(|k| k.to_string()).unwrap_or_default();
-    json!({
-        "programId": key(ix.program_id_index),
-        "accounts": ix.accounts.iter().map(|i| key(*i)).collect::<Vec<_>>(),
-        "data": bs58::encode(&ix.data).into_string(),
-        "stackHeight": stack_height,
-    })
+    serde_json::to_value(parse_ui_instruction(ix, &AccountKeys::new(keys, None), stack_height))
+        .unwrap_or(Value::Null)
 }
 
 pub(crate) fn lookups_json(message: &VersionedMessage) -> Option<Value> {

@@ -91,7 +91,7 @@ pub(super) fn handle(l: &mut Ledger, method: &str, p: &Params<'_>, slot: u64) ->
                         let post = ex.post_accounts.iter().find(|(k, _)| *k == key).map(|(_, a)| a.clone());
                         let acc = post.or_else(|| l.account(&key)).filter(|a| a.lamports() > 0);
                         out.push(match acc {
-                            Some(acc) => encode_account(l, &acc, enc, None)?,
+                            Some(acc) => encode_account(l, &key, &acc, enc, None)?,
                             None => Value::Null,
                         });
                     }

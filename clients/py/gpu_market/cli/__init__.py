@@ -13,7 +13,8 @@ see one for unexpected errors).
 One module per command group, as ``gpum --help`` lists them:
 
 - :mod:`~gpu_market.cli.market`: ``gpum market ...`` (create, inspect, govern a market);
-- :mod:`~gpu_market.cli.provider`: ``gpum provider ...``;
+- :mod:`~gpu_market.cli.provider`: ``gpum provider ...``; ``provider init`` (onboarding a GPU
+  machine) and ``provider reprice`` (auto-pricing) in :mod:`~gpu_market.cli.provider_init`;
 - :mod:`~gpu_market.cli.validator`: ``gpum validator ...``;
 - :mod:`~gpu_market.cli.job`: ``gpum job ...`` and the committee choice of ``job create``;
   its workload commands (``job deliver``, ``job logs``, the ``--image`` options) are in
@@ -26,6 +27,7 @@ One module per command group, as ``gpum --help`` lists them:
   templates``, in :mod:`~gpu_market.cli.task_file`; ``--managed`` and the checkpoint options,
   ``job watch --managed``, ``job migrate`` and what ``job status/list/stop/watch`` show or do
   for a managed job in :mod:`~gpu_market.cli.managed`;
+- :mod:`~gpu_market.cli.cluster`: ``gpum cluster ...`` (several nodes on one private network);
 - :mod:`~gpu_market.cli.base`: what they all share (common options and :class:`Env`, argument
   types, ``--output`` formatting, keypair and URL resolution, small chain reads).
 
@@ -49,7 +51,7 @@ import os
 
 import click
 
-from . import job, market, offers, provider, run, task_file, validator
+from . import cluster, job, market, offers, provider, provider_init, run, task_file, validator
 from .base import Env, common, load_keypair, one_line, resolve_url
 
 __all__ = ["cli", "load_keypair", "main", "resolve_url"]
@@ -63,11 +65,14 @@ def cli(env: Env) -> None:
 
 cli.add_command(market.market)
 cli.add_command(provider.provider)
+provider.provider.add_command(provider_init.provider_init)
+provider.provider.add_command(provider_init.provider_reprice)
 cli.add_command(validator.validator)
 cli.add_command(job.job)
 cli.add_command(offers.offers)
 cli.add_command(run.run)
 cli.add_command(task_file.templates)
+cli.add_command(cluster.cluster)
 
 
 PROGRAM_ERROR_HINTS = {

@@ -70,6 +70,7 @@ def offer_row(o: Offer, payment_decimals: int, stake_decimals: int) -> dict[str,
         "workloads": o.runs_workloads,
         "endpoint": o.endpoint,
         "online": o.online,
+        "cluster": o.cluster,
         "checked_at": o.checked_at,
         "last_seen": o.last_seen,
         "liveness_error": o.liveness_error,
@@ -109,6 +110,10 @@ def rating_text(o: Offer) -> str:
     return "-" if o.rating is None else f"{o.rating:.1f} ({o.ratings})"
 
 
+def _yes_no(flag: bool | None) -> str:
+    return "-" if flag is None else ("yes" if flag else "no")
+
+
 def _gib(mib: int) -> str:
     return f"{mib / 1024:.1f}".removesuffix(".0")
 
@@ -118,13 +123,13 @@ def _table(rows: Sequence[Offer], payment_decimals: int, stake_decimals: int,
     """Aligned text lines: a header and one line per offer, in order."""
     now_ = time.time() if now_ is None else now_
     header = ("PROVIDER", "GPU MODEL", "FREE/TOTAL", "VRAM GiB", "REGION", "PRICE/GPU-H",
-              "STAKE", "SCORE", "VERIFIED", "RATING", "WORKLOADS", "ONLINE", "LAST SEEN")  # fmt: skip
+              "STAKE", "SCORE", "VERIFIED", "RATING", "WORKLOADS", "ONLINE", "CLUSTER", "LAST SEEN")  # fmt: skip
     cells = [header] + [
         (str(o.provider), o.gpu_model or "-", f"{o.gpus_free}/{o.gpus_total}", _gib(o.vram_mib),
          o.region or "-", format_ui_amount(o.price_per_gpu_hour(), payment_decimals),
          format_ui_amount(o.stake, stake_decimals), f"{o.score:.2f}", verified_text(o),
          rating_text(o), "yes" if o.runs_workloads else "no",
-         "-" if o.online is None else ("yes" if o.online else "no"), seen_text(o, now_))
+         _yes_no(o.online), _yes_no(o.cluster), seen_text(o, now_))
         for o in rows
     ]  # fmt: skip
     widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
@@ -175,7 +180,8 @@ def offers(env: Env, market: Pubkey, query: tuple[str, ...], sort: str, limit: i
 
     Every provider's worker is asked GET /v1/health (3 s each, 5 s in all, in parallel):
     one that does not answer is offline, hidden unless --all, and ranked last. ONLINE is
-    yes / no / - (no worker endpoint: rents bare GPUs); LAST SEEN is "now", the end of the
+    yes / no / - (no worker endpoint: rents bare GPUs); CLUSTER is yes / no / - (not
+    known: the worker did not answer) for serving cluster nodes; LAST SEEN is "now", the end of the
     last window its committee settled on chain ("2026-11-27 13:40 UTC (12 min ago)"), or
     "never".
 
@@ -197,6 +203,8 @@ def offers(env: Env, market: Pubkey, query: tuple[str, ...], sort: str, limit: i
       jobs_completed, jobs_failed, slashes   whole numbers
       workloads       true/false: publishes a worker endpoint (runs containers)
       online          true/false: the worker answered its health probe; alone = true
+      cluster         true/false: the worker serves cluster nodes (`gpum cluster
+                      create`: it has a UDP port for the mesh); alone = true
       verified        true/false: a quorum of validators verified the GPUs (model,
                       count, VRAM) and nothing changed since; alone = true
       badge           true/false: verified and no slash for the market's

@@ -12,6 +12,7 @@ use crate::state::{Job, JobStatus, Market, Provider};
 pub struct RefundJob<'info> {
     /// The job's user.
     pub signer: Signer<'info>,
+    #[cfg_attr(feature = "idl-build", account(has_one = payment_mint))]
     pub market: Box<Account<'info, Market>>,
     #[account(mut, has_one = market @ GpuMarketError::ProviderMarketMismatch)]
     pub provider: Box<Account<'info, Provider>>,

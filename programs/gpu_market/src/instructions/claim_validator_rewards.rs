@@ -14,16 +14,25 @@ use crate::state::{Market, Validator};
 pub struct ClaimValidatorRewards<'info> {
     pub authority: Signer<'info>,
     #[account(mut)]
+    #[cfg_attr(feature = "idl-build", account(has_one = payment_mint))]
     pub market: Box<Account<'info, Market>>,
     #[account(
         mut,
         has_one = authority @ GpuMarketError::NotAValidator,
         has_one = market @ GpuMarketError::NotAValidator,
     )]
+    #[cfg_attr(feature = "idl-build", account(
+        seeds = [crate::seeds::VALIDATOR, market.key().as_ref(), authority.key().as_ref()],
+        bump = validator.bump,
+    ))]
     pub validator: Box<Account<'info, Validator>>,
     #[account(address = market.payment_mint @ GpuMarketError::InvalidMint)]
     pub payment_mint: Box<Account<'info, Mint>>,
     #[account(mut, address = market.fee_vault @ GpuMarketError::InvalidFeeVault)]
+    #[cfg_attr(feature = "idl-build", account(
+        seeds = [crate::seeds::FEE_VAULT, market.key().as_ref()],
+        bump = market.fee_vault_bump,
+    ))]
     pub fee_vault: Box<Account<'info, TokenAccount>>,
     #[account(
         mut,

@@ -24,6 +24,7 @@ use crate::state::{ClosedJob, Job, JobStatus, Market, Provider};
 pub struct CloseJob<'info> {
     #[account(mut)]
     pub user: Signer<'info>,
+    #[cfg_attr(feature = "idl-build", account(has_one = payment_mint))]
     pub market: Box<Account<'info, Market>>,
     #[account(mut, has_one = market @ GpuMarketError::ProviderMarketMismatch)]
     pub provider: Box<Account<'info, Provider>>,

@@ -29,6 +29,7 @@ pub struct CreateJob<'info> {
     #[account(mut)]
     pub user: Signer<'info>,
     #[account(mut, constraint = !market.paused @ GpuMarketError::MarketPaused)]
+    #[cfg_attr(feature = "idl-build", account(has_one = payment_mint))]
     pub market: Box<Account<'info, Market>>,
     #[account(mut, has_one = market @ GpuMarketError::ProviderMarketMismatch)]
     pub provider: Box<Account<'info, Provider>>,

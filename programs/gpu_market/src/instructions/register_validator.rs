@@ -15,6 +15,7 @@ pub struct RegisterValidator<'info> {
     #[account(mut)]
     pub authority: Signer<'info>,
     #[account(mut, constraint = !market.paused @ GpuMarketError::MarketPaused)]
+    #[cfg_attr(feature = "idl-build", account(has_one = stake_mint))]
     pub market: Box<Account<'info, Market>>,
     #[account(
         init,
@@ -29,6 +30,10 @@ pub struct RegisterValidator<'info> {
     #[account(mut, constraint = authority_stake_account.mint == stake_mint.key() @ GpuMarketError::InvalidMint)]
     pub authority_stake_account: Box<Account<'info, TokenAccount>>,
     #[account(mut, address = market.stake_vault @ GpuMarketError::InvalidStakeVault)]
+    #[cfg_attr(feature = "idl-build", account(
+        seeds = [crate::seeds::STAKE_VAULT, market.key().as_ref()],
+        bump = market.stake_vault_bump,
+    ))]
     pub stake_vault: Box<Account<'info, TokenAccount>>,
     pub token_program: Program<'info, Token>,
     pub system_program: Program<'info, System>,

@@ -18,6 +18,10 @@ pub struct RequestUnstake<'info> {
         has_one = owner @ GpuMarketError::NotProviderSigner,
         has_one = market @ GpuMarketError::ProviderMarketMismatch,
     )]
+    #[cfg_attr(feature = "idl-build", account(
+        seeds = [crate::seeds::PROVIDER, market.key().as_ref(), owner.key().as_ref()],
+        bump = provider.bump,
+    ))]
     pub provider: Box<Account<'info, Provider>>,
 }
 

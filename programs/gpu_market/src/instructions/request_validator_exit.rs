@@ -19,6 +19,10 @@ pub struct RequestValidatorExit<'info> {
         has_one = authority @ GpuMarketError::NotAValidator,
         has_one = market @ GpuMarketError::NotAValidator,
     )]
+    #[cfg_attr(feature = "idl-build", account(
+        seeds = [crate::seeds::VALIDATOR, market.key().as_ref(), authority.key().as_ref()],
+        bump = validator.bump,
+    ))]
     pub validator: Box<Account<'info, Validator>>,
 }
 

@@ -44,12 +44,17 @@ use crate::state::{Job, JobStatus, Market, Provider, Validator};
 pub struct Settle<'info> {
     pub validator_authority: Signer<'info>,
     #[account(mut)]
+    #[cfg_attr(feature = "idl-build", account(has_one = payment_mint))]
     pub market: Box<Account<'info, Market>>,
     #[account(
         mut,
         constraint = validator.authority == validator_authority.key() @ GpuMarketError::NotAValidator,
         constraint = validator.market == market.key() @ GpuMarketError::NotAValidator,
     )]
+    #[cfg_attr(feature = "idl-build", account(
+        seeds = [crate::seeds::VALIDATOR, market.key().as_ref(), validator_authority.key().as_ref()],
+        bump = validator.bump,
+    ))]
     pub validator: Box<Account<'info, Validator>>,
     #[account(mut, has_one = market @ GpuMarketError::ProviderMarketMismatch)]
     pub provider: Box<Account<'info, Provider>>,
@@ -69,6 +74,10 @@ pub struct Settle<'info> {
     )]
     pub provider_payment_account: Box<Account<'info, TokenAccount>>,
     #[account(mut, address = market.fee_vault @ GpuMarketError::InvalidFeeVault)]
+    #[cfg_attr(feature = "idl-build", account(
+        seeds = [crate::seeds::FEE_VAULT, market.key().as_ref()],
+        bump = market.fee_vault_bump,
+    ))]
     pub fee_vault: Box<Account<'info, TokenAccount>>,
     #[account(mut, address = market.payment_mint @ GpuMarketError::InvalidMint)]
     pub payment_mint: Box<Account<'info, Mint>>,

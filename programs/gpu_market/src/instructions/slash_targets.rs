@@ -16,6 +16,7 @@ use crate::state::{Job, JobStatus, Market, Provider};
 #[derive(Accounts)]
 pub struct SlashTargets<'info> {
     #[account(mut)]
+    #[cfg_attr(feature = "idl-build", account(has_one = stake_mint))]
     pub market: Box<Account<'info, Market>>,
     #[account(mut, has_one = market @ GpuMarketError::ProviderMarketMismatch)]
     pub provider: Box<Account<'info, Provider>>,
@@ -28,6 +29,10 @@ pub struct SlashTargets<'info> {
     #[account(mut, address = market.stake_mint @ GpuMarketError::InvalidMint)]
     pub stake_mint: Box<Account<'info, Mint>>,
     #[account(mut, address = market.stake_vault @ GpuMarketError::InvalidStakeVault)]
+    #[cfg_attr(feature = "idl-build", account(
+        seeds = [crate::seeds::STAKE_VAULT, market.key().as_ref()],
+        bump = market.stake_vault_bump,
+    ))]
     pub stake_vault: Box<Account<'info, TokenAccount>>,
     /// Receives the reporter reward; any stake-mint account.
     #[account(mut, constraint = reporter_stake_account.mint == market.stake_mint @ GpuMarketError::InvalidMint)]

@@ -31,6 +31,7 @@ pub struct SlashValidatorEquivocation<'info> {
     #[account(mut)]
     pub reporter: Signer<'info>,
     #[account(mut)]
+    #[cfg_attr(feature = "idl-build", account(has_one = stake_mint))]
     pub market: Box<Account<'info, Market>>,
     #[account(has_one = market @ GpuMarketError::JobMarketMismatch)]
     pub job: Box<Account<'info, Job>>,
@@ -39,6 +40,10 @@ pub struct SlashValidatorEquivocation<'info> {
     #[account(mut, address = market.stake_mint @ GpuMarketError::InvalidMint)]
     pub stake_mint: Box<Account<'info, Mint>>,
     #[account(mut, address = market.stake_vault @ GpuMarketError::InvalidStakeVault)]
+    #[cfg_attr(feature = "idl-build", account(
+        seeds = [crate::seeds::STAKE_VAULT, market.key().as_ref()],
+        bump = market.stake_vault_bump,
+    ))]
     pub stake_vault: Box<Account<'info, TokenAccount>>,
     /// Receives the reporter reward; any stake-mint account.
     #[account(mut, constraint = reporter_stake_account.mint == market.stake_mint @ GpuMarketError::InvalidMint)]

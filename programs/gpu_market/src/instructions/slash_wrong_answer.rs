@@ -37,12 +37,17 @@ pub struct SlashWrongAnswer<'info> {
     #[account(mut)]
     pub reporter: Signer<'info>,
     #[account(mut)]
+    #[cfg_attr(feature = "idl-build", account(has_one = stake_mint))]
     pub market: Box<Account<'info, Market>>,
     #[account(mut, has_one = market @ GpuMarketError::ProviderMarketMismatch)]
     pub provider: Box<Account<'info, Provider>>,
     #[account(mut, address = market.stake_mint @ GpuMarketError::InvalidMint)]
     pub stake_mint: Box<Account<'info, Mint>>,
     #[account(mut, address = market.stake_vault @ GpuMarketError::InvalidStakeVault)]
+    #[cfg_attr(feature = "idl-build", account(
+        seeds = [crate::seeds::STAKE_VAULT, market.key().as_ref()],
+        bump = market.stake_vault_bump,
+    ))]
     pub stake_vault: Box<Account<'info, TokenAccount>>,
     #[account(
         init,

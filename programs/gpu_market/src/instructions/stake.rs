@@ -13,18 +13,27 @@ use crate::state::{Market, Provider};
 pub struct Stake<'info> {
     pub owner: Signer<'info>,
     #[account(mut)]
+    #[cfg_attr(feature = "idl-build", account(has_one = stake_mint))]
     pub market: Box<Account<'info, Market>>,
     #[account(
         mut,
         has_one = market @ GpuMarketError::ProviderMarketMismatch,
         has_one = owner @ GpuMarketError::NotProviderSigner,
     )]
+    #[cfg_attr(feature = "idl-build", account(
+        seeds = [crate::seeds::PROVIDER, market.key().as_ref(), owner.key().as_ref()],
+        bump = provider.bump,
+    ))]
     pub provider: Box<Account<'info, Provider>>,
     #[account(address = market.stake_mint @ GpuMarketError::InvalidMint)]
     pub stake_mint: Box<Account<'info, Mint>>,
     #[account(mut, constraint = owner_stake_account.mint == stake_mint.key() @ GpuMarketError::InvalidMint)]
     pub owner_stake_account: Box<Account<'info, TokenAccount>>,
     #[account(mut, address = market.stake_vault @ GpuMarketError::InvalidStakeVault)]
+    #[cfg_attr(feature = "idl-build", account(
+        seeds = [crate::seeds::STAKE_VAULT, market.key().as_ref()],
+        bump = market.stake_vault_bump,
+    ))]
     pub stake_vault: Box<Account<'info, TokenAccount>>,
     pub token_program: Program<'info, Token>,
 }

@@ -11,10 +11,15 @@ use crate::state::Market;
 /// of the market's treasury account. Booked stake never moves here.
 #[derive(Accounts)]
 pub struct SweepVault<'info> {
+    #[cfg_attr(feature = "idl-build", account(has_one = stake_mint, has_one = treasury))]
     pub market: Box<Account<'info, Market>>,
     #[account(address = market.stake_mint @ GpuMarketError::InvalidMint)]
     pub stake_mint: Box<Account<'info, Mint>>,
     #[account(mut, address = market.stake_vault @ GpuMarketError::InvalidStakeVault)]
+    #[cfg_attr(feature = "idl-build", account(
+        seeds = [crate::seeds::STAKE_VAULT, market.key().as_ref()],
+        bump = market.stake_vault_bump,
+    ))]
     pub stake_vault: Box<Account<'info, TokenAccount>>,
     #[account(address = market.treasury @ GpuMarketError::InvalidTreasury)]
     pub treasury: Box<Account<'info, TokenAccount>>,

@@ -13,6 +13,7 @@ use crate::state::{Job, JobStatus, Market};
 #[derive(Accounts)]
 pub struct TopUp<'info> {
     pub user: Signer<'info>,
+    #[cfg_attr(feature = "idl-build", account(has_one = payment_mint))]
     pub market: Box<Account<'info, Market>>,
     #[account(
         mut,

@@ -11,10 +11,15 @@ use crate::state::Market;
 /// on the treasury account: if it is closed or frozen, only this waits for `set_treasury`.
 #[derive(Accounts)]
 pub struct WithdrawFees<'info> {
+    #[cfg_attr(feature = "idl-build", account(has_one = payment_mint, has_one = treasury))]
     pub market: Box<Account<'info, Market>>,
     #[account(address = market.payment_mint @ GpuMarketError::InvalidMint)]
     pub payment_mint: Box<Account<'info, Mint>>,
     #[account(mut, address = market.fee_vault @ GpuMarketError::InvalidFeeVault)]
+    #[cfg_attr(feature = "idl-build", account(
+        seeds = [crate::seeds::FEE_VAULT, market.key().as_ref()],
+        bump = market.fee_vault_bump,
+    ))]
     pub fee_vault: Box<Account<'info, TokenAccount>>,
     #[account(mut, address = market.treasury @ GpuMarketError::InvalidTreasury)]
     pub treasury: Box<Account<'info, TokenAccount>>,

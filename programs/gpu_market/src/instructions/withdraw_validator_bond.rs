@@ -17,6 +17,7 @@ pub struct WithdrawValidatorBond<'info> {
     #[account(mut)]
     pub authority: Signer<'info>,
     #[account(mut)]
+    #[cfg_attr(feature = "idl-build", account(has_one = stake_mint))]
     pub market: Box<Account<'info, Market>>,
     #[account(
         mut,
@@ -24,10 +25,18 @@ pub struct WithdrawValidatorBond<'info> {
         has_one = authority @ GpuMarketError::NotAValidator,
         has_one = market @ GpuMarketError::NotAValidator,
     )]
+    #[cfg_attr(feature = "idl-build", account(
+        seeds = [crate::seeds::VALIDATOR, market.key().as_ref(), authority.key().as_ref()],
+        bump = validator.bump,
+    ))]
     pub validator: Box<Account<'info, Validator>>,
     #[account(address = market.stake_mint @ GpuMarketError::InvalidMint)]
     pub stake_mint: Box<Account<'info, Mint>>,
     #[account(mut, address = market.stake_vault @ GpuMarketError::InvalidStakeVault)]
+    #[cfg_attr(feature = "idl-build", account(
+        seeds = [crate::seeds::STAKE_VAULT, market.key().as_ref()],
+        bump = market.stake_vault_bump,
+    ))]
     pub stake_vault: Box<Account<'info, TokenAccount>>,
     #[account(
         mut,

@@ -1,0 +1,177 @@
+"""The local record of your clusters: each cluster's name, id and, by rank, its node jobs (the
+chain knows only K separate jobs).
+
+One JSON file, ``clusters.json``, next to the job history (``$GPUM_DATA_DIR``, else
+``$XDG_DATA_HOME/gpum``, else ``~/.local/share/gpum``; :func:`gpu_market.job_history.history_path`).
+A cluster is recorded, with the job address of every rank, before its first job is created, so
+a cluster whose creation was interrupted can still be found and taken down. Writes are atomic
+(a temporary file renamed over the old one) under an advisory lock, so two ``gpum`` processes
+never lose each other's records. Each record names the RPC URL it lives on; a name is unique
+among the clusters of one URL that are not down.
+
+Amounts are payment-mint base units and times Unix seconds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+__all__ = ["CLUSTERS_FILE", "ClusterRecord", "ClusterStore", "NodeRecord", "StoreError",
+           "clusters_path"]  # fmt: skip
+
+CLUSTERS_FILE = "clusters.json"
+VERSION = 1
+STATES = ("starting", "running", "failed", "down")
+"""``starting``: jobs being created and joined; ``running``: every node ran once; ``failed``:
+the gang did not start (its jobs released); ``down``: taken down by the user."""
+
+
+class StoreError(ValueError):
+    """A cluster name or reference that cannot be used, or an unreadable file (one line saying
+    what to do)."""
+
+
+def clusters_path() -> Path:
+    from .job_history import history_path
+
+    return history_path().parent / CLUSTERS_FILE
+
+
+@dataclass(frozen=True)
+class NodeRecord:
+    """Node ``rank``: its job (address and id), provider, worker endpoint, the workload hash
+    its job was created with, and its deposit."""
+
+    rank: int
+    job: str
+    job_id: int
+    provider: str
+    worker_endpoint: str
+    workload_hash: str
+    deposit: int
+
+
+@dataclass(frozen=True)
+class ClusterRecord:
+    id: str
+    name: str
+    url: str
+    market: str
+    user: str
+    created_at: int
+    gpu_model: str
+    gpus_per_node: int
+    seconds: int
+    template: str | None
+    nodes: tuple[NodeRecord, ...]
+    state: str = "starting"
+    error: str | None = None
+    receipts: dict[str, Any] = field(default_factory=dict)
+    """Receipts by rank (as ``Receipt.as_dict``) once the cluster is down."""
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["nodes"] = [asdict(n) for n in self.nodes]
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ClusterRecord:
+        nodes = tuple(NodeRecord(**n) for n in d.get("nodes", ()))
+        return cls(**{**d, "nodes": nodes})
+
+
+class ClusterStore:
+    """The record file at ``path`` (default :func:`clusters_path`)."""
+
+    def __init__(self, path: Path | str | None = None) -> None:
+        self.path = Path(path) if path is not None else clusters_path()
+
+    def _read(self) -> dict[str, Any]:
+        try:
+            data = json.loads(self.path.read_text())
+        except (FileNotFoundError, NotADirectoryError):
+            return {"version": VERSION, "clusters": {}}
+        except (OSError, ValueError) as e:
+            raise StoreError(f"cannot read the cluster record {self.path} ({e}): fix or move it "
+                             "away") from None  # fmt: skip
+        if not isinstance(data, dict) or not isinstance(data.get("clusters"), dict):
+            raise StoreError(f"{self.path} is not a gpum cluster record: move it away")
+        return data
+
+    @contextlib.contextmanager
+    def _update(self) -> Iterator[dict[str, Any]]:
+        import fcntl
+
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            lock = open(self.path.with_suffix(".lock"), "a")  # noqa: SIM115 - held for the block
+        except OSError as e:
+            raise StoreError(f"cannot write the cluster record in {self.path.parent} "
+                             f"({e.strerror}): set GPUM_DATA_DIR to a writable folder") from None  # fmt: skip
+        with lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            data = self._read()
+            yield data
+            tmp = self.path.with_suffix(f".tmp{os.getpid()}")
+            try:
+                tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
+                os.replace(tmp, self.path)
+            except OSError as e:
+                raise StoreError(f"cannot write the cluster record {self.path} ({e.strerror}): "
+                                 "set GPUM_DATA_DIR to a writable folder") from None  # fmt: skip
+
+    def records(self, url: str | None = None, user: str | None = None) -> list[ClusterRecord]:
+        """Every record (of ``url`` and ``user`` when given), oldest first."""
+        out = [ClusterRecord.from_dict(r) for r in self._read()["clusters"].values()]
+        out = [r for r in out if (url is None or r.url == url) and (user is None or r.user == user)]
+        return sorted(out, key=lambda r: (r.created_at, r.id))
+
+    def check_name_free(self, name: str, url: str) -> None:
+        """StoreError unless ``name`` is a valid name no cluster of ``url`` still up holds."""
+        from .job_history import HistoryError, check_name
+
+        try:
+            check_name(name)
+        except HistoryError as e:
+            raise StoreError(str(e).replace("job name", "cluster name")) from None
+        for r in self.records(url):
+            if r.name == name and r.state != "down":
+                raise StoreError(f"cluster name {name!r} is taken by cluster {r.id} "
+                                 f"({r.state}): pick another name, or `gpum cluster down {name}`")  # fmt: skip
+
+    def find(self, ref: str, url: str) -> ClusterRecord:
+        """The cluster ``ref`` names on ``url``: by name (one not down first, else the newest),
+        else by id or a unique id prefix of at least 4 digits; StoreError otherwise."""
+        ref = ref.strip()
+        records = self.records(url)
+        named = [r for r in records if r.name == ref]
+        if named:
+            up = [r for r in named if r.state != "down"]
+            return (up or named)[-1]
+        by_id = [r for r in records if len(ref) >= 4 and r.id.startswith(ref.lower())]
+        if len(by_id) == 1:
+            return by_id[0]
+        if len(by_id) > 1:
+            raise StoreError(f"{ref!r} starts {len(by_id)} cluster ids: give more of it")
+        raise StoreError(f"no cluster named {ref!r} on {url} in {self.path}: see `gpum cluster "
+                         "list`")  # fmt: skip
+
+    def save(self, record: ClusterRecord) -> None:
+        with self._update() as data:
+            data["clusters"][record.id] = record.as_dict()
+
+    def update(self, cluster_id: str, **fields: Any) -> ClusterRecord:
+        """The record of ``cluster_id`` with ``fields`` replaced, written back."""
+        with self._update() as data:
+            old = data["clusters"].get(cluster_id)
+            if old is None:
+                raise StoreError(f"no cluster {cluster_id} in {self.path}")
+            new = replace(ClusterRecord.from_dict(old), **fields)
+            data["clusters"][cluster_id] = new.as_dict()
+            return new

@@ -1,0 +1,3 @@
+pub mod accounts;
+pub mod error;
+pub mod program;
