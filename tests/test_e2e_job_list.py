@@ -1,7 +1,8 @@
 """``gpum job list``, job names and ``gpum job stop`` end to end: the local chain, a real
 worker with podman + runc, a real validator node, and the user driving the ``gpum`` CLI.
 
-One module-wide network: ``gpum-localnet``, a market with 2 s windows (a grace of 8 s),
+One module-wide network: ``gpum-localnet``, a market with 2 s windows (a grace of 14 s: the validator settles a finished job's last
+windows within it even on a loaded machine),
 provider P (4 simulated GPUs, price 0.001 per GPU-second; its worker serves its API and runs
 podman), one validator node V (the default committee). The user's job history lives in the
 module's tmp dir (``GPUM_DATA_DIR``).
@@ -43,7 +44,7 @@ def net(tmp_path_factory: pytest.TempPathFactory,
         market_factory: Callable[..., Market]) -> Iterator[Net]:  # fmt: skip
     workdir: Path = tmp_path_factory.mktemp("job-list")
     m = market_factory(workdir, ["owner", "idle", "user", "validator", "worker"], {
-        "window_seconds": WINDOW, "max_missed_windows": 2, "min_stake_per_gpu": 100,
+        "window_seconds": WINDOW, "max_missed_windows": 5, "min_stake_per_gpu": 100,
         "validator_min_bond": 100, "unbonding_seconds": 0},
         stake={"owner": 10_000 * 10**6, "idle": 10_000 * 10**6, "validator": 10_000 * 10**6},
         payment={"user": 1_000 * 10**6})  # fmt: skip
