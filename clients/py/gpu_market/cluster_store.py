@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -104,27 +102,11 @@ class ClusterStore:
             raise StoreError(f"{self.path} is not a gpum cluster record: move it away")
         return data
 
-    @contextlib.contextmanager
-    def _update(self) -> Iterator[dict[str, Any]]:
-        import fcntl
+    def _update(self) -> contextlib.AbstractContextManager[dict[str, Any]]:
+        """The record, locked for a read-modify-write; written back atomically on exit."""
+        from .job_history import locked_json_update
 
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            lock = open(self.path.with_suffix(".lock"), "a")  # noqa: SIM115 - held for the block
-        except OSError as e:
-            raise StoreError(f"cannot write the cluster record in {self.path.parent} "
-                             f"({e.strerror}): set GPUM_DATA_DIR to a writable folder") from None  # fmt: skip
-        with lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            data = self._read()
-            yield data
-            tmp = self.path.with_suffix(f".tmp{os.getpid()}")
-            try:
-                tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
-                os.replace(tmp, self.path)
-            except OSError as e:
-                raise StoreError(f"cannot write the cluster record {self.path} ({e.strerror}): "
-                                 "set GPUM_DATA_DIR to a writable folder") from None  # fmt: skip
+        return locked_json_update(self.path, self._read, "the cluster record", StoreError)
 
     def records(self, url: str | None = None, user: str | None = None) -> list[ClusterRecord]:
         """Every record (of ``url`` and ``user`` when given), oldest first."""

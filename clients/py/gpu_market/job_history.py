@@ -123,6 +123,33 @@ def receipt_of(job: Any, refunded_now: int) -> Receipt:
                    donations=max(0, refunded_now - booked))  # fmt: skip
 
 
+@contextlib.contextmanager
+def locked_json_update(path: Path, read: Callable[[], dict[str, Any]], what: str,
+                       error: type[Exception]) -> Iterator[dict[str, Any]]:
+    """``read()`` under an exclusive lock on ``path``'s ``.lock`` file, yielded for a
+    read-modify-write and written back atomically (temporary file, ``os.replace``) on exit;
+    ``error`` naming ``what`` (e.g. "the job history") when the folder is not writable."""
+    import fcntl
+
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        lock = open(path.with_suffix(".lock"), "a")  # noqa: SIM115 - held for the block
+    except OSError as e:
+        raise error(f"cannot write {what} in {path.parent} ({e.strerror}): set GPUM_DATA_DIR "
+                    "to a writable folder") from None  # fmt: skip
+    with lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        data = read()
+        yield data
+        tmp = path.with_suffix(f".tmp{os.getpid()}")
+        try:
+            tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
+            os.replace(tmp, path)
+        except OSError as e:
+            raise error(f"cannot write {what} {path} ({e.strerror}): set GPUM_DATA_DIR to a "
+                        "writable folder") from None  # fmt: skip
+
+
 class JobHistory:
     """The history file at ``path`` (default :func:`history_path`)."""
 
@@ -143,28 +170,9 @@ class JobHistory:
             raise HistoryError(f"{self.path} is not a gpum job history: move it away")
         return data
 
-    @contextlib.contextmanager
-    def _update(self) -> Iterator[dict[str, Any]]:
+    def _update(self) -> contextlib.AbstractContextManager[dict[str, Any]]:
         """The history, locked for a read-modify-write; written back atomically on exit."""
-        import fcntl
-
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            lock = open(self.path.with_suffix(".lock"), "a")  # noqa: SIM115 - held for the block
-        except OSError as e:
-            raise HistoryError(f"cannot write the job history in {self.path.parent} ({e.strerror}): "
-                               "set GPUM_DATA_DIR to a writable folder") from None  # fmt: skip
-        with lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            data = self._read()
-            yield data
-            tmp = self.path.with_suffix(f".tmp{os.getpid()}")
-            try:
-                tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
-                os.replace(tmp, self.path)
-            except OSError as e:
-                raise HistoryError(f"cannot write the job history {self.path} ({e.strerror}): set "
-                                   "GPUM_DATA_DIR to a writable folder") from None  # fmt: skip
+        return locked_json_update(self.path, self._read, "the job history", HistoryError)
 
     # ------------------------------------------------------------------ reads
 
