@@ -36,6 +36,12 @@ Guarantees of :class:`CheckpointStore`:
   and inode are remembered). A sync whose files equal the previous manifest's writes
   nothing and returns the previous manifest. Each upload lists the manifests and reads the
   newest (the rule above).
+* **Old data goes.** A writer deletes the manifest ``KEEP_MANIFESTS`` seqs older than the
+  one it wrote, and after every ``SWEEP_EVERY`` manifests it sweeps the blobs that no manifest
+  left in the store names and that are older than ``SWEEP_MIN_AGE_S`` (``sweep``): a
+  long-running job's store holds its last checkpoints, not every version of every file. A
+  sweep deletes nothing unless it read every manifest, and a failed sweep never fails the
+  upload.
 * **Bounded.** Every request has a connect and a read timeout and at most ``max_attempts``
   tries; every operation (``check``, ``latest``, ``upload``, ``restore``) ends by its
   ``deadline_s`` (checked before each request and between blob pieces); reads are capped
@@ -94,6 +100,7 @@ from .workload import open_secret, seal_secret
 __all__ = [
     "DEFAULT_DEADLINE_S",
     "KEEP_MANIFESTS",
+    "SWEEP_EVERY",
     "CheckpointConfig",
     "CheckpointError",
     "CheckpointSpec",
@@ -124,6 +131,14 @@ KEEP_MANIFESTS = 16
 MAX_MANIFEST_TRIES = 8
 """``latest`` reads at most this many of the newest manifests looking for one that verifies."""
 MAX_LIST_PAGES = 200
+SWEEP_EVERY = 16
+"""A writer sweeps unreferenced blobs after every this many manifests it writes."""
+SWEEP_MIN_AGE_S = 3 * 3600
+"""A blob younger than this is never swept: it may belong to a manifest being written (an
+upload stores its blobs first and may take up to its deadline, ``DEFAULT_DEADLINE_S``)."""
+MAX_SWEEP_MANIFESTS = 64
+"""A sweep reads every manifest in the store; with more than this (old ones that failed to be
+deleted) it deletes nothing and says so."""
 _MANIFEST_NAME = re.compile(r"([0-9]{16})\.json")
 _KEY_CHARS = re.compile(r"[!-~]+")  # printable ASCII, no space
 _RENAME_EXCHANGE = 2
@@ -681,6 +696,12 @@ class CheckpointStore:
                 newest = self._newest(dl)[0]
             raise CheckpointSuperseded(newest) from None
         self._prune(seq, dl)
+        if seq % SWEEP_EVERY == 0:
+            try:
+                self.sweep(SWEEP_MIN_AGE_S)
+            except CheckpointError as e:
+                log.warning("checkpoint store %s: unreferenced blobs not swept this time: %s",
+                            self.where, e)
         return manifest
 
     def _prune(self, seq: int, dl: _Deadline) -> None:
@@ -692,6 +713,51 @@ class CheckpointStore:
                        Key=self._key("manifests", f"{old:016d}.json"))
         except CheckpointStoreError as e:
             log.info("checkpoint store %s: old manifest %d kept: %s", self.where, old, e)
+
+    def sweep(self, min_age_s: float = SWEEP_MIN_AGE_S) -> int:
+        """Delete the blobs no manifest in the store names and that are older than
+        ``min_age_s`` (by the store's LastModified and this machine's clock); returns how
+        many. Every manifest is read first, and a manifest that cannot be read or does not
+        verify stops the sweep before anything is deleted: a blob is only ever deleted when
+        every manifest that could name it was read. A writer forgets the blobs it stored
+        (``_stored``) and the files it hashed, so content that comes back is sent again."""
+        dl = _Deadline(self.deadline_s, "sweeping unreferenced blobs")
+        seqs = self._manifest_seqs(dl)
+        if len(seqs) > MAX_SWEEP_MANIFESTS:
+            raise CheckpointStoreError(
+                "other", f"the store holds {len(seqs)} manifests, over {MAX_SWEEP_MANIFESTS}: "
+                "old manifests were not deleted; nothing swept")
+        named: set[str] = set()
+        for seq in seqs:
+            named.update(b for f in self._read_manifest(seq, dl).files for b in f.blobs)
+        cutoff = self._clock() - min_age_s
+        prefix, token, swept = self._key("blobs") + "/", None, 0
+        doomed: list[str] = []
+        for _ in range(MAX_LIST_PAGES):
+            kw: dict[str, Any] = {"Prefix": prefix, "MaxKeys": 1000}
+            if token:
+                kw["ContinuationToken"] = token
+            resp = self._call(dl, "list the blobs", "list_objects_v2", **kw)
+            for obj in resp.get("Contents", []):
+                digest = str(obj.get("Key", ""))[len(prefix):]
+                modified = obj.get("LastModified")
+                if digest in named or modified is None or modified.timestamp() > cutoff:
+                    continue
+                doomed.append(digest)
+            token = resp.get("NextContinuationToken") if resp.get("IsTruncated") else None
+            if not token:
+                break
+        for digest in doomed:
+            self._call(dl, f"delete blob {digest}", "delete_object",
+                       Key=self._key("blobs", digest))
+            self._stored.discard(digest)
+            swept += 1
+        if doomed:
+            gone = set(doomed)
+            self._hashed = {rel: v for rel, v in self._hashed.items()
+                            if not gone.intersection(v[1].blobs)}
+            log.info("checkpoint store %s: swept %d unreferenced blob(s)", self.where, swept)
+        return swept
 
     # -------------------------------------------------------------- restore
 

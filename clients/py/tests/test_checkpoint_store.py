@@ -469,3 +469,98 @@ def test_store_refuses_an_invalid_config() -> None:
 @pytest.fixture
 def s3(s3_server):
     return s3_server
+
+
+# ----------------------------------------------------------------------------- sweep
+
+
+def _blob_keys(store: CheckpointStore) -> set[str]:
+    resp = store.client.list_objects_v2(Bucket=store.bucket, Prefix=store._key("blobs") + "/")
+    return {o["Key"].rsplit("/", 1)[1] for o in resp.get("Contents", [])}
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def test_sweep_deletes_only_blobs_no_manifest_names(s3, tmp_path: Path) -> None:
+    store = _store(s3, _config(s3, store=s3.store_url("sweep-a")))
+    src = _tree(tmp_path / "src", {"keep": b"always", "state": b"v0"})
+    prev = store.upload(src)
+    for i in range(1, 20):  # 20 manifests: the first 4 are deleted (KEEP_MANIFESTS = 16)
+        (src / "state").write_bytes(f"v{i}".encode())
+        prev = store.upload(src, prev)
+    assert prev is not None and prev.seq == 20
+    before = _blob_keys(store)
+    assert {_digest(f"v{i}".encode()) for i in range(20)} <= before
+    # Too young: nothing goes (a manifest may be on its way).
+    assert store.sweep(min_age_s=3600) == 0 and _blob_keys(store) == before
+    deletes = _count(store, "DeleteObject")
+    assert store.sweep(min_age_s=0) == 4
+    gone = {_digest(f"v{i}".encode()) for i in range(4)}
+    assert _blob_keys(store) == before - gone
+    assert sorted(k.rsplit("/", 1)[1] for k in deletes) == sorted(gone)
+    # Every checkpoint left restores, the oldest kept one included.
+    for seq in (5, 20):
+        out = tmp_path / f"out{seq}"
+        store.restore(store._read_manifest(seq, _deadline()), out)
+        assert _read_tree(out) == {"keep": b"always", "state": f"v{seq - 1}".encode()}
+
+
+def _deadline():
+    from gpu_market.checkpoint import _Deadline
+
+    return _Deadline(60, "test")
+
+
+def test_content_that_comes_back_after_a_sweep_is_sent_again(s3, tmp_path: Path) -> None:
+    """The writer's memory of stored blobs must not outlive the sweep: a file that returns
+    to swept content would otherwise be named by a manifest whose blob is gone."""
+    store = _store(s3, _config(s3, store=s3.store_url("sweep-b")))
+    src = _tree(tmp_path / "src", {"state": b"v0"})
+    prev = store.upload(src)
+    for i in range(1, 17):
+        (src / "state").write_bytes(f"v{i}".encode())
+        prev = store.upload(src, prev)
+    assert store.sweep(min_age_s=0) == 1  # v0's blob: its manifest was deleted
+    (src / "state").write_bytes(b"v0")
+    back = store.upload(src, prev)
+    assert back is not None
+    out = tmp_path / "out"
+    _store(s3, store.config).restore(back, out)  # a successor restores it
+    assert _read_tree(out) == {"state": b"v0"}
+
+
+def test_a_manifest_that_does_not_verify_stops_the_sweep(s3, tmp_path: Path) -> None:
+    store = _store(s3, _config(s3, store=s3.store_url("sweep-c")))
+    src = _tree(tmp_path / "src", {"state": b"v0"})
+    prev = store.upload(src)
+    (src / "state").write_bytes(b"v1")
+    prev = store.upload(src, prev)
+    store.client.put_object(Bucket=store.bucket, Body=b"{not json",
+                            Key=store._key("manifests", f"{1:016d}.json"))
+    orphan = b"an upload that never finished"
+    store.client.put_object(Bucket=store.bucket, Body=orphan,
+                            Key=store._key("blobs", _digest(orphan)))
+    before = _blob_keys(store)
+    with pytest.raises(CheckpointStoreError, match="manifest 1"):
+        store.sweep(min_age_s=0)
+    assert _blob_keys(store) == before
+
+
+def test_a_writer_sweeps_on_its_own_every_sweep_every_manifests(s3, tmp_path: Path,
+                                                                monkeypatch) -> None:
+    import gpu_market.checkpoint as ck
+
+    monkeypatch.setattr(ck, "SWEEP_MIN_AGE_S", 0)
+    store = _store(s3, _config(s3, store=s3.store_url("sweep-d")))
+    src = _tree(tmp_path / "src", {"state": b"v0"})
+    prev = store.upload(src)  # manifest k holds "v{k-1}"
+    for i in range(1, 2 * ck.SWEEP_EVERY):
+        (src / "state").write_bytes(f"v{i}".encode())
+        prev = store.upload(src, prev)
+        if prev.seq == ck.SWEEP_EVERY:  # every manifest is still there: nothing swept
+            assert len(_blob_keys(store)) == ck.SWEEP_EVERY
+    assert prev is not None and prev.seq == 2 * ck.SWEEP_EVERY
+    # The sweep at seq 32 ran after manifest 16 was deleted: manifests 17..32 name v16..v31.
+    assert _blob_keys(store) == {_digest(f"v{i}".encode()) for i in range(16, 32)}
