@@ -71,6 +71,9 @@ MAX_PER_PASS = 4
 MAX_DEFERRALS = 4
 MAX_REPORT_ATTEMPTS = 5
 PROVIDERS_TTL_S = 60.0
+"""The market's provider list is read again after at most this long, and after two passes
+when passes are shorter: a provider that just registered is challenged within two passes
+(a minute at the default 30 s pass)."""
 CLAIMS_SCAN_LIMIT = 500
 CLAIMS_META = "hardware_claims_scanned"
 
@@ -169,10 +172,11 @@ class Challenger:
     # ------------------------------------------------------------------ who is due
 
     def providers(self) -> list[Any]:
-        """The market's Active Provider accounts (cached ``PROVIDERS_TTL_S``; the last list
-        when the chain cannot be read)."""
+        """The market's Active Provider accounts (cached ``min(PROVIDERS_TTL_S, 2 passes)``;
+        the last list when the chain cannot be read)."""
         now = self.monotonic()
-        if self._providers is not None and now - self._providers[0] < PROVIDERS_TTL_S:
+        ttl = min(PROVIDERS_TTL_S, 2 * self.ccfg.pass_seconds)
+        if self._providers is not None and now - self._providers[0] < ttl:
             return self._providers[1]
         from gpu_market.offers import list_providers
 

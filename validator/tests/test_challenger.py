@@ -439,3 +439,24 @@ def test_the_flags(tmp_path: Path) -> None:
     known.write_text("not-a-digest\n")
     r = CliRunner().invoke(main, [*base, "--challenge-known-nvml", str(known)])
     assert r.exit_code == 2 and "not a sha256" in r.output
+
+
+@pytest.mark.parametrize(("pass_s", "ttl_s"), [(1.0, 2.0), (30.0, 60.0), (120.0, 60.0)])
+def test_a_new_provider_is_seen_within_two_passes(tmp_path: Path, pass_s: float,
+                                                  ttl_s: float) -> None:
+    store = SQLiteStore(tmp_path / "v.sqlite")
+    chain, mono = Chain(), [100.0]
+    ch = Challenger(chain, ME, store, cfg(), replace(SMALL, pass_seconds=pass_s),
+                    monotonic=lambda: mono[0])
+    try:
+        first = provider(1)
+        chain.providers = [first]
+        assert [p.address for p in ch.providers()] == [first.address]
+        chain.providers = [first, provider(2)]  # registers now
+        mono[0] += ttl_s - 0.01
+        assert len(ch.providers()) == 1  # still the cached list
+        mono[0] += 0.02
+        assert len(ch.providers()) == 2
+    finally:
+        ch.http.close()
+        store.close()
