@@ -16,8 +16,10 @@ unknown to this provider), 409 (spec hash differs from the job's on-chain
 ``workload_hash``), 410 (job ended) or 503 (retry later).
 
 Errors: everything raises :class:`WorkerApiError`; ``status`` is the HTTP status, or None
-when no answer came (unreachable worker, timeout, malformed endpoint). Its message names
-the endpoint, carries the server's error text and says what to do next. Only
+when no answer came (unreachable worker, timeout, malformed endpoint). A deliver or status
+call has one total deadline (``timeout``: connecting, sending and the whole answer, so a
+worker that trickles its answer cannot hold it) and refuses answers over 1 MiB. Its message
+names the endpoint, carries the server's error text and says what to do next. Only
 :func:`deliver_workload` retries (it is idempotent: the worker accepts one spec per job),
 and only after connection errors and 503, honouring ``Retry-After`` up to 30 s.
 
@@ -35,6 +37,7 @@ from urllib.parse import urlsplit
 import httpx
 from solders.pubkey import Pubkey
 
+from .net import BoundedClient, BoundedResponse, DeadlineExceeded, NetError, ResponseTooLarge
 from .workload import WorkloadSpec, canonical_bytes, sign_request, spec_hash
 
 __all__ = [
@@ -46,6 +49,8 @@ __all__ = [
 ]
 
 _MAX_RETRY_AFTER_S = 30.0
+_MAX_ANSWER_BYTES = 1 << 20
+"""A deliver or status answer larger than this is refused (a worker's is a few hundred bytes)."""
 _BACKOFF_S = 0.5
 _ERROR_TEXT_CHARS = 500
 _sleep = time.sleep  # tests replace it
@@ -115,19 +120,24 @@ def _job_b58(job: object) -> str:
     return str(Pubkey.from_bytes(raw))
 
 
-def _server_error(response: httpx.Response) -> str | None:
-    try:
-        body = response.json()
-    except (ValueError, UnicodeDecodeError):
+def _server_error(response: httpx.Response | BoundedResponse) -> str | None:
+    if isinstance(response, BoundedResponse):
+        body: Any = response.json_object()
+        text = response.body.decode("utf-8", "replace").strip()
+    else:
+        try:
+            body = response.json()
+        except (ValueError, UnicodeDecodeError):
+            body = None
         text = response.text.strip()
-        return text[:_ERROR_TEXT_CHARS] or None
     if isinstance(body, dict) and isinstance(body.get("error"), str):
         return body["error"][:_ERROR_TEXT_CHARS]
-    return None
+    return None if isinstance(body, dict) else (text[:_ERROR_TEXT_CHARS] or None)
 
 
-def _http_error(endpoint: str, what: str, response: httpx.Response) -> WorkerApiError:
-    status = response.status_code
+def _http_error(endpoint: str, what: str,
+                response: httpx.Response | BoundedResponse) -> WorkerApiError:
+    status = response.status if isinstance(response, BoundedResponse) else response.status_code
     server = _server_error(response)
     hint = _HINTS.get(status)
     message = f"the provider's worker at {endpoint} refused to {what}: HTTP {status}"
@@ -150,22 +160,34 @@ def _unreachable(endpoint: str, error: httpx.TransportError) -> WorkerApiError:
     )
 
 
-def _json_answer(endpoint: str, response: httpx.Response) -> dict[str, Any]:
-    try:
-        body = response.json()
-    except (ValueError, UnicodeDecodeError):
-        body = None
-    if not isinstance(body, dict):
+def _lost(endpoint: str, error: NetError) -> WorkerApiError:
+    """No complete answer within the call's deadline and size cap."""
+    if isinstance(error, DeadlineExceeded):
+        why = "timed out (no complete answer within the deadline)"
+    elif isinstance(error, ResponseTooLarge):
+        why = f"its answer is over {_MAX_ANSWER_BYTES} bytes"
+    else:
+        why = str(error) or type(error).__name__
+    return WorkerApiError(
+        f"cannot reach the provider's worker at {endpoint}: {why} (is the worker running and "
+        "its endpoint reachable from here?)",
+        endpoint=endpoint,
+    )
+
+
+def _json_answer(endpoint: str, response: BoundedResponse) -> dict[str, Any]:
+    body = response.json_object()
+    if body is None:
         raise WorkerApiError(
-            f"the provider's worker at {endpoint} answered HTTP {response.status_code} "
+            f"the provider's worker at {endpoint} answered HTTP {response.status} "
             "without a JSON object",
-            status=response.status_code,
+            status=response.status,
             endpoint=endpoint,
         )
     return body
 
 
-def _retry_after(response: httpx.Response | None, attempt: int) -> float:
+def _retry_after(response: BoundedResponse | None, attempt: int) -> float:
     if response is not None:
         try:
             return min(max(float(response.headers["retry-after"]), 0.0), _MAX_RETRY_AFTER_S)
@@ -197,22 +219,22 @@ def deliver_workload(
     body = canonical_bytes(spec)
     workload_hash = spec_hash(spec)
     attempt = 0
-    with httpx.Client(timeout=timeout) as client:
+    with BoundedClient(timeout, _MAX_ANSWER_BYTES) as client:
         while True:
             headers = sign_request(signer_secret, "deliver", job, workload_hash, int(time.time()))
             headers["Content-Type"] = "application/json"
-            response: httpx.Response | None = None
+            response: BoundedResponse | None = None
             try:
                 response = client.post(url, content=body, headers=headers)
-            except httpx.TransportError as e:
-                error = _unreachable(base, e)
+            except NetError as e:
+                error = _lost(base, e)
             else:
-                if response.is_success:
+                if 200 <= response.status < 300:
                     return _json_answer(base, response)
                 error = _http_error(base, "accept the workload", response)
-                not_seen_yet = (response.status_code == 404
+                not_seen_yet = (response.status == 404
                                 and "retry-after" in response.headers)
-                if response.status_code != 503 and not not_seen_yet:
+                if response.status != 503 and not not_seen_yet:
                     raise error
             if attempt >= retries:
                 raise error
@@ -235,11 +257,11 @@ def workload_status(
     url = f"{base}/v1/jobs/{_job_b58(job)}/workload"
     headers = sign_request(signer_secret, "status", job, workload_hash, int(time.time()))
     try:
-        with httpx.Client(timeout=timeout) as client:
+        with BoundedClient(timeout, _MAX_ANSWER_BYTES) as client:
             response = client.get(url, headers=headers)
-    except httpx.TransportError as e:
-        raise _unreachable(base, e) from None
-    if not response.is_success:
+    except NetError as e:
+        raise _lost(base, e) from None
+    if not 200 <= response.status < 300:
         raise _http_error(base, "report the workload status", response)
     return _json_answer(base, response)
 

@@ -3,6 +3,7 @@ with verify_request and answers as the worker API contract says."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import threading
@@ -334,7 +335,7 @@ def test_deliver_retries_after_connection_error(worker, sleeps, monkeypatch):
     # The first attempt goes to a closed port, the retry to the worker.
     dead = f"http://127.0.0.1:{free_port()}"
     urls: list[str] = []
-    real_post = workload_api.httpx.Client.post
+    real_post = workload_api.BoundedClient.post
 
     def post(self, url, **kwargs):
         urls.append(url)
@@ -342,7 +343,7 @@ def test_deliver_retries_after_connection_error(worker, sleeps, monkeypatch):
             url = url.replace(worker.endpoint, dead)
         return real_post(self, url, **kwargs)
 
-    monkeypatch.setattr(workload_api.httpx.Client, "post", post)
+    monkeypatch.setattr(workload_api.BoundedClient, "post", post)
     assert deliver_workload(worker.endpoint, JOB, SPEC, bytes(USER))["state"] == "pending"
     assert len(urls) == 2 and sleeps == [0.5]
 
@@ -352,8 +353,51 @@ def test_timeout_is_reported_as_unreachable(sleeps):
         listener.bind(("127.0.0.1", 0))
         listener.listen()
         endpoint = f"http://127.0.0.1:{listener.getsockname()[1]}"
-        with pytest.raises(WorkerApiError, match="cannot reach .* timed out \\(ReadTimeout\\)"):
+        with pytest.raises(WorkerApiError, match="cannot reach .* timed out"):
             workload_status(endpoint, JOB, spec_hash(SPEC), bytes(USER), timeout=0.2)
+
+
+def _trickling_worker(body: bytes, every_s: float) -> tuple[socket.socket, threading.Thread]:
+    """A worker that answers 200 with ``body``, one byte every ``every_s`` seconds."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+
+    def serve() -> None:
+        with contextlib.suppress(OSError):
+            conn, _ = listener.accept()
+            with conn:
+                conn.recv(65536)
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                             b"Content-Length: %d\r\n\r\n" % len(body))
+                for i in range(len(body)):
+                    conn.sendall(body[i:i + 1])
+                    time.sleep(every_s)
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    return listener, t
+
+
+@pytest.mark.parametrize("call", ["status", "deliver"])
+def test_a_worker_trickling_its_answer_cannot_hold_the_caller(sleeps, call):
+    listener, _ = _trickling_worker(b'{"state": "running", "pad": "' + b"x" * 200 + b'"}', 0.1)
+    with listener:
+        endpoint = f"http://127.0.0.1:{listener.getsockname()[1]}"
+        start = time.monotonic()
+        with pytest.raises(WorkerApiError, match="timed out") as err:
+            if call == "status":
+                workload_status(endpoint, JOB, spec_hash(SPEC), bytes(USER), timeout=1.0)
+            else:
+                deliver_workload(endpoint, JOB, SPEC, bytes(USER), timeout=1.0, retries=0)
+        assert time.monotonic() - start < 5  # the whole answer would take 23 s
+        assert err.value.status is None
+
+
+def test_an_oversized_answer_is_refused(worker, monkeypatch):
+    monkeypatch.setattr(workload_api, "_MAX_ANSWER_BYTES", 64)
+    with pytest.raises(WorkerApiError, match="over 64 bytes"):
+        workload_status(worker.endpoint, JOB, spec_hash(SPEC), bytes(USER))
 
 
 # ----------------------------------------------------------------------------- status
