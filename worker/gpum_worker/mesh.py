@@ -48,14 +48,11 @@ Every tool runs with a timeout and an argument list (never a shell); every failu
 from __future__ import annotations
 
 import base64
-import errno
 import ipaddress
 import json
 import logging
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import threading
 import time
@@ -77,6 +74,19 @@ from gpu_market.spec_checks import WorkloadSpecError
 
 from .errors import ContainerRuntimeError
 from .keys import b58encode, decode_pubkey
+from .mesh_tools import (
+    MeshError,
+    Tools,
+    inode,
+    is_wireguard_go,
+    kill_pid,
+    kill_stale,
+    stop,
+    tail,
+    udp_free,
+    write_private,
+)
+from .mesh_tools import udp_free as _udp_free  # noqa: F401 - the name tests import
 
 __all__ = [
     "MESH_INTERFACE",
@@ -86,6 +96,7 @@ __all__ = [
     "MeshConflict",
     "MeshError",
     "MeshSettings",
+    "MeshStale",
     "check_public_host",
     "cluster_of",
     "interface_name",
@@ -102,27 +113,22 @@ DEFAULT_UDP_PORTS = (51820, 51899)
 KEEPALIVE_S = 25
 MTU = 1420
 FILTER_TABLE = "gpum_mesh"
-TOOL_TIMEOUT_S = 10.0
-"""Each ``ip``, ``wg`` or ``nsenter`` call ends by then (it is killed)."""
 SOCKET_WAIT_S = 5.0
 """wireguard-go has its control socket by then, or the configuration fails."""
 BIND_WAIT_S = 5.0
 """The device listens on its UDP port by then (wireguard-go notices the interface is up
 within a second), or the configuration fails."""
-STOP_WAIT_S = 3.0
 WG_RUN_DIR = "/var/run/wireguard"
-INSTALL_HINT = ("install the Debian packages wireguard-tools, wireguard-go, nftables, iproute2 "
-                "and util-linux (apt-get install --no-install-recommends wireguard-tools "
-                "wireguard-go nftables)")
 BACKENDS = ("auto", "kernel", "userspace")
 
 
-class MeshError(Exception):
-    """The mesh could not be made or configured (the message says what to do)."""
-
-
 class MeshConflict(MeshError):
-    """A different peer list was accepted for the job before."""
+    """A different peer list was accepted for the job before, and this one may not replace
+    it."""
+
+
+class MeshStale(MeshConflict):
+    """A peer list whose version is not newer than the one kept."""
 
 
 @dataclass(frozen=True)
@@ -216,84 +222,6 @@ def _endpoint(host: str, port: int) -> str:
     return f"[{ip}]:{port}" if ip.version == 6 else f"{ip}:{port}"
 
 
-def _udp_free(port: int) -> bool:
-    """Whether this host's UDP ``port`` is free (IPv4 and, where there is IPv6, IPv6)."""
-    families = [(socket.AF_INET, "0.0.0.0")]
-    if socket.has_ipv6:
-        families.append((socket.AF_INET6, "::"))
-    for family, addr in families:
-        try:
-            s = socket.socket(family, socket.SOCK_DGRAM)
-        except OSError:
-            continue  # no such family on this host
-        try:
-            if family == socket.AF_INET6:
-                s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
-            s.bind((addr, port))
-        except OSError as e:
-            if family == socket.AF_INET or e.errno == errno.EADDRINUSE:
-                return False
-            # IPv6 switched off on this host: only IPv4 counts
-        finally:
-            s.close()
-    return True
-
-
-def _write_private(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` (mode 0600) atomically."""
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-    try:
-        os.fchmod(fd, 0o600)
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-
-
-def _tail(data: bytes | str | None, limit: int = 600) -> str:
-    text = (data.decode("utf-8", "replace") if isinstance(data, bytes) else data or "").strip()
-    return text if len(text) <= limit else "..." + text[-limit:]
-
-
-class _Tools:
-    """The programs the mesh runs, found on PATH; MeshError naming the package otherwise."""
-
-    def __init__(self, path: str | None = None) -> None:
-        self.path = path or os.environ.get("PATH", os.defpath)
-        self._found: dict[str, str] = {}
-
-    def which(self, name: str) -> str:
-        found = self._found.get(name) or shutil.which(name, path=self.path)
-        if found is None:
-            raise MeshError(f"{name} is not installed on this host: {INSTALL_HINT}")
-        self._found[name] = found
-        return found
-
-    def run(self, argv: Sequence[str], *, stdin: bytes | None = None,
-            timeout_s: float = TOOL_TIMEOUT_S, check: bool = True
-            ) -> subprocess.CompletedProcess[bytes]:
-        """Run ``argv`` (its program looked up first); MeshError on a timeout, a spawn
-        error or (with ``check``) a non-zero exit, with the program's own error text."""
-        exe = self.which(argv[0])
-        try:
-            proc = subprocess.run([exe, *argv[1:]], input=stdin if stdin is not None else b"",
-                                  capture_output=True, timeout=timeout_s, check=False,
-                                  env={"PATH": self.path, "LC_ALL": "C"})
-        except subprocess.TimeoutExpired:
-            raise MeshError(f"`{' '.join(argv[:3])}` did not finish within "
-                            f"{timeout_s:g} s") from None
-        except OSError as e:
-            raise MeshError(f"cannot run {exe}: {e.strerror or e}") from None
-        if check and proc.returncode != 0:
-            raise MeshError(f"`{' '.join(argv[:4])}` failed (exit status {proc.returncode}): "
-                            f"{_tail(proc.stderr) or _tail(proc.stdout) or 'no output'}")
-        return proc
-
-
 class Mesh:
     """The meshes of this worker's cluster nodes (module docstring).
 
@@ -313,7 +241,7 @@ class Mesh:
         self.wg_run_dir = Path(wg_run_dir)
         self._seed = bytes(worker_seed)[:32]
         self.worker_key = public_key_bytes(private_key_from_seed(self._seed))
-        self.tools = _Tools(path)
+        self.tools = Tools(path)
         self._lock = threading.RLock()
         self._procs: dict[bytes, subprocess.Popen[bytes]] = {}
         self._kernel: bool | None = None
@@ -359,7 +287,7 @@ class Mesh:
         key = bytearray(os.urandom(32))
         key[0] &= 248
         key[31] = (key[31] & 127) | 64
-        _write_private(path, base64.b64encode(bytes(key)) + b"\n")
+        write_private(path, base64.b64encode(bytes(key)) + b"\n")
         return bytes(key)
 
     def _ports_taken(self) -> set[int]:
@@ -383,8 +311,8 @@ class Mesh:
         lo, hi = self.settings.udp_ports
         taken = self._ports_taken()
         for port in range(lo, hi + 1):
-            if port not in taken and _udp_free(port):
-                _write_private(path, f"{port}\n".encode())
+            if port not in taken and udp_free(port):
+                write_private(path, f"{port}\n".encode())
                 return port
         raise MeshError(f"no free UDP port left in {lo}-{hi} for another cluster node "
                         f"({len(taken)} reserved by this worker's nodes); widen [cluster] "
@@ -416,7 +344,7 @@ class Mesh:
         lo, hi = s.udp_ports
         with self._lock:
             taken = self._ports_taken()
-            free = sum(1 for p in range(lo, hi + 1) if p not in taken and _udp_free(p))
+            free = sum(1 for p in range(lo, hi + 1) if p not in taken and udp_free(p))
             used = self._subnets_used()
         return {"udp_port": lo, "udp_ports": [lo, hi], "free_ports": free,
                 "host": s.public_host, "subnets_used": used}
@@ -441,7 +369,7 @@ class Mesh:
             return None
         if info.get("backend") == "kernel":
             netns = f"/proc/{info.get('netns_pid')}/ns/net"
-            if _inode(netns) != info.get("netns"):
+            if inode(netns) != info.get("netns"):
                 return None
             argv = ["nsenter", f"--net={netns}", "--", "wg", "show", MESH_INTERFACE,
                     "latest-handshakes"]
@@ -476,27 +404,88 @@ class Mesh:
             return None
         return doc if isinstance(doc, dict) else None
 
-    def accept(self, job: bytes, cluster: ClusterSpec, peers: Sequence[MeshPeer]) -> bool:
-        """Keep ``peers`` (checked by the caller) as ``job``'s mesh, durably; True when new,
-        False when the very same list was accepted before; MeshConflict when another was."""
+    def accept(self, job: bytes, cluster: ClusterSpec, peers: Sequence[MeshPeer],
+               version: int = 0) -> list[int] | None:
+        """Keep ``peers`` (checked by the caller) as ``job``'s mesh, durably. None when the
+        very same list (same version) was kept before; else the ranks whose entries are new
+        (every peer for a first list). A later list needs a higher ``version`` and the same
+        cluster section (MeshStale, MeshConflict); it replaces the changed peers of a device
+        that is up at once (``_apply``), without touching this node's own interface."""
         doc = {"cluster": {"id": cluster.id, "rank": cluster.rank, "nodes": cluster.nodes,
                            "gpus_per_node": cluster.gpus_per_node,
                            "master_port": cluster.master_port, "subnet": cluster.subnet},
-               "peers": [p.to_json() for p in sorted(peers, key=lambda p: p.rank)]}
+               "peers": [p.to_json() for p in sorted(peers, key=lambda p: p.rank)],
+               "version": int(version)}
         with self._lock:
             before = self.accepted(job)
             if before is not None:
-                if before == doc:
-                    return False
-                raise MeshConflict("this node's mesh was configured with another peer list; "
-                                   "a cluster's mesh is fixed once configured (create a new "
-                                   "cluster to change it)")
+                kept = int(before.get("version", 0))
+                if {**before, "version": kept} == doc:
+                    return None
+                if before.get("cluster") != doc["cluster"]:
+                    raise MeshConflict("this node's mesh was configured for another cluster "
+                                       "section; a node's rank, size and subnet never change")
+                if version <= kept:
+                    raise MeshStale(f"this node keeps version {kept} of the cluster's peer "
+                                    f"list; version {version} is not newer, so it cannot "
+                                    "replace it (a replayed or late list never rolls the mesh "
+                                    f"back): send version {kept + 1} or higher")
+            old = {int(p["rank"]): p for p in (before or {}).get("peers", [])}
+            changed = [int(p["rank"]) for p in doc["peers"] if old.get(int(p["rank"])) != p]
             self._private_key(job)
-            _write_private(self._dir(job, create=True) / "peers.json",
-                           json.dumps(doc, sort_keys=True).encode())
-        log.info("job %s: mesh peer list accepted (rank %d of %d nodes)", b58encode(job),
-                 cluster.rank, cluster.nodes)
-        return True
+            write_private(self._dir(job, create=True) / "peers.json",
+                          json.dumps(doc, sort_keys=True).encode())
+            if before is not None:
+                self._apply(job, cluster, list(old.values()), doc["peers"])
+        log.info("job %s: mesh peer list version %d accepted (rank %d of %d nodes; new "
+                 "entries of rank(s) %s)", b58encode(job), version, cluster.rank, cluster.nodes,
+                 ", ".join(map(str, changed)) or "none")
+        return changed
+
+    def _apply(self, job: bytes, cluster: ClusterSpec, old: Sequence[Mapping[str, Any]],
+               new: Sequence[Mapping[str, Any]]) -> None:
+        """Put a newer peer list into ``job``'s running device: each peer whose key changed is
+        removed and its successor added with the same ``allowed-ips`` (its rank's address)
+        and its endpoint; an unchanged peer is left as it is, so its session goes on. The
+        filter (``mesh_filter``) names the subnet and ``gpum0``, never a peer, so it holds
+        for the successor as it is. When the device is not up nothing is done (``configure``
+        reads the kept list); when the change fails the device is ended, and the next poll's
+        ``repair`` configures it again from the kept list."""
+        info = self._recorded(job)
+        if info is None:
+            return
+        before = {int(p["rank"]): p for p in old}
+        argv: list[str] = []
+        for p in new:
+            o = before.get(int(p["rank"]))
+            if o == p:
+                continue
+            if o is not None and o["public_key"] != p["public_key"]:
+                argv += ["peer", str(o["public_key"]), "remove"]
+            argv += ["peer", str(p["public_key"]), "allowed-ips",
+                     f"{cluster.node_address(int(p['rank']))}/32", "endpoint", str(p["endpoint"]),
+                     "persistent-keepalive", str(KEEPALIVE_S)]
+        if not argv:
+            return
+        if info.get("backend") == "kernel":
+            netns = f"/proc/{info.get('netns_pid')}/ns/net"
+            if inode(netns) != info.get("netns"):
+                return
+            cmd = ["nsenter", f"--net={netns}", "--", "wg", "set", MESH_INTERFACE, *argv]
+        elif self.device_pid(job) is not None:
+            cmd = ["wg", "set", str(info.get("ifname", "")), *argv]
+        else:
+            return
+        try:
+            self.tools.run(cmd)
+        except MeshError as e:
+            log.error("job %s: putting the new peers into its mesh device failed (%s); ending "
+                      "the device so that it is configured again from the kept list",
+                      b58encode(job), e)
+            self.teardown(job)
+            return
+        log.info("job %s: mesh device updated in place (%d peer(s) replaced)", b58encode(job),
+                 sum(1 for p in new if before.get(int(p["rank"])) != p))
 
     def node_env(self, job: bytes) -> dict[str, str] | None:
         """The environment contract of ``job``'s container once its peer list is accepted,
@@ -545,7 +534,7 @@ class Mesh:
             self.teardown(job)
             self._private_key(job)
             port = self._port(job)
-            if not _udp_free(port):
+            if not udp_free(port):
                 raise MeshError(f"UDP port {port} of this node's mesh is taken by another "
                                 "program on this host; free it (the port is in [cluster] "
                                 "udp_ports)")
@@ -570,7 +559,7 @@ class Mesh:
         """Steps 1-3 of the module docstring; on any failure what was made is undone."""
         name = interface_name(job)
         self._record(job, {"backend": "kernel" if kernel else "userspace", "ifname": name,
-                           "netns_pid": int(pid), "netns": _inode(f"/proc/{int(pid)}/ns/net")})
+                           "netns_pid": int(pid), "netns": inode(f"/proc/{int(pid)}/ns/net")})
         try:
             if kernel:
                 self.tools.run(["ip", "link", "add", "dev", name, "type", "wireguard"])
@@ -588,7 +577,7 @@ class Mesh:
         """Whether ``job``'s mesh device serves the container whose init is ``pid``: its
         wireguard-go runs (userspace), or its device is in that namespace (kernel)."""
         info = self._recorded(job) or {}
-        if info.get("netns") != _inode(f"/proc/{int(pid)}/ns/net"):
+        if info.get("netns") != inode(f"/proc/{int(pid)}/ns/net"):
             return False
         if info.get("backend") == "kernel":
             return True
@@ -611,7 +600,7 @@ class Mesh:
     def _start_userspace(self, job: bytes, name: str) -> None:
         sock = self.wg_run_dir / f"{name}.sock"
         if sock.exists():
-            _kill_stale(sock, name)
+            kill_stale(sock, name)
         exe = self.tools.which("wireguard-go")
         log_path = self._dir(job) / "wireguard-go.log"
         with open(log_path, "wb") as out:
@@ -630,7 +619,7 @@ class Mesh:
         while not sock.exists():
             if proc.poll() is not None:
                 raise MeshError(f"wireguard-go exited ({proc.returncode}) before it made its "
-                                f"device: {_tail(log_path.read_bytes()) or 'no output'} "
+                                f"device: {tail(log_path.read_bytes()) or 'no output'} "
                                 "(is /dev/net/tun there, and does the worker run as root?)")
             if time.monotonic() > deadline:
                 raise MeshError(f"wireguard-go made no control socket {sock} within "
@@ -663,11 +652,11 @@ class Mesh:
 
     def _await_bound(self, job: bytes, port: int) -> None:
         deadline = time.monotonic() + BIND_WAIT_S
-        while _udp_free(port):
+        while udp_free(port):
             proc = self._procs.get(job)
             if proc is not None and proc.poll() is not None:
                 raise MeshError(f"wireguard-go exited ({proc.returncode}) while coming up: "
-                                f"{_tail((self._dir(job) / 'wireguard-go.log').read_bytes())}")
+                                f"{tail((self._dir(job) / 'wireguard-go.log').read_bytes())}")
             if time.monotonic() > deadline:
                 raise MeshError(f"the mesh device did not listen on UDP port {port} within "
                                 f"{BIND_WAIT_S:g} s")
@@ -676,7 +665,7 @@ class Mesh:
     # ------------------------------------------------------------------ records, teardown
 
     def _record(self, job: bytes, info: Mapping[str, Any]) -> None:
-        _write_private(self._dir(job, create=True) / "device.json",
+        write_private(self._dir(job, create=True) / "device.json",
                        json.dumps(dict(info), sort_keys=True).encode())
 
     def _recorded(self, job: bytes) -> dict[str, Any] | None:
@@ -690,7 +679,7 @@ class Mesh:
         """The running wireguard-go of ``job``'s mesh, or None."""
         info = self._recorded(job) or {}
         pid = info.get("pid")
-        if isinstance(pid, int) and _is_wireguard_go(pid, str(info.get("ifname", ""))):
+        if isinstance(pid, int) and is_wireguard_go(pid, str(info.get("ifname", ""))):
             return pid
         return None
 
@@ -701,13 +690,13 @@ class Mesh:
             info = self._recorded(job)
             proc = self._procs.pop(job, None)
             if proc is not None:
-                _stop(proc)
+                stop(proc)
             if info is None:
                 return
             name = str(info.get("ifname", ""))
             pid = info.get("pid")
-            if proc is None and isinstance(pid, int) and _is_wireguard_go(pid, name):
-                _kill_pid(pid)
+            if proc is None and isinstance(pid, int) and is_wireguard_go(pid, name):
+                kill_pid(pid)
             if name:
                 sock = self.wg_run_dir / f"{name}.sock"
                 try:
@@ -725,7 +714,7 @@ class Mesh:
         self.tools.run(["ip", "link", "del", "dev", name], check=False)  # never moved
         netns_pid = info.get("netns_pid")
         netns = f"/proc/{netns_pid}/ns/net"
-        if isinstance(netns_pid, int) and _inode(netns) == info.get("netns"):
+        if isinstance(netns_pid, int) and inode(netns) == info.get("netns"):
             self.tools.run(["nsenter", f"--net={netns}", "--", "ip", "link", "del", "dev",
                             MESH_INTERFACE], check=False)
 
@@ -775,70 +764,3 @@ class Mesh:
             for job, proc in list(self._procs.items()):
                 if proc.poll() is not None:
                     self._procs.pop(job, None)
-
-
-def _inode(path: str) -> int | None:
-    try:
-        return os.stat(path).st_ino
-    except OSError:
-        return None
-
-
-def _is_wireguard_go(pid: int, name: str) -> bool:
-    """Whether process ``pid`` is wireguard-go for device ``name`` (not a reused pid)."""
-    try:
-        with open(f"/proc/{int(pid)}/cmdline", "rb") as f:
-            argv = f.read().split(b"\0")
-    except OSError:
-        return False
-    return bool(argv) and os.path.basename(argv[0]) == b"wireguard-go" \
-        and name.encode() in argv[1:]
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(STOP_WAIT_S)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(STOP_WAIT_S)
-
-
-def _kill_pid(pid: int) -> None:
-    """SIGTERM a wireguard-go this worker did not start (a previous run's), SIGKILL after
-    ``STOP_WAIT_S``."""
-    try:
-        os.kill(pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    deadline = time.monotonic() + STOP_WAIT_S
-    while time.monotonic() < deadline:
-        if not os.path.exists(f"/proc/{pid}") or _zombie(pid):
-            return
-        time.sleep(0.02)
-    try:
-        os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-
-
-def _zombie(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rsplit(b")", 1)[1].split()[0] == b"Z"
-    except (OSError, IndexError):
-        return True
-
-
-def _kill_stale(sock: Path, name: str) -> None:
-    """A control socket of ``name`` left by a wireguard-go this worker does not track: stop
-    the process that serves it (found by its command line) and remove the socket."""
-    for entry in os.listdir("/proc"):
-        if entry.isdigit() and _is_wireguard_go(int(entry), name):
-            _kill_pid(int(entry))
-    try:
-        sock.unlink()
-    except FileNotFoundError:
-        pass
-

@@ -14,12 +14,17 @@ read (``PeerChain``): every peer job exists, is Open or Running, is the same use
 its provider's current worker key signed its entry. The list is then kept durably
 (``Mesh.accept``); the node's container starts with it (``workloads``: gpum0 comes up
 between the container's init and its start). The same list again is 200 without a chain
-read; another list once one is kept is 409.
+read. Once a list is kept, another one is taken only as an **update** (a node of the cluster
+was replaced): its ``version`` is higher than the kept one's (else 409 ``mesh_stale``: a
+replayed old list never rolls the mesh back), it names this node's own entry exactly as this
+worker publishes it (rank, job, key, endpoint, worker key; else 409 ``own_entry_changed``),
+and only the other ranks' entries changed; those new entries pass the chain's checks, and
+the device, when up, is changed in place (``Mesh.accept``): the container keeps running.
 
 Answers are ``(status, JSON object)``; a refusal is ``{"error": "<code>", "message":
-"<what to do>"}`` with the codes of /tmp/cluster-interface.md: ``not_a_cluster_node``,
-``spec_not_delivered``, ``bad_peer_list``, ``peer_refused``, ``mesh_configured``,
-``chain_unavailable``, ``cluster_disabled``.
+"<what to do>"}`` with the codes ``not_a_cluster_node``, ``spec_not_delivered``,
+``bad_peer_list``, ``peer_refused``, ``mesh_configured``, ``mesh_stale``,
+``own_entry_changed``, ``chain_unavailable``, ``cluster_disabled``.
 
 The chain is read only for a POST signed by the job's user, through the worker's RPC client
 (each call bounded in time and size, ``jobs.BoundedRpcSession``), at most
@@ -35,12 +40,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from gpu_market.mesh import MeshKeyError, parse_peer_list, peers_digest
+from gpu_market.mesh import MeshKeyError, parse_peer_doc, peers_digest
 from gpu_market.spec_checks import WorkloadSpecError
 
 from .jobs import AssignedJob
 from .keys import b58encode
-from .mesh import NO_MESH, MeshConflict, MeshError, cluster_of
+from .mesh import NO_MESH, MeshConflict, MeshError, MeshStale, cluster_of
 
 __all__ = ["CHAIN_DEADLINE_S", "ChainPeers", "ChainUnavailable", "PeerChain", "PeerJob",
            "serve", "signed_hash"]
@@ -161,23 +166,57 @@ def serve(method: str, j: AssignedJob, body: bytes, manager: Any,
         answer["handshakes"] = mesh.handshakes(j.job)
         return 200, answer
     try:
-        peers = parse_peer_list(body, job=j.job, rank=cluster.rank, nodes=cluster.nodes)
+        plist = parse_peer_doc(body, job=j.job, rank=cluster.rank, nodes=cluster.nodes)
     except MeshKeyError as e:
         return _refuse(400, "bad_peer_list", str(e))
+    if plist.own is not None:
+        refusal = _check_own(j, mesh, plist.own)
+        if refusal is not None:
+            return refusal
     try:
-        if mesh.accepted(j.job) is None:
-            refusal = _check_chain(j, peers, chain)
+        kept = mesh.accepted(j.job)
+        if kept is None:
+            fresh = list(plist.peers)
+        else:
+            before = {int(p["rank"]): p for p in kept.get("peers", [])}
+            fresh = [p for p in plist.peers if before.get(p.rank) != p.to_json()]
+            if fresh and plist.version <= int(kept.get("version", 0)):
+                fresh = []  # refused by accept() as stale: no chain read for it
+        if fresh:
+            refusal = _check_chain(j, fresh, chain)
             if refusal is not None:
                 return refusal
-        if mesh.accept(j.job, cluster, peers):
+        changed = mesh.accept(j.job, cluster, plist.peers, plist.version)
+        if changed is not None and kept is None:
             manager.on_delivered()  # the agent polls early, and the container starts
+    except MeshStale as e:
+        return _refuse(409, "mesh_stale", str(e))
     except MeshConflict as e:
         return _refuse(409, "mesh_configured", str(e))
     except (MeshError, OSError) as e:
         log.error("job %s: keeping its peer list failed: %s", j.job_b58, e)
         return _refuse(503, "cluster_disabled", f"this worker cannot keep the peer list now "
                        f"({e}); retry later")
-    return 200, {"status": "configured"}
+    if kept is None or changed is None:
+        return 200, {"status": "configured", "version": plist.version}
+    return 200, {"status": "updated", "version": plist.version, "ranks": changed}
+
+
+def _check_own(j: AssignedJob, mesh: Any, own: Any) -> tuple[int, dict[str, Any]] | None:
+    """None when the list's entry of this node is what this worker publishes for it."""
+    try:
+        pub = mesh.publication(j.job)
+    except MeshError as e:
+        return _refuse(503, "cluster_disabled", str(e))
+    mine = own.to_json()
+    diff = [k for k in ("public_key", "endpoint", "worker_key") if mine[k] != pub[k]]
+    if not diff:
+        return None
+    return _refuse(409, "own_entry_changed", (
+        f"the list's entry of rank {own.rank} is this node, but its {', '.join(diff)} "
+        f"({', '.join(str(mine[k]) for k in diff)}) differ from what this node's worker "
+        f"publishes ({', '.join(str(pub[k]) for k in diff)}): a node's own entry never changes "
+        "while its job runs; ask its worker for its mesh key (GET .../mesh) again"))
 
 
 def _check_chain(j: AssignedJob, peers: Sequence[Any], chain: PeerChain | None

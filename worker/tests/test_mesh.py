@@ -229,8 +229,9 @@ def test_peer_list_refusals_are_exact(tmp_path: Path) -> None:
         "the peer list names rank 0, which is this node itself"
     assert refused({"peers": [good[0], {**good[1], "rank": 3}]}) == \
         "the peer list names rank 3; this cluster's ranks are 0..2"
-    assert refused({"peers": good + [good[0]]}) == \
-        "the peer list has 3 entries; this cluster has 3 nodes, so 2 peers"
+    assert refused({"peers": good + [good[0], good[1]]}) == \
+        "the peer list has 4 entries; this cluster has 3 nodes"
+    assert refused({"peers": good + [good[0]]}) == "the peer list names rank 1 twice"
     assert refused({"peers": [good[0], {**good[1], "extra": 1}]}) == (
         "peer entry 1 must be an object with exactly the keys rank, job, public_key, "
         "endpoint, worker_key, signature")
@@ -484,7 +485,7 @@ def two_node_cluster(w: World, tmp_path: Path, wireguard: str = "userspace",
         for i in range(2):
             peers = parse_peer_list(peer_body({1 - i: pubs[1 - i]}), job=jobs[i], rank=i,
                                     nodes=2)
-            assert meshes[i].accept(jobs[i], cluster(i), peers) is True
+            assert meshes[i].accept(jobs[i], cluster(i), peers) == [1 - i]
             assert _same_netns(w.pids[w.nodes[i]], w.nodes[i])
             in_netns(w.hosts[i], lambda i=i: meshes[i].configure(jobs[i],
                                                                   w.pids[w.nodes[i]]))
@@ -811,17 +812,17 @@ def test_mesh_api_publishes_checks_and_keeps_one_peer_list(tmp_path: Path,
         assert manager.mesh.accepted(j0.job) is None  # nothing kept from refused lists
         chain.jobs[jobs[2]] = PeerJob("open", bytes(USER.pubkey()), pubkey(seed(32)))
         r = post(j0, body)
-        assert (r.status_code, r.json()) == (200, {"status": "configured"})
+        assert (r.status_code, r.json()) == (200, {"status": "configured", "version": 0})
         # Its subnet is in use on this host now; no device yet, so no handshakes to report.
         assert http.get("/v1/health").json()["cluster"]["subnets_used"] == [0x5a]
         assert get(j0).json()["handshakes"] is None
         reads = chain.reads
-        assert post(j0, body).json() == {"status": "configured"}  # the same list: idempotent
+        assert post(j0, body).json() == {"status": "configured", "version": 0}  # idempotent
         assert chain.reads == reads
         moved = Mesh(tmp_path / "peer1b", settings(PORT_BASE + 15, PORT_BASE + 15),
                      peer_keys[0]).publication(jobs[1])
-        r = post(j0, peer_body({1: moved, 2: pubs[2]}))
-        assert r.status_code == 409 and r.json()["error"] == "mesh_configured"
+        r = post(j0, peer_body({1: moved, 2: pubs[2]}))  # another list, no newer version
+        assert r.status_code == 409 and r.json()["error"] == "mesh_stale"
         # The node waits for its mesh until the list is here; now it would start.
         assert manager.mesh.node_env(j0.job) == contract_env(cluster(0, 3))
     finally:

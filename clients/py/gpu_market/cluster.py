@@ -22,8 +22,10 @@ Each node is one job, paid as any job (its own deposit, proofs and committee). G
   (:mod:`gpu_market.cluster_store`) with every rank's job address before the first create,
   so a retried create never makes a second job, and an interrupted cluster can be found and
   taken down (``gpum cluster down NAME``).
-* A node that fails once the cluster ran is not replaced: :meth:`Cluster.status` says which
-  node is not running and why; :meth:`Cluster.down` stops and closes every node.
+* A node that fails once the cluster ran is replaced only for a managed cluster
+  (``managed=True``, :mod:`gpu_market.cluster_managed`: same rank, same mesh address, on
+  another provider, the mesh updated on every node); otherwise :meth:`Cluster.status` says
+  which node is not running and why, and :meth:`Cluster.down` stops and closes every node.
 """
 
 from __future__ import annotations
@@ -99,6 +101,9 @@ class Prepared:
     account: Pubkey
     balance: int
     image: str
+    shared: dict[str, str] = field(default_factory=dict)
+    """The template's per-cluster secret (plaintext, memory only: a managed cluster's
+    controller seals it to a successor's worker)."""
 
     def summary(self) -> dict[str, Any]:
         """What the cluster will rent, in tokens and GPU-hours (``gpum cluster create``'s
@@ -255,14 +260,16 @@ def prepare(world: Any, req: ClusterRequest, *, hooks: Any, deadline: float,
     except PlanError as e:
         raise ClusterError(str(e)) from None
     return Prepared(cid, name, req, plan, nodes, committee, quorum, decimals, account, balance,
-                    image)  # fmt: skip
+                    image, shared)  # fmt: skip
 
 
 def launch(world: Any, prepared: Prepared, *, hooks: Any, deadline: float,
-           store: Any = None, history: Any = None) -> list[dict[str, Any]]:  # fmt: skip
-    """Record the cluster (``store``: a :class:`~gpu_market.cluster_store.ClusterStore`) and
-    start it as a gang: every node's workload status. ClusterError (every job released, the
-    record marked failed) when it did not start by ``deadline`` (monotonic)."""
+           store: Any = None, history: Any = None,
+           managed: dict[str, Any] | None = None) -> list[dict[str, Any]]:  # fmt: skip
+    """Record the cluster (``store``: a :class:`~gpu_market.cluster_store.ClusterStore`;
+    ``managed``: its controller's policy, :func:`gpu_market.cluster_managed.managed_policy`)
+    and start it as a gang: every node's workload status. ClusterError (every job released,
+    the record marked failed) when it did not start by ``deadline`` (monotonic)."""
     from .cluster_gang import GangError, start_gang
     from .cluster_store import ClusterRecord, ClusterStore, NodeRecord, StoreError
 
@@ -274,7 +281,8 @@ def launch(world: Any, prepared: Prepared, *, hooks: Any, deadline: float,
         gpus_per_node=req.gpus, seconds=int(req.seconds),
         template=None if req.template is None else req.template.name,
         nodes=tuple(NodeRecord(n.rank, str(n.job), n.job_id, str(n.provider), n.endpoint,
-                               n.workload_hash.hex(), n.deposit) for n in prepared.nodes))  # fmt: skip
+                               n.workload_hash.hex(), n.deposit) for n in prepared.nodes),
+        managed=managed)  # fmt: skip
     try:
         store.check_name_free(prepared.name, world.url)
         store.save(record)
@@ -329,8 +337,9 @@ class ClusterNode:
     last seen)."""
 
     rank: int
-    job: Pubkey
-    provider: Pubkey
+    job: Pubkey | None
+    """None while a managed cluster's successor of a failed node is not planned yet."""
+    provider: Pubkey | None
     worker_endpoint: str
     workload_hash: bytes
     endpoints: tuple[str, ...] = ()
@@ -357,9 +366,14 @@ class Cluster:
         self.name: str = record.name
         self.id: str = record.id
         found = [ports(dict(s))[0] for s in statuses] if statuses else [[] for _ in record.nodes]
-        self.nodes = [ClusterNode(n.rank, Pubkey.from_string(n.job), Pubkey.from_string(n.provider),
+        self.nodes = [ClusterNode(n.rank, Pubkey.from_string(n.job) if n.job else None,
+                                  Pubkey.from_string(n.provider) if n.provider else None,
                                   n.worker_endpoint, bytes.fromhex(n.workload_hash), tuple(e))
                       for n, e in zip(record.nodes, found)]  # fmt: skip
+        self.controller: Any = None
+        """The thread running a managed cluster's controller in this process (or None)."""
+        self.retired_receipts: dict[str, Any] = {}
+        """Receipts of the replaced nodes' jobs closed by :meth:`down`, by job address."""
 
     def __repr__(self) -> str:
         return f"Cluster(name={self.name!r}, nodes={len(self.nodes)}, endpoint={self.endpoint!r})"
@@ -384,15 +398,26 @@ class Cluster:
         failed; starting),
         ``"endpoint", "nodes": [{"rank", "job", "provider", "status"`` (on chain), ``"state"``
         (the container's), ``"endpoints", "problem"}]}``."""
+        from .cluster_store import ClusterStore
         from .workload_api import WorkerApiError, workload_status
 
+        record = (self._store or ClusterStore()).get(self.id) if self.record.managed else self.record
+        if record is not self.record:
+            self._reload(record)
         rows = []
-        views = self.client.fetch_jobs([n.job for n in self.nodes])
-        for n, j in zip(self.nodes, views):
-            row: dict[str, Any] = {"rank": n.rank, "job": str(n.job), "provider": str(n.provider),
+        built = [n for n in self.nodes if n.job is not None]
+        found = dict(zip([n.rank for n in built], self.client.fetch_jobs([n.job for n in built])))
+        states = {n.rank: n.state for n in record.nodes}
+        for n in self.nodes:
+            j = found.get(n.rank)
+            row: dict[str, Any] = {"rank": n.rank, "job": None if n.job is None else str(n.job),
+                                   "provider": None if n.job is None else str(n.provider),
                                    "status": "closed" if j is None else j.status, "state": None,
                                    "endpoints": [], "problem": None}  # fmt: skip
-            if j is not None and j.status == "running":
+            if states.get(n.rank, "running") != "running":
+                row["status"] = "none" if j is None else j.status
+                row["problem"] = f"being replaced ({states[n.rank]})"
+            elif j is not None and j.status == "running":
                 try:
                     s = workload_status(n.worker_endpoint, bytes(n.job), n.workload_hash,
                                         bytes(self.keypair), timeout=10.0)  # fmt: skip
@@ -414,8 +439,48 @@ class Cluster:
             state = "degraded"
         if rows and rows[0]["endpoints"]:
             self.nodes[0] = replace(self.nodes[0], endpoints=tuple(rows[0]["endpoints"]))
-        return {"cluster": self.id, "name": self.name, "state": state, "endpoint": self.endpoint,
-                "nodes": rows}  # fmt: skip
+        out = {"cluster": self.id, "name": self.name, "state": state, "endpoint": self.endpoint,
+               "nodes": rows}  # fmt: skip
+        if record.managed:
+            out["managed"] = {"gave_up": record.managed.get("gave_up"),
+                              "mesh_version": record.mesh_version,
+                              "replaced": [{"rank": n.rank, "job": n.job, "provider": n.provider,
+                                            "state": n.state, "why": n.end_reason}
+                                           for n in record.retired],
+                              "events": [{"at": at, "level": lv, "text": tx}
+                                         for at, lv, tx in record.events[-10:]]}  # fmt: skip
+        return out
+
+    def start_controller(self, secrets: Mapping[str, str], *, url: str, program_id: Any) -> None:
+        """Run this managed cluster's controller in a background thread (its own RPC client)
+        until :meth:`down`; its events go to the record (``status()["managed"]["events"]``)."""
+        import threading
+
+        from .cluster_managed import watch
+        from .cluster_store import ClusterStore
+
+        store = self._store or ClusterStore()
+        client = _client(url, program_id)
+
+        def run() -> None:
+            try:
+                watch(store, self.record, client, self.keypair, secrets=secrets)
+            finally:
+                client.close()
+
+        self.controller = threading.Thread(target=run, name=f"gpum-cluster-{self.id}", daemon=True)
+        self.controller.start()
+
+    def _reload(self, record: Any) -> None:
+        """Take a newer record (a managed cluster's controller replaced nodes)."""
+        old = {n.rank: n for n in self.nodes}
+        self.record = record
+        self.nodes = [ClusterNode(n.rank, Pubkey.from_string(n.job) if n.job else None,
+                                  Pubkey.from_string(n.provider) if n.provider else None,
+                                  n.worker_endpoint, bytes.fromhex(n.workload_hash),
+                                  old[n.rank].endpoints if old.get(n.rank) and
+                                  str(old[n.rank].job) == n.job else ())
+                      for n in record.nodes]  # fmt: skip
 
     def logs(self, rank: int | None = None, tail: int | None = None) -> Any:
         """Node ``rank``'s container output (its last ``tail`` lines; at most the last 4 MiB),
@@ -452,33 +517,48 @@ class Cluster:
         wait out their settlement graces, close them: the receipts by rank (a node whose job
         was never created or is already closed has none). ``timeout``: seconds to wait for each
         grace (default: the grace plus 2 minutes)."""
+        from .cluster_store import ClusterStore
         from .deployment import DeployError, close_with_receipt, stop_job
 
+        store = self._store or ClusterStore()
+        if self.record.managed:  # its controller stops first: nothing is replaced meanwhile
+            from .cluster_managed import stop_controller
+
+            stop_controller(store, self.record)
+            if self.controller is not None:
+                self.controller.join(60)
+            self._reload(store.get(self.id))
         say_ = say
-        for n in self.nodes:  # every node stops billing first; the graces then overlap
-            j = self.client.fetch_job(n.job)
+        retired = [(f"{n.rank} (replaced, job {n.job})", Pubkey.from_string(n.job))
+                   for n in self.record.retired if n.job]  # fmt: skip
+        current = [(str(n.rank), n.job) for n in self.nodes if n.job is not None]
+        for what, job in current + retired:  # every job stops billing first; graces overlap
+            j = self.client.fetch_job(job)
             if j is not None and j.status == "open":
-                self.client.cancel_job(self.keypair, n.job)
-                say_(f"node {n.rank}: job {n.job} cancelled (full refund)")
+                self.client.cancel_job(self.keypair, job)
+                say_(f"node {what}: job {job} cancelled (full refund)")
             elif j is not None and j.status == "running":
-                self.client.finish_job(self.keypair, n.job)
-                say_(f"node {n.rank}: job {n.job} finished: billing stopped")
+                self.client.finish_job(self.keypair, job)
+                say_(f"node {what}: job {job} finished: billing stopped")
         receipts: dict[int, Any] = {}
-        for n in self.nodes:
-            if self.client.fetch_job(n.job) is None:
+        for what, job in current + retired:
+            if self.client.fetch_job(job) is None:
                 continue
             try:
-                j = stop_job(self.client, self.keypair, n.job, limit=timeout, hooks=hooks)
+                j = stop_job(self.client, self.keypair, job, limit=timeout, hooks=hooks)
             except DeployError as e:
-                raise ClusterError(f"node {n.rank}: {e}; `gpum cluster down {self.name}` again "
+                raise ClusterError(f"node {what}: {e}; `gpum cluster down {self.name}` again "
                                    "closes the rest") from None  # fmt: skip
-            receipts[n.rank] = close_with_receipt(self.client, self.keypair, n.job, j).receipt
-            say_(f"node {n.rank}: job {n.job} closed")
-        from .cluster_store import ClusterStore
-
-        _mark(self._store or ClusterStore(), self.id, state="down",
+            receipt = close_with_receipt(self.client, self.keypair, job, j).receipt
+            if what.isdigit():
+                receipts[int(what)] = receipt
+            else:
+                self.retired_receipts[str(job)] = receipt
+            say_(f"node {what}: job {job} closed")
+        _mark(store, self.id, state="down",
               receipts={**self.record.receipts,
-                        **{str(r): rc.as_dict() for r, rc in receipts.items()}})  # fmt: skip
+                        **{str(r): rc.as_dict() for r, rc in receipts.items()},
+                        **{k: rc.as_dict() for k, rc in self.retired_receipts.items()}})  # fmt: skip
         return receipts
 
 
@@ -516,7 +596,8 @@ def create_cluster(gpu_type: str, gpu_count: int = 1, nodes: int = 2, image: str
                    keypair: Keypair | str | os.PathLike | None = None,
                    market: Pubkey | str | None = None, committee: Sequence[Pubkey | str] | None = None,
                    quorum: int | None = None, timeout: float = DEFAULT_TIMEOUT_S,
-                   program_id: Pubkey | str | None = None, hooks: Any = None) -> Cluster:  # fmt: skip
+                   program_id: Pubkey | str | None = None, hooks: Any = None,
+                   managed: bool = False, max_replacements: int = 3) -> Cluster:  # fmt: skip
     """Rent ``nodes`` nodes of ``gpu_count`` GPUs of model ``gpu_type`` (a substring of the
     provider's model) for ``hours`` each, run ``image`` on every node (``command``: its
     command; with ``template`` "ray" or "torchrun", the words the template runs), join them in
@@ -526,6 +607,9 @@ def create_cluster(gpu_type: str, gpu_count: int = 1, nodes: int = 2, image: str
     only providers of that region; ``max_price``: the highest price per GPU-hour, in tokens;
     ``url``, ``keypair``, ``market``, ``committee``, ``quorum`` as for
     :func:`gpu_market.deploy`; ``timeout``: seconds every node has to run (the gang limit).
+    ``managed``: a node that fails is replaced (up to ``max_replacements`` times) by a
+    controller in a background thread of this process while the cluster is open
+    (:mod:`gpu_market.cluster_managed`; ``gpum cluster watch NAME`` runs it elsewhere).
     Raises ClusterError: before anything is sent, or with every job released."""
     from .cluster_templates import TemplateError, load_cluster_template
     from .cluster_world import ChainClusterWorld
@@ -556,7 +640,12 @@ def create_cluster(gpu_type: str, gpu_count: int = 1, nodes: int = 2, image: str
     deadline = hooks.monotonic() + timeout
     try:
         prepared = prepare(world, req, hooks=hooks, deadline=deadline)
-        statuses = launch(world, prepared, hooks=hooks, deadline=deadline)
+        policy = None
+        if managed:
+            from .cluster_managed import managed_policy
+
+            policy = managed_policy(req, prepared, max_replacements=max_replacements)
+        statuses = launch(world, prepared, hooks=hooks, deadline=deadline, managed=policy)
     except BaseException:
         world.close()
         client.close()
@@ -564,7 +653,16 @@ def create_cluster(gpu_type: str, gpu_count: int = 1, nodes: int = 2, image: str
     world.close()
     from .cluster_store import ClusterStore
 
-    return Cluster(ClusterStore().find(prepared.cluster_id, client.url), client, kp, statuses)
+    cluster = Cluster(ClusterStore().find(prepared.cluster_id, client.url), client, kp, statuses)
+    if managed:
+        cluster.start_controller({**req.secrets, **_shared(prepared)}, url=client.url,
+                                 program_id=client.program_id)  # fmt: skip
+    return cluster
+
+
+def _shared(prepared: Prepared) -> dict[str, str]:
+    """The template's per-cluster secret as the nodes got it (memory only)."""
+    return dict(getattr(prepared, "shared", {}) or {})
 
 
 def open_cluster(ref: str, *, url: str | None = None,

@@ -104,13 +104,17 @@ def subnet_for(cluster_id: str) -> str:
     return f"10.77.{int(cluster_id[:2], 16)}.0/24"
 
 
-def node_job_id(cluster_id: str, rank: int) -> int:
+def node_job_id(cluster_id: str, rank: int, attempt: int = 0) -> int:
     """The job id (u64) of node ``rank`` of cluster ``cluster_id``: the first 8 bytes (little
-    endian) of ``sha256(b"gpum-cluster-node-v1" || id (8 bytes) || rank u32 le)``."""
+    endian) of ``sha256(b"gpum-cluster-node-v1" || id (8 bytes) || rank u32 le)``; the
+    ``attempt``-th successor of a failed node (a managed cluster's, attempt >= 1) appends
+    ``attempt u32 le``, so every successor's address is fixed before it is created."""
     check_cluster_id(cluster_id, "cluster id")
     check_int("rank", rank, 0, MAX_NODES - 1)
+    check_int("attempt", attempt, 0, 2**32 - 1)
+    tail = attempt.to_bytes(4, "little") if attempt else b""
     digest = hashlib.sha256(_JOB_ID_DOMAIN + bytes.fromhex(cluster_id)
-                            + rank.to_bytes(4, "little")).digest()  # fmt: skip
+                            + rank.to_bytes(4, "little") + tail).digest()  # fmt: skip
     return int.from_bytes(digest[:8], "little")
 
 

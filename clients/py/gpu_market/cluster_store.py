@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CLUSTERS_FILE", "ClusterRecord", "ClusterStore", "NodeRecord", "StoreError",
+__all__ = ["CLUSTERS_FILE", "NODE_STATES", "ClusterRecord", "ClusterStore", "NodeRecord", "StoreError",
            "clusters_path"]  # fmt: skip
 
 CLUSTERS_FILE = "clusters.json"
@@ -41,10 +41,24 @@ def clusters_path() -> Path:
     return history_path().parent / CLUSTERS_FILE
 
 
+NODE_STATES = ("running", "pending", "planned", "created", "delivered", "keyed", "joining",
+               "joined", "stopping", "stopped")
+"""A node's state as a managed cluster's controller keeps it (:mod:`gpu_market.cluster_managed`):
+``running`` for every node of the gang once it ran; a successor of a failed node goes
+``pending`` (decided, no offer yet), ``planned`` (its job address, provider, deposit and spec
+fixed), ``created``, ``delivered``, ``keyed`` (its mesh key known), ``joining`` (the peer
+list of ``mesh_version`` being delivered to every node), ``joined``, then ``running``; a
+failed node moves to ``retired`` as ``stopping`` (its job being finished or cancelled), then
+``stopped`` (closed by ``gpum cluster down``)."""
+
+
 @dataclass(frozen=True)
 class NodeRecord:
     """Node ``rank``: its job (address and id), provider, worker endpoint, the workload hash
-    its job was created with, and its deposit."""
+    its job was created with, and its deposit; for a managed cluster also its ``attempt``
+    (0: the gang's node, k: its k-th successor), ``state``, since when (``since``), why it
+    was retired (``end_reason``), a successor's ``spec`` (canonical JSON, hex; its secrets
+    sealed), ``committee`` and ``quorum``, and its verified ``mesh_key`` (a peer entry)."""
 
     rank: int
     job: str
@@ -53,6 +67,14 @@ class NodeRecord:
     worker_endpoint: str
     workload_hash: str
     deposit: int
+    attempt: int = 0
+    state: str = "running"
+    since: int = 0
+    end_reason: str | None = None
+    spec: str = ""
+    committee: tuple[str, ...] = ()
+    quorum: int = 0
+    mesh_key: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -71,17 +93,32 @@ class ClusterRecord:
     state: str = "starting"
     error: str | None = None
     receipts: dict[str, Any] = field(default_factory=dict)
-    """Receipts by rank (as ``Receipt.as_dict``) once the cluster is down."""
+    """Receipts by rank (as ``Receipt.as_dict``) once the cluster is down; a retired node's
+    by its job address."""
+    managed: dict[str, Any] | None = None
+    """A managed cluster's policy (:mod:`gpu_market.cluster_managed`), None otherwise."""
+    mesh_version: int = 0
+    """The version of the newest peer list sent to the nodes (0: the gang's)."""
+    retired: tuple[NodeRecord, ...] = ()
+    """Failed nodes that were replaced (their jobs are still closed by ``down``)."""
+    events: tuple[tuple[int, str, str], ...] = ()
+    """The controller's newest decisions and warnings: ``(unix seconds, level, text)``."""
+    stop_requested: bool = False
+    """``gpum cluster down`` asked the controller to stop."""
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["nodes"] = [asdict(n) for n in self.nodes]
+        d["retired"] = [asdict(n) for n in self.retired]
         return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ClusterRecord:
-        nodes = tuple(NodeRecord(**n) for n in d.get("nodes", ()))
-        return cls(**{**d, "nodes": nodes})
+        node = lambda n: NodeRecord(**{**n, "committee": tuple(n.get("committee", ()))})
+        nodes = tuple(node(n) for n in d.get("nodes", ()))
+        retired = tuple(node(n) for n in d.get("retired", ()))
+        events = tuple(tuple(e) for e in d.get("events", ()))
+        return cls(**{**d, "nodes": nodes, "retired": retired, "events": events})
 
 
 class ClusterStore:
@@ -147,6 +184,24 @@ class ClusterStore:
     def save(self, record: ClusterRecord) -> None:
         with self._update() as data:
             data["clusters"][record.id] = record.as_dict()
+
+    def get(self, cluster_id: str) -> ClusterRecord:
+        """The record of ``cluster_id`` as the file has it now; StoreError when there is none."""
+        d = self._read()["clusters"].get(cluster_id)
+        if d is None:
+            raise StoreError(f"no cluster {cluster_id} in {self.path}")
+        return ClusterRecord.from_dict(d)
+
+    def change(self, cluster_id: str, fn: Any) -> ClusterRecord:
+        """Replace the record of ``cluster_id`` by ``fn(record)`` under the lock (one atomic
+        read-modify-write): the new record."""
+        with self._update() as data:
+            old = data["clusters"].get(cluster_id)
+            if old is None:
+                raise StoreError(f"no cluster {cluster_id} in {self.path}")
+            new = fn(ClusterRecord.from_dict(old))
+            data["clusters"][cluster_id] = new.as_dict()
+            return new
 
     def update(self, cluster_id: str, **fields: Any) -> ClusterRecord:
         """The record of ``cluster_id`` with ``fields`` replaced, written back."""

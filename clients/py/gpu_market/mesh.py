@@ -11,13 +11,18 @@ worker key (ed25519) over the **mesh key digest**::
 
 ``GET /v1/jobs/<job>/mesh`` answers ``{"job", "public_key", "endpoint", "worker_key",
 "signature"}`` (the key standard base64, the others base58). The user collects every node's
-answer and posts each node the others' as its peer list: ``{"peers": [{"rank", "job",
-"public_key", "endpoint", "worker_key", "signature"}, ...]}``, signed by the user over
+answer and posts each node the others' as its peer list: ``{"version": N, "peers": [{"rank",
+"job", "public_key", "endpoint", "worker_key", "signature"}, ...]}``, signed by the user over
 :func:`peers_digest` of the body (``workload.sign_request`` action ``"mesh"``).
 
-:func:`parse_peer_list` is what a worker accepts: exactly the ranks ``0..nodes-1`` but its
-own, each once, no job twice and not its own, every key 32 bytes of canonical base64, every
-endpoint ``host:port`` someone can send to, every signature valid for its ``worker_key``.
+:func:`parse_peer_doc` is what a worker accepts: ``version`` an integer 0..2^53-1 (absent: 0),
+and either exactly the ranks ``0..nodes-1`` but its own, or every rank, its own included
+(then that entry must name its own job; a list with a version of 1 or more names every
+node), each rank once, no job twice, every key 32 bytes of canonical base64, every endpoint
+``host:port`` someone can send to, every signature valid for its ``worker_key``. A worker
+keeps the newest version it accepted and takes a later list only with a higher version that
+leaves its own entry as it is (``gpum_worker.mesh_api``), so a replayed old list never rolls
+a replaced node back.
 Whether each ``worker_key`` is its provider's current key, and whether each job is the user's
 and live, the worker reads from chain (``gpum_worker.mesh_api``). Every refusal is a
 :class:`MeshKeyError` whose message names the entry and what is wrong.
@@ -42,13 +47,16 @@ from .receipt import sign, verify
 __all__ = [
     "MAX_ENDPOINT_BYTES",
     "MAX_PEER_LIST_BYTES",
+    "MAX_PEER_LIST_VERSION",
     "MESH_KEY_DOMAIN",
     "PEER_KEYS",
     "MeshKeyError",
     "MeshPeer",
+    "PeerList",
     "check_udp_endpoint",
     "check_wg_key",
     "mesh_key_digest",
+    "parse_peer_doc",
     "parse_peer_list",
     "peers_digest",
     "sign_mesh_key",
@@ -60,6 +68,8 @@ MESH_KEY_DOMAIN = b"gpu-market/mesh-key/v1"
 MAX_ENDPOINT_BYTES = 255
 MAX_PEER_LIST_BYTES = 64 * 1024
 """A peer list of 63 nodes is about 20 KiB."""
+MAX_PEER_LIST_VERSION = 2**53 - 1
+"""The largest peer list version (exact in every JSON reader)."""
 PEER_KEYS = ("rank", "job", "public_key", "endpoint", "worker_key", "signature")
 
 
@@ -221,11 +231,21 @@ def _peer(entry: object, i: int) -> MeshPeer:
     return MeshPeer(rank, job, public_key, endpoint, worker_key, signature)
 
 
-def parse_peer_list(body: bytes | str | dict[str, Any], *, job: bytes, rank: int,
-                    nodes: int) -> tuple[MeshPeer, ...]:
-    """The peer list of node ``rank`` (job ``job``) of a cluster of ``nodes``, in rank order;
-    MeshKeyError naming the first problem (module docstring). Signatures are checked; the
-    chain checks are the caller's."""
+@dataclass(frozen=True)
+class PeerList:
+    """An accepted peer list: its ``version``, every other node's entry (rank order) and, when
+    the list names it, this node's own entry."""
+
+    version: int
+    peers: tuple[MeshPeer, ...]
+    own: MeshPeer | None = None
+
+
+def parse_peer_doc(body: bytes | str | dict[str, Any], *, job: bytes, rank: int,
+                   nodes: int) -> PeerList:
+    """The peer list of node ``rank`` (job ``job``) of a cluster of ``nodes``; MeshKeyError
+    naming the first problem (module docstring). Signatures are checked; whether the own
+    entry is this node's current key, and the chain checks, are the caller's."""
     if isinstance(body, (bytes, str)):
         raw = body.encode() if isinstance(body, str) else body
         if len(raw) > MAX_PEER_LIST_BYTES:
@@ -237,25 +257,44 @@ def parse_peer_list(body: bytes | str | dict[str, Any], *, job: bytes, rank: int
             raise MeshKeyError("the peer list is not JSON") from None
     else:
         doc = body
-    if not isinstance(doc, dict) or set(doc) != {"peers"} or not isinstance(doc["peers"], list):
-        raise MeshKeyError('send {"peers": [...]}: every other node of the cluster, each '
-                           "with rank, job, public_key, endpoint, worker_key and signature")
+    if not isinstance(doc, dict) or "peers" not in doc or not set(doc) <= {"peers", "version"} \
+            or not isinstance(doc["peers"], list):
+        raise MeshKeyError('send {"version": N, "peers": [...]}: every other node of the '
+                           "cluster (or every node), each with rank, job, public_key, "
+                           "endpoint, worker_key and signature")
+    version = doc.get("version", 0)
+    if isinstance(version, bool) or not isinstance(version, int) \
+            or not 0 <= version <= MAX_PEER_LIST_VERSION:
+        raise MeshKeyError(f"the peer list's version {str(version)[:30]!r} is not an integer "
+                           f"0..{MAX_PEER_LIST_VERSION}")
     entries = doc["peers"]
-    if len(entries) > nodes - 1:
+    if len(entries) > nodes:
         raise MeshKeyError(f"the peer list has {len(entries)} entries; this cluster has "
-                           f"{nodes} nodes, so {nodes - 1} peers")
+                           f"{nodes} nodes")
+    full = len(entries) == nodes
+    if version > 0 and not full:
+        raise MeshKeyError(f"a peer list with a version names every node, this one included "
+                           f"({nodes} entries, not {len(entries)})")
     peers = [_peer(e, i) for i, e in enumerate(entries)]
     seen: dict[int, MeshPeer] = {}
+    own: MeshPeer | None = None
     for p in peers:
-        if p.rank == rank:
-            raise MeshKeyError(f"the peer list names rank {rank}, which is this node itself")
         if not 0 <= p.rank < nodes:
             raise MeshKeyError(f"the peer list names rank {p.rank}; this cluster's ranks are "
                                f"0..{nodes - 1}")
-        if p.rank in seen:
+        if p.rank in seen or (own is not None and p.rank == rank):
             raise MeshKeyError(f"the peer list names rank {p.rank} twice")
+        if p.rank == rank:
+            if not full:
+                raise MeshKeyError(f"the peer list names rank {rank}, which is this node itself")
+            if p.job != job:
+                raise MeshKeyError(f"the peer list's entry of rank {rank}, this node, names job "
+                                   f"{Pubkey.from_bytes(p.job)}, not this node's job "
+                                   f"{Pubkey.from_bytes(bytes(job))}")
+            own = p
+            continue
         seen[p.rank] = p
-    jobs = [p.job for p in peers]
+    jobs = [p.job for p in seen.values()]
     if job in jobs:
         raise MeshKeyError("the peer list names this node's own job as a peer")
     if len(set(jobs)) != len(jobs):
@@ -264,4 +303,10 @@ def parse_peer_list(body: bytes | str | dict[str, Any], *, job: bytes, rank: int
     if missing:
         raise MeshKeyError(f"the peer list lacks rank {missing[0]} (every node but this one, "
                            f"{nodes - 1} entries)")
-    return tuple(seen[r] for r in sorted(seen))
+    return PeerList(version, tuple(seen[r] for r in sorted(seen)), own)
+
+
+def parse_peer_list(body: bytes | str | dict[str, Any], *, job: bytes, rank: int,
+                    nodes: int) -> tuple[MeshPeer, ...]:
+    """The other nodes' entries of :func:`parse_peer_doc`, in rank order."""
+    return parse_peer_doc(body, job=job, rank=rank, nodes=nodes).peers

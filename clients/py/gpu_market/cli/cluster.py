@@ -117,13 +117,18 @@ def _pairs(values: tuple[str, ...], hint: str) -> dict[str, str]:
               help="How long every node has to be created, joined and running; then every job "
                    "is released (Open ones refunded in full).")  # fmt: skip
 @click.option("--dry-run", is_flag=True, help="Show the plan and its cost; send nothing.")
+@click.option("--managed", is_flag=True,
+              help="Replace a node that fails (same rank and mesh address, another provider) "
+                   "by a controller running in the foreground; `gpum cluster watch` resumes it.")  # fmt: skip
+@click.option("--max-replacements", type=click.IntRange(0, 100), default=3, show_default=True,
+              help="With --managed: the most nodes replaced over the cluster's life.")
 @click.argument("command", nargs=-1, metavar="[-- COMMAND...]")
 def cluster_create(env: Env, market: Pubkey, gpu: tuple[str, int], nodes: int, hours: Fraction,
                    image: str | None, template_ref: str | None, ports: tuple[str, ...],
                    region: str | None, max_price: str | None, env_vars: tuple[str, ...],
                    secrets: tuple[str, ...], shm_size_mib: int | None, finish_on_exit: bool | None,
-                   name: str | None, wait_timeout: int, dry_run: bool,
-                   command: tuple[str, ...]) -> None:  # fmt: skip
+                   name: str | None, wait_timeout: int, dry_run: bool, managed: bool,
+                   max_replacements: int, command: tuple[str, ...]) -> None:  # fmt: skip
     """Rent K nodes of N GPUs each, run the container on every node, join them in one private
     network and print the cluster's endpoint (node 0's published ports). Every node's
     container starts only once all of them can; if that does not happen within --timeout,
@@ -165,7 +170,12 @@ def cluster_create(env: Env, market: Pubkey, gpu: tuple[str, int], nodes: int, h
             env.emit({"dry_run": True, **summary, **balance},
                      None if env.output == "json" else _plan_lines(summary, dry_run=True))  # fmt: skip
             return
-        statuses = launch(world, prepared, hooks=hooks, deadline=deadline)
+        policy = None
+        if managed:
+            from ..cluster_managed import managed_policy
+
+            policy = managed_policy(req, prepared, max_replacements=max_replacements)
+        statuses = launch(world, prepared, hooks=hooks, deadline=deadline, managed=policy)
     except ClusterError as e:
         raise CliError(str(e)) from None
     finally:
@@ -178,9 +188,68 @@ def cluster_create(env: Env, market: Pubkey, gpu: tuple[str, int], nodes: int, h
         nodes_out.append({"rank": n.rank, "job": str(n.job), "provider": str(n.provider),
                           "endpoints": endpoints, "ports": mappings})  # fmt: skip
     endpoint = nodes_out[0]["endpoints"][0] if nodes_out[0]["endpoints"] else None
-    data = {**summary, "state": "running", "endpoint": endpoint, "nodes": [
+    data = {**summary, "state": "running", "endpoint": endpoint, "managed": managed, "nodes": [
         {**plan, **node} for plan, node in zip(summary["nodes"], nodes_out)]}  # fmt: skip
     env.emit(data, None if env.output == "json" else _plan_lines(data, dry_run=False))
+    if managed:
+        sys.stdout.flush()
+        _watch(env, prepared.cluster_id, {**secret_map, **prepared.shared})
+
+
+def _watch(env: Env, cluster_id: str, secrets: dict[str, str]) -> None:
+    """Run a managed cluster's controller here until Ctrl-C, `gpum cluster down` or it gives
+    up; each event one line (text) or one JSON object (json)."""
+    import json
+
+    from ..cluster_managed import watch
+    from ..cluster_store import ClusterStore, StoreError
+    from ..managed.store import ControllerBusy
+
+    store = ClusterStore()
+
+    def say(level: str, text: str) -> None:
+        if env.output == "json":
+            click.echo(json.dumps({"cluster": cluster_id, "event": level, "at": int(time.time()),
+                                   "text": text}))  # fmt: skip
+        else:
+            stamp = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+            click.echo(f"{stamp}  {level}: {text}")
+        sys.stdout.flush()
+
+    try:
+        record = store.get(cluster_id)
+        if env.output != "json":
+            click.echo(f"controller of cluster {record.name} running (Ctrl-C stops it; the "
+                       f"cluster runs on, and `gpum cluster watch {record.name}` resumes it)",
+                       err=True)  # fmt: skip
+        end = watch(store, record, env.client, env.keypair, secrets=secrets, say=say,
+                    sleep=lambda s: _sleep(s))  # fmt: skip
+    except (StoreError, ControllerBusy) as e:
+        raise CliError(str(e)) from None
+    except KeyboardInterrupt:
+        click.echo("controller stopped; the cluster runs on: `gpum cluster watch` resumes it",
+                   err=True)  # fmt: skip
+        return
+    gave_up = (end.managed or {}).get("gave_up")
+    if gave_up:
+        raise CliError(gave_up)
+
+
+@cluster.command("watch")
+@common
+@click.argument("ref", metavar="CLUSTER")
+def cluster_watch(env: Env, ref: str) -> None:
+    """Run a managed cluster's controller (a node that fails is replaced) until Ctrl-C or
+    `gpum cluster down`. The cluster's secrets come from the environment, by name."""
+    import os
+
+    c = _open(env, ref)
+    if not c.record.managed:
+        raise CliError(f"cluster {c.name} is not managed (`gpum cluster create --managed` makes "
+                       "one); `gpum cluster status` names a failed node, `gpum cluster down` "
+                       "ends it")  # fmt: skip
+    names = {n for t in c.record.managed["templates"] for n in t.get("secrets", ())}
+    _watch(env, c.id, {n: os.environ[n] for n in names if n in os.environ})
 
 
 def _tokens(base: int, decimals: int) -> str:
@@ -237,11 +306,21 @@ def cluster_status(env: Env, ref: str) -> None:
              f"  endpoint: {s['endpoint'] or '-'}"]
     for n in s["nodes"]:
         where = ", ".join(n["endpoints"]) or "-"
-        lines.append(f"  node {n['rank']}: job {n['job']} {n['status']}, container "
+        lines.append(f"  node {n['rank']}: job {n['job'] or '-'} {n['status']}, container "
                      f"{n['state'] or '-'}, {where}" + (f"; {n['problem']}" if n["problem"] else ""))
-    if s["state"] == "degraded":
+    m = s.get("managed")
+    for r in (m or {}).get("replaced", []):
+        lines.append(f"  replaced: node {r['rank']}'s job {r['job']} on provider {r['provider']} "
+                     f"({r['state']}): {r['why']}")
+    if m and m["gave_up"]:
+        lines.append(f"  the controller gave up: {m['gave_up']}")
+    if s["state"] == "degraded" and not (m and not m["gave_up"]):
         lines.append(f"  a node is not running: `gpum cluster logs {s['name']} --rank R` shows "
                      f"its output; `gpum cluster down {s['name']}` stops the cluster")
+    elif s["state"] == "degraded":
+        lines.append(f"  a node is not running; the cluster is managed: its controller (`gpum "
+                     f"cluster watch {s['name']}`) replaces it, `gpum cluster down "
+                     f"{s['name']}` stops the cluster")
     env.emit(s, lines)
 
 
@@ -290,8 +369,12 @@ def cluster_down(env: Env, ref: str, timeout: int | None) -> None:
         progress.done()
     total = {k: sum(r.as_dict()[k] for r in receipts.values())
              for k in ("deposited", "paid", "fees", "refunded")}  # fmt: skip
+    every = [*receipts.values(), *c.retired_receipts.values()]
+    total = {k: sum(r.as_dict()[k] for r in every) for k in ("deposited", "paid", "fees", "refunded")}
     data = {"cluster": c.id, "name": c.name, "state": "down",
-            "receipts": {str(r): rc.as_dict() for r, rc in receipts.items()}, "total": total}
+            "receipts": {str(r): rc.as_dict() for r, rc in receipts.items()},
+            "replaced": {job: rc.as_dict() for job, rc in c.retired_receipts.items()},
+            "total": total}  # fmt: skip
     if env.output == "json":
         env.emit(data)
         return
