@@ -5,12 +5,15 @@ API, ``api.py``, runs in threads of its own and shares the ``WorkloadManager``):
 
 * sampler: reads every GPU once per sample interval, at the middle of each interval
   (``k * interval + interval / 2``), so jitter below half an interval never moves a sample
-  into the wrong one-second slot;
+  into the wrong one-second slot, and notes the GPU processes of workload jobs, which are
+  attributed to their containers in threads of their own (``workload_windows``);
 * main: polls the ``JobSource`` (chain reads), reconciles the jobs' workload containers
   (``workloads.WorkloadManager``) and starts proving accepted jobs;
 * prover: closes due windows (``Agent.close_windows``) and records each signed proof in the
-  outbox before anything is sent, on an outbox connection of its own, so a slow RPC node
-  or container runtime never delays a proof;
+  outbox before anything is sent, on an outbox connection of its own. It never calls the
+  chain or the container runtime: a window's proof uses what is known when it closes (GPU
+  samples, observed container states, process attributions, in memory), so a slow RPC node
+  or a hung runtime never delays or skips a proof;
 * delivery: one lane (thread) per destination delivers its outbox rows
   (``sender.DeliveryLanes``), so a slow or dead validator delays only itself;
 * background checks (``background.Background``): asking a job's committee where its
@@ -53,6 +56,9 @@ Guarantees of the main loop:
   process outside the job's container ran on the job's GPUs (``HEALTH_FOREIGN_PROCESS``),
   claims 0 billable seconds. A window without any workload process is billable otherwise:
   the GPUs stay reserved for the user (``finish_on_exit`` ends the job when it exits).
+  A GPU process the runtime did not attribute in time (it hangs or fails) is counted as
+  neither the job's nor foreign; such a window bills only when the container was seen
+  running throughout it, else 0 seconds, never flagged foreign (``workload_windows``).
 * A Finishing job is completed on chain by the worker once its grace is over by the chain's
   clock (``completion.Completer``), never before, so its GPUs are freed without the user.
 """
@@ -70,6 +76,7 @@ from dataclasses import dataclass, field, replace
 from gpu_market.proof import (
     HEALTH_FOREIGN_PROCESS,
     WORKLOAD_FAILED,
+    WORKLOAD_RUNNING,
     WindowProof,
     encode_proof,
     process_list_hash,
@@ -97,8 +104,6 @@ from .workloads import WorkloadManager
 log = logging.getLogger("gpum_worker.agent")
 
 MAX_CATCH_UP_PER_ROUND = 1000
-PROCESS_LOOKBACK_S = 2.5
-"""How far back ``close_windows`` looks for new GPU processes to attribute (>= 1 s tick)."""
 ABSENT_CONFIRMATIONS = 3
 MIN_POLL_INTERVAL_S = 1.0
 """Polls made early (a subscription, the worker API or a background check asked) are at
@@ -250,13 +255,15 @@ class Agent:
             log.info("GPU %d: %s %s", g.index, g.name, g.uuid)
 
     def sample_tick(self, now: float) -> list[GpuSample]:
-        """Read every GPU once at ``now``; failures are logged and never stop other GPUs."""
+        """Read every GPU once at ``now``; failures are logged and never stop other GPUs.
+        The GPU processes of workload jobs are handed on for attribution."""
         out = []
         for g in self.gpus:
             s = read_sample(self.backend, g, now)
             self.buffer.add(s)
             self._log_sample(g, s)
             out.append(s)
+        self._observe_workloads(out, now)
         return out
 
     def _log_sample(self, g: GpuInfo, s: GpuSample) -> None:
@@ -611,7 +618,6 @@ class Agent:
     def close_windows(self, now: float, outbox: Outbox | None = None) -> list[WindowProof]:
         """Prove every window that ended at least ``close_grace_s`` before ``now``, recording
         through ``outbox`` (the calling thread's connection; default: ``self.outbox``)."""
-        self._observe_workloads(now)
         recorded: list[WindowProof] = []
         with self._active_lock:
             for a in list(self.active.values()):
@@ -633,20 +639,18 @@ class Agent:
         self.buffer.prune(min(starts) - 1 if starts else now - 5)
         return recorded
 
-    def _observe_workloads(self, now: float) -> None:
-        """Attribute GPU processes of workload jobs while they run (see workload_windows.py)."""
+    def _observe_workloads(self, samples: list[GpuSample], now: float) -> None:
+        """Hand the GPU processes of workload jobs in ``samples`` to their attribution
+        (``WorkloadWindows.observe_processes``; it never blocks once ``run`` started)."""
+        by_uuid = {s.uuid: s for s in samples if s.ok and s.processes}
         for a in list(self.active.values()):
             if a.done or not a.job.has_workload:
                 continue
-            pids = set()
-            for uuid in a.uuids:
-                samples, _ = self.buffer.window(uuid, now - PROCESS_LOOKBACK_S, now + 1)
-                for s in samples:
-                    if s.ok and s.processes:
-                        pids.update(pid for pid, _ in s.processes)
+            pids = {pid for uuid in a.uuids if uuid in by_uuid
+                    for pid, _ in by_uuid[uuid].processes}  # type: ignore[union-attr]
             if pids:
                 try:
-                    self.workloads.observe_processes(a.job, pids)
+                    self.workloads.observe_processes(a.job, pids, now)
                 except Exception:
                     log.exception("job %s: attributing GPU processes failed", a.job.job_b58)
 
@@ -664,7 +668,18 @@ class Agent:
         flags = 0
         for r in results:
             flags |= r.window.health_flags
-        workload = self.workloads.window_state(a.job, start, end, {p for _, p, _ in procs})
+        account = self.workloads.window_account(a.job, start, end, {p for _, p, _ in procs})
+        workload = account.workload
+        if account.unattributed:  # the runtime did not answer in time (see the docstring)
+            running = workload.state == WORKLOAD_RUNNING
+            if not running:
+                billable = 0
+            log.warning("job %s [%d, %d): %d GPU process(es) not attributed: the container "
+                        "runtime did not answer in time; counted neither as the job's nor as "
+                        "foreign; the window %s", a.job.job_b58, start, end,
+                        account.unattributed,
+                        "bills as the container was seen running" if running else
+                        "is not billable: the container was not seen running throughout it")
         if workload.foreign_processes:
             flags |= HEALTH_FOREIGN_PROCESS
             billable = 0
@@ -706,6 +721,7 @@ class Agent:
         wake = threading.Event()
         self.on_record = wake.set
         self.workloads.on_delivered = self._poke.set
+        self.workloads.attribute_in_background()
         if self.outbox.rotated_from is not None:
             log.warning("worker key changed from %s to %s (rotate_worker_key): new windows are "
                         "signed by the new key; %d pending proof(s) signed by the old key are "
@@ -757,7 +773,8 @@ class Agent:
 
     def _prover_loop(self, stop: threading.Event, outbox_factory: Callable[[], Outbox]) -> None:
         """Close windows as they end, on a thread and an outbox connection of its own: no
-        chain read, container runtime or validator ever delays a proof."""
+        chain read, container runtime or validator ever delays a proof (the outbox record,
+        a local SQLite transaction, is the one wait)."""
         outbox = outbox_factory()
         try:
             while not stop.is_set():

@@ -234,8 +234,7 @@ class WorkloadManager(WorkloadWindows):
         self._jobs: dict[bytes, AssignedJob] = {}
         self._polled = False
         self._obs: dict[bytes, list[_Obs]] = {}
-        self._job_pids: dict[bytes, set[int]] = {}
-        self._foreign_seen: dict[bytes, set[int]] = {}
+        self._init_attribution()
         self._retry: dict[bytes, _Retry] = {}
         self._starting: dict[bytes, threading.Thread] = {}
         self._images: dict[bytes, _ImageCheck] = {}
@@ -304,8 +303,7 @@ class WorkloadManager(WorkloadWindows):
         with self._lock:
             last = self._jobs.pop(job, None)
             self._obs.pop(job, None)
-            self._job_pids.pop(job, None)
-            self._foreign_seen.pop(job, None)
+            self._attr.pop(job, None)
             self._retry.pop(job, None)
             self._noted.pop(job, None)
             self._images.pop(job, None)
@@ -654,9 +652,7 @@ class WorkloadManager(WorkloadWindows):
             log.warning("container %s removed: its job (label %s=%s) is not a live job of "
                         "this worker", name, JOB_LABEL, b58encode(job) if job else "?")
         if job is not None:
-            with self._lock:
-                self._job_pids.pop(job, None)
-                self._foreign_seen.pop(job, None)
+            self._forget_processes(job)
             self._stopped(job)
         return True
 
@@ -760,9 +756,7 @@ class WorkloadManager(WorkloadWindows):
         )
         del secrets
         self.store.set_state(k, "starting")
-        with self._lock:
-            self._job_pids.pop(k, None)
-            self._foreign_seen.pop(k, None)
+        self._forget_processes(k)
         log.info("job %s: starting container %s (%s) on GPU(s) %s", j.job_b58, cspec.name,
                  spec.image, ", ".join(cspec.gpu_uuids) or "none (simulated GPUs)")
         self._observe(k, now, WORKLOAD_PENDING)

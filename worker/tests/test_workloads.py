@@ -39,6 +39,7 @@ from gpum_worker.limits import MachineResources
 from gpum_worker.outbox import Outbox
 from gpum_worker.runtime import JOB_LABEL, container_name
 from gpum_worker.workload_store import WorkloadStore, WorkloadUnavailable
+from gpum_worker.workload_windows import FOREIGN_RECHECK_S, WindowAccount
 from gpum_worker.workloads import (
     MAX_IMAGE_CHECKS,
     MAX_START_FAILURES,
@@ -435,17 +436,21 @@ def test_window_state_processes_attributed(tmp_path: Path, key: WorkerKey) -> No
     inside = next(iter(rt.containers[container_name(j.job)].pids))
     pids_calls = rt.calls.get("pids", 0)
     assert m.window_state(j, T0, T0 + W, set()) == WorkloadWindow(WORKLOAD_RUNNING)
-    assert rt.calls.get("pids", 0) == pids_calls  # no processes: no runtime call
+    # The proof counts what the sampler's lookups found; it never asks the runtime itself.
+    assert m.window_state(j, T0, T0 + W, {inside, 777}) == WorkloadWindow(WORKLOAD_RUNNING)
+    assert rt.calls.get("pids", 0) == pids_calls
+    m.observe_processes(j, {inside, 777}, T0 + 1)
     ws = m.window_state(j, T0, T0 + W, {inside, 777})
     assert ws == WorkloadWindow(WORKLOAD_RUNNING, None, job_processes=1, foreign_processes=1)
     assert not ws.billable
     # Attributed while it ran; gone by the window's end: still the job's.
-    m.observe_processes(j, {inside})
     rt.containers[container_name(j.job)].pids.clear()
     assert m.window_state(j, T0 + W, T0 + 2 * W, {inside}).job_processes == 1
     # A process that vanished before anyone could look is not counted at all.
     m._alive = lambda pid: False
-    assert m.window_state(j, T0 + W, T0 + 2 * W, {888}).foreign_processes == 0
+    m.observe_processes(j, {888}, T0 + W + 1)
+    assert m.window_account(j, T0 + W, T0 + 2 * W, {888}) == WindowAccount(
+        WorkloadWindow(WORKLOAD_RUNNING))
     assert m.window_state(wjob(2, None), T0, T0 + W, {1, 2}) == WorkloadWindow(WORKLOAD_NONE)
 
 
@@ -453,12 +458,13 @@ def test_processes_are_looked_up_once(tmp_path: Path, key: WorkerKey) -> None:
     rt, m, _, j = started(tmp_path, key)
     inside = next(iter(rt.containers[container_name(j.job)].pids))
     before = rt.calls.get("pids", 0)
-    for _ in range(5):  # once a second, as the agent does
-        m.observe_processes(j, {inside, 777})
+    for t in range(5):  # once a second, as the agent's sampler does
+        m.observe_processes(j, {inside, 777}, T0 + t)
     assert rt.calls["pids"] == before + 1
-    ws = m.window_state(j, T0, T0 + W, {inside, 777})  # foreign ones are checked again
-    assert (ws.job_processes, ws.foreign_processes) == (1, 1)
+    m.observe_processes(j, {inside, 777}, T0 + FOREIGN_RECHECK_S)  # a foreign one again
     assert rt.calls["pids"] == before + 2
+    ws = m.window_state(j, T0, T0 + W, {inside, 777})
+    assert (ws.job_processes, ws.foreign_processes) == (1, 1)
     assert m.window_state(j, T0 + W, T0 + 2 * W, {inside}).job_processes == 1
     assert rt.calls["pids"] == before + 2
 
@@ -574,7 +580,7 @@ def test_agent_foreign_process_window_is_not_billable(tmp_path: Path, key: Worke
     assert p1.health_flags & HEALTH_FOREIGN_PROCESS and p1.billable_seconds == 0
     assert p1.cumulative_seconds == 0
     # The same PID inside the container (a fresh attribution): billable again.
-    m._job_pids.clear()
+    m._forget_processes(j.job)
     rt.containers[container_name(j.job)].pids.add(4242)
     (p2,) = run_seconds(a, T0 + W, T0 + 2 * W)
     assert p2.workload == WorkloadWindow(WORKLOAD_RUNNING, None, 1, 0)
