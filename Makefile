@@ -11,7 +11,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 LOCALNET := $(CARGO_TARGET_DIR)/debug/gpum-localnet
 
-.PHONY: all setup venv localnet containers browser postgres js-deps js-client js-client-generate js-client-check seaweedfs torch ray test test-rust test-py idl idl-check demo demo-cluster lint clean
+.PHONY: all setup venv localnet containers browser postgres js-deps js-client js-client-generate js-client-check rent-bundle rent-bundle-check seaweedfs torch ray test test-rust test-py idl idl-check demo demo-cluster lint clean
 
 all: test
 
@@ -91,8 +91,10 @@ js-client: clients/js/dist/.built
 clients/js/node_modules/.installed: clients/js/package.json clients/js/package-lock.json
 	cd clients/js && npm ci --no-audit --no-fund --loglevel=error
 	touch $@
-clients/js/dist/.built: clients/js/node_modules/.installed clients/js/tsconfig.json $(JS_CLIENT_SRC)
+clients/js/dist/.built: clients/js/node_modules/.installed clients/js/tsconfig.json $(JS_CLIENT_SRC) \
+		$(wildcard clients/js/examples/*.ts)
 	cd clients/js && node_modules/.bin/tsc -p tsconfig.json
+	cd clients/js && node_modules/.bin/tsc -p examples/tsconfig.json  # the README's snippet type-checks
 	touch $@
 
 # Regenerates clients/js/src/generated from idl/gpu_market.json (after `make idl`).
@@ -106,6 +108,23 @@ js-client-check: clients/js/node_modules/.installed
 	cd clients/js && node scripts/generate.mjs $(CARGO_TARGET_DIR)/js-client-check/generated
 	@diff -ru clients/js/src/generated $(CARGO_TARGET_DIR)/js-client-check/generated \
 	  || { echo "clients/js/src/generated is stale: run 'make js-client-generate' and commit it"; exit 1; }
+
+# The rent page's script: clients/js/web bundled by esbuild (pinned) into one committed file the
+# validator node serves; `rent-bundle-check` fails when the committed bundle is stale.
+RENT_BUNDLE := validator/gpum_validator/dashboard_assets/rent.js
+RENT_ESBUILD := node_modules/.bin/esbuild web/rent.ts --bundle --format=iife --platform=browser \
+  --target=es2022 --minify --legal-comments=none --charset=utf8 --log-level=warning \
+  --banner:js='// Built by `make rent-bundle` from clients/js/web (esbuild); do not edit.'
+rent-bundle: clients/js/node_modules/.installed
+	cd clients/js && node_modules/.bin/tsc -p web/tsconfig.json
+	cd clients/js && $(RENT_ESBUILD) --outfile=../../$(RENT_BUNDLE)
+
+rent-bundle-check: clients/js/node_modules/.installed
+	cd clients/js && node_modules/.bin/tsc -p web/tsconfig.json
+	mkdir -p $(CARGO_TARGET_DIR)/rent-bundle-check
+	cd clients/js && $(RENT_ESBUILD) --outfile=$(CARGO_TARGET_DIR)/rent-bundle-check/rent.js
+	@cmp -s $(RENT_BUNDLE) $(CARGO_TARGET_DIR)/rent-bundle-check/rent.js \
+	  || { echo "$(RENT_BUNDLE) is stale: run 'make rent-bundle' and commit it"; exit 1; }
 
 # The checkpoint tests keep checkpoints in a real S3-compatible server: SeaweedFS's `weed`,
 # built once with Go into ~/.cache/gpu-market/seaweedfs (the script prints its path).
@@ -125,7 +144,7 @@ ray: venv
 test-py: venv localnet containers browser postgres js-deps js-client seaweedfs torch ray
 	GPUM_LOCALNET_BIN=$(LOCALNET) GPUM_WEED_BIN="$$(scripts/build-seaweedfs.sh)" $(PY) -m pytest
 
-test: idl-check js-client-check test-rust test-py
+test: idl-check js-client-check rent-bundle-check test-rust test-py
 
 demo: venv localnet containers seaweedfs
 	GPUM_LOCALNET_BIN=$(LOCALNET) GPUM_WEED_BIN="$$(scripts/build-seaweedfs.sh)" $(PY) -m gpu_market.demo

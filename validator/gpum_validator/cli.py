@@ -315,6 +315,7 @@ def _run(url: str, keypair_path: Path, market_s: str, program_id_s: str | None, 
     from .members import Member
     from .metrics import Metrics
     from .peers import Peers
+    from .rent_proxy import RentProxy
     from .retention import Pruner
     from .rewards import RewardsProbe
     from .server import HealthProbe, ValidatorHTTPServer
@@ -373,7 +374,9 @@ def _run(url: str, keypair_path: Path, market_s: str, program_id_s: str | None, 
                                      dashboard=Dashboard(client, store, cfg.market,
                                                          cfg.authority,
                                                          reads=intake.job_reads),
-                                     limits=http_limits, hardware=hardware)
+                                     limits=http_limits, hardware=hardware,
+                                     rent=RentProxy(client, url, cfg.market, cfg.authority,
+                                                    reads=intake.job_reads))
     except OSError as e:
         raise ConfigError(f"--listen {listen}: cannot bind ({e})") from None
     _warn_if_not_validator(client, market, authority.pubkey())

@@ -174,21 +174,28 @@ class TTLCache:
 PAGES: Mapping[str, str] = MappingProxyType({
     "market": "index.html", "offers": "offers.html", "job": "job.html",
     "provider": "provider.html", "validator": "validator.html", "jobs": "jobs.html",
-    "providers": "providers.html"})
+    "providers": "providers.html", "rent": "rent.html"})
 """Page -> its HTML file in ``dashboard_assets/`` (the page's own content; the frame every page
 shares, head, navigation and footer, is ``layout.html``)."""
 PAGE_TITLES: Mapping[str, str] = MappingProxyType({
     "market": "Market", "offers": "Offers", "job": "Job", "provider": "Provider",
-    "validator": "Validator", "jobs": "Jobs", "providers": "Providers"})
+    "validator": "Validator", "jobs": "Jobs", "providers": "Providers", "rent": "Rent"})
 ASSETS: Mapping[str, str] = MappingProxyType({
     "dashboard.js": "text/javascript; charset=utf-8",
     "dashboard.css": "text/css; charset=utf-8",
+    "rent.js": "text/javascript; charset=utf-8",
     "favicon.svg": "image/svg+xml"})
-"""The files served under ``/dashboard/assets/`` and their Content-Type."""
+"""The files served under ``/dashboard/assets/`` and their Content-Type (``rent.js`` is the rent
+page's script, bundled from ``clients/js/web`` by ``make rent-bundle``; that page loads it in
+place of ``dashboard.js``)."""
 CONTENT_SECURITY_POLICY = ("default-src 'none'; script-src 'self'; style-src 'self'; "
                            "img-src 'self'; connect-src 'self'; base-uri 'none'; "
                            "form-action 'none'; frame-ancestors 'none'")
 """Sent with every page: nothing but this node's own files may load or be fetched."""
+RENT_CONTENT_SECURITY_POLICY = CONTENT_SECURITY_POLICY.replace(
+    "script-src 'self'", "script-src 'self' 'wasm-unsafe-eval'")
+"""The rent page's: the same, and its own script may compile WebAssembly (libsodium seals the
+workload's secrets in the browser); JavaScript eval stays refused."""
 
 
 @functools.lru_cache(maxsize=len(PAGES) + len(ASSETS))
@@ -207,6 +214,8 @@ def load_asset(name: str) -> bytes:
 def _framed(title: str, page: str, content: bytes) -> bytes:
     frame = (resources.files(__package__) / "dashboard_assets" / "layout.html").read_bytes()
     frame = frame[frame.index(b"<!doctype html>"):]  # without its own comment
+    if page == "rent":
+        frame = frame.replace(b"/dashboard/assets/dashboard.js", b"/dashboard/assets/rent.js")
     return (frame.replace(b"__TITLE__", title.encode())
             .replace(b"__PAGE__", page.encode()).replace(b"__CONTENT__", content))
 

@@ -16,6 +16,11 @@ The dashboard (``dashboard.py``, read-only, public): ``GET /v1/jobs/<job>/window
 ``/providers/<provider>``, ``/validator``, and the pages under ``/dashboard/`` with their assets
 (a page for a malformed address is an HTML error page, 400) (sent with a Content-Security-Policy that allows nothing
 but this node's own files). JSON answers carry ``Cache-Control: no-store``.
+
+The rent page's relay (``rent_proxy.py``, with the dashboard): ``GET /v1/rent/config``,
+``/v1/rent/committee``, ``POST /v1/rent/rpc``, ``GET /v1/rent/workers/<provider>/health`` and
+``GET|POST /v1/rent/workers/<provider>/jobs/<job>/(workload|logs)``; their bodies are capped by
+the relay's own limits (below the node's ``max_body``).
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from gpu_market.httpfront import Request, Response
+from gpu_market.httpfront import Request, Response, standard_body_check
 from solders.pubkey import Pubkey
 
 from .chain import ChainClient
@@ -39,6 +44,7 @@ from .dashboard import (
     ASSETS,
     CONTENT_SECURITY_POLICY,
     PAGES,
+    RENT_CONTENT_SECURITY_POLICY,
     ApiError,
     Dashboard,
     error_page,
@@ -55,9 +61,16 @@ from .errors import (
 from .intake import Intake
 from .members import Member
 from .records import Store
+from .rent_proxy import RPC_BODY_MAX, WORKER_BODY_MAX, RentProxy
 from .rewards import stored_rewards
 from .schema import b58_pubkey
-from .transport import MAX_JSON_TOKENS, HttpLimits, JsonHttpServer, json_response
+from .transport import (
+    MAX_JSON_TOKENS,
+    HttpLimits,
+    JsonHttpServer,
+    error_response,
+    json_response,
+)
 
 log = logging.getLogger("gpum_validator.http")
 
@@ -107,7 +120,9 @@ class ValidatorHTTPServer(JsonHttpServer):
                  probe: HealthProbe | Callable[[], bool],
                  max_body: int = MAX_BODY_BYTES, member: Member | None = None,
                  dashboard: Dashboard | None = None, limits: HttpLimits | None = None,
-                 hardware: Any = None) -> None:
+                 hardware: Any = None, rent: RentProxy | None = None) -> None:
+        self.rent = rent
+        """The rent page's relay (``/v1/rent/*``, ``/dashboard/rent``); None: 404."""
         self.intake = intake
         self.hardware = hardware
         """``hardware_quorum.HardwareQuorum`` behind ``POST /v1/hardware/sign`` (None: 404)."""
@@ -245,6 +260,14 @@ class ValidatorHTTPServer(JsonHttpServer):
     def body_too_large(self) -> None:
         self.intake.metrics.proof("rejected", "body_too_large")
 
+    def check_body(self, req: Request) -> Response | None:
+        """The usual checks; a rent relay POST is held to the relay's own body limit."""
+        path = urlsplit(req.path).path
+        if self.rent is not None and req.method == "POST" and _rent_post(path):
+            limit = RPC_BODY_MAX if path == "/v1/rent/rpc" else WORKER_BODY_MAX
+            return standard_body_check(req, None, limit, error_response)
+        return super().check_body(req)
+
     def route(self, req: Request) -> Response | None:
         ex = _Exchange(self, req)
         if req.method == "GET":
@@ -293,6 +316,8 @@ class _Exchange:
         elif path == "/metrics":
             self._send(200, self.server.metrics_text().encode(),
                        "text/plain; version=0.0.4; charset=utf-8")
+        elif self.server.rent is not None and path.startswith("/v1/rent/"):
+            self._rent(self.server.rent, "GET", path, parts, url.query)
         elif self.server.dashboard is not None and (
                 path == "/dashboard" or path.startswith(("/dashboard/", "/v1/dashboard/"))):
             with self.server.dashboard.as_source(self.source):
@@ -320,6 +345,8 @@ class _Exchange:
         elif path in ("/dashboard/offers", "/dashboard/validator", "/dashboard/jobs",
                       "/dashboard/providers"):
             self._page(parts[2])
+        elif path == "/dashboard/rent":  # without the relay its script says renting is off here
+            self._page("rent")
         elif len(parts) == 4 and parts[2] in ("job", "provider"):
             try:
                 parse_address(parts[3], f"the {parts[2]} address")
@@ -335,14 +362,37 @@ class _Exchange:
             self._error(404, "not_found", f"no route GET {path[:200]}")
 
     def _page(self, name: str) -> None:
-        self._send(200, load_asset(PAGES[name]), "text/html; charset=utf-8",
-                   headers=_PAGE_HEADERS)
+        headers = _PAGE_HEADERS if name != "rent" else {
+            **_PAGE_HEADERS, "Content-Security-Policy": RENT_CONTENT_SECURITY_POLICY}
+        self._send(200, load_asset(PAGES[name]), "text/html; charset=utf-8", headers=headers)
 
     def _page_error(self, status: int, title: str, message: str) -> None:
         self._send(status, error_page(title, message), "text/html; charset=utf-8",
                    headers=_PAGE_HEADERS)
 
+    def _rent(self, rent: RentProxy, method: str, path: str, parts: list[str],
+              query: str) -> None:
+        """The rent relay's routes (``rent_proxy``)."""
+        if method == "GET" and path == "/v1/rent/config":
+            self._json(*rent.config(self.source), headers=_NO_STORE)
+        elif method == "GET" and path == "/v1/rent/committee":
+            self._json(*rent.committee(query, self.source), headers=_NO_STORE)
+        elif method == "POST" and path == "/v1/rent/rpc":
+            self._json(*rent.rpc(self.body, self.source), headers=_NO_STORE)
+        elif method == "GET" and len(parts) == 6 and parts[3] == "workers" and parts[5] == "health":
+            self._json(*rent.health(parts[4], self.source), headers=_NO_STORE)
+        elif len(parts) == 8 and parts[3] == "workers" and parts[5] == "jobs":
+            self.response = rent.worker(method, parts[4], parts[6], parts[7], query,
+                                        self.headers, self.body, self.source)
+        else:
+            self._error(404, "not_found", f"no route {method} {path[:200]}",
+                        close=method == "POST")
+
     def do_POST(self) -> None:  # stdlib name
+        url = urlsplit(self.path)
+        if self.server.rent is not None and _rent_post(url.path):
+            self._rent(self.server.rent, "POST", url.path, url.path.split("/"), url.query)
+            return
         routes = {"/v1/proofs": self.server.intake.submit,
                   "/v1/proofs/batch": self.server.intake.submit_batch}
         member = self.server.member
@@ -388,6 +438,13 @@ class _Exchange:
 
 
 _NO_BODY = object()
+
+
+def _rent_post(path: str) -> bool:
+    """Whether ``path`` is one of the rent relay's POST routes."""
+    parts = path.split("/")
+    return path == "/v1/rent/rpc" or (len(parts) == 8 and parts[:4] == ["", "v1", "rent", "workers"]
+                                      and parts[5] == "jobs" and parts[7] == "workload")
 _JSON_STRUCTURE = (b",", b":", b"[", b"{")
 _NO_STORE = {"Cache-Control": "no-store"}
 _STATIC_HEADERS = {"X-Content-Type-Options": "nosniff"}

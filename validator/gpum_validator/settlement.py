@@ -51,7 +51,9 @@ measured sizes, each job at most once per transaction, a job's older intent neve
 transaction than its newer one), their accounts loaded from this validator's lookup tables
 (``settle_tables.SettleTables``). A fresh quorum-1 intent that would go alone waits up to
 ``batch_hold_windows`` of its job's windows for a later pass to pair it (never under ``force``,
-never once sent).
+never once sent). A Finishing job's intents skip all of that: they go at once, one legacy
+transaction each, so its settlement never waits for a table to be created, extended or warmed
+up while the job's settlement grace runs out.
 
 Per batch: every intent of the transaction is marked ``sent`` before it is sent and
 ``confirmed`` with its signature after it landed, each in one store commit (``Store.batch``);
@@ -108,6 +110,12 @@ from .settle_tables import LookupTableApi, SettleTables
 from .signing import AttestationSigner, SignedOtherValue
 
 log = logging.getLogger("gpum_validator.settle")
+
+
+def _status(view: Any) -> str:
+    """A Job view's status in lower case ("" for no view)."""
+    return "" if view is None else str(getattr(view, "status", "")).lower()
+
 
 def _default_item_factory() -> Callable[..., Any]:
     """The SDK's ``SettleItem`` (gpu_market.settle)."""
@@ -548,7 +556,15 @@ class Settler:
             return
         api = self._lookup_api()
         if api is not None:
-            self._send_batched(api, ready, report, force)
+            # A Finishing job's grace is running out: its settlement never waits for a lookup
+            # table to be created, extended or warmed up (seconds, more under load), which
+            # could land it past the grace and leave its provider unpaid.
+            finishing = [it for it in ready if _status(views[it.job]) == "finishing"]
+            if finishing:
+                self._send_legacy(finishing, report)
+                ready = [it for it in ready if _status(views[it.job]) != "finishing"]
+            if ready:
+                self._send_batched(api, ready, report, force)
         else:
             self._send_legacy(ready, report)
 

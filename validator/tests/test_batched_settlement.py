@@ -864,3 +864,29 @@ def test_a_table_mostly_of_ended_jobs_is_compacted(tmp_path, chain, clock, alt):
     active = [t for t in alt.tables.values() if t.is_active]
     assert any(pk(JOBS[0]) in t.addresses for t in active)
     assert all(old not in ts for ts in alt.sent_tables[-1:])
+
+
+def test_a_finishing_job_settles_at_once_without_waiting_for_a_table(tmp_path, chain, clock,
+                                                                     alt):
+    """Its grace runs out: no table is created, extended or waited for on its behalf, and it
+    is not held for a partner; the running jobs of the pass still go batched."""
+    _store, intake, settler = setup(tmp_path, chain, clock, n_jobs=3, batch_hold_windows=10)
+    feed(intake, JOBS[:3])
+    for j in JOBS[:3]:
+        chain.jobs[j] = replace(chain.jobs[j], status="finishing", ended_at=clock[0])
+    r = settler.settle_now()
+    assert r.confirmed == 3 and r.table_transactions == 0
+    assert alt.creates == [] and alt.extends == [] and alt.sends == []
+    assert sum(len(c) for c in chain.settle_calls) == 3  # legacy transactions, no table
+    # A pass with both: the finishing job alone and at once, the running ones batched.
+    (tmp_path / "b").mkdir()
+    _store2, intake2, settler2 = setup(tmp_path / "b", chain, clock, n_jobs=0)
+    for j in JOBS[3:6]:
+        chain.jobs[j] = replace(chain.jobs[JOB], address=pk(j))
+    feed(intake2, JOBS[3:6])
+    chain.jobs[JOBS[5]] = replace(chain.jobs[JOBS[5]], status="finishing", ended_at=clock[0])
+    chain.settle_calls.clear()
+    r = settler2.settle_now()
+    assert r.confirmed == 3
+    assert [bytes(it.job) for it in chain.settle_calls[0]] == [JOBS[5]]
+    assert len(alt.sends) == 1 and sorted(alt.sends[0][0]) == sorted(JOBS[3:5])
