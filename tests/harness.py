@@ -28,6 +28,7 @@ import fcntl
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import time
@@ -37,6 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
+import pytest
 from gpu_market import pda, tokens
 from gpu_market.client import GpuMarketClient
 from gpu_market.demo import CONTAINERS_CONF
@@ -391,3 +393,13 @@ def release_mounts(workdir: Path) -> list[str]:
                 subprocess.run(["losetup", "-d", f"/dev/{backing.parent.parent.name}"],
                                capture_output=True, timeout=60, check=False)
     return points
+
+
+def chromium(what: str) -> str:
+    """Debian's ``chromium``; fails the test saying how to install it (``what``: what the test
+    renders with it)."""
+    path = shutil.which("chromium")
+    if path is None:
+        pytest.fail(f"{what} in a real browser: install Debian's `chromium` package (apt-get "
+                    "install -y chromium)", pytrace=False)
+    return path

@@ -50,7 +50,7 @@ from gpu_market import pda, tokens
 from gpu_market.errors import AccountNotFound
 from gpu_market.processes import free_port, tool, wait_http, write_keypair
 from gpum_worker.localimage import INDEX_HTML
-from harness import Market, WorkerNetwork, register_provider, worker_network
+from harness import Market, WorkerNetwork, chromium, register_provider, worker_network
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 
@@ -77,11 +77,7 @@ def _base(ui: str) -> int:
 
 
 def _chromium() -> str:
-    path = shutil.which("chromium")
-    if path is None:
-        pytest.fail("the browser test renders the rent page in a real browser: install Debian's "
-                    "`chromium` package (apt-get install -y chromium)", pytrace=False)
-    return path
+    return chromium("the browser test renders the rent page")
 
 
 def _node() -> str:

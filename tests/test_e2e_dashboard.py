@@ -32,7 +32,7 @@ import pytest
 from gpu_market import pda
 from gpu_market.accounts import JobView
 from gpu_market.processes import Processes, free_port, tool
-from harness import Market, Network, start_validator_node, wait_until
+from harness import Market, Network, chromium, start_validator_node, wait_until
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 
@@ -51,11 +51,7 @@ GPUS = 4
 
 
 def _chromium() -> str:
-    path = shutil.which("chromium")
-    if path is None:
-        pytest.fail("the dashboard test renders pages in a real browser: install Debian's "
-                    "`chromium` package (apt-get install -y chromium)", pytrace=False)
-    return path
+    return chromium("the dashboard test renders pages")
 
 
 # ----------------------------------------------------------------------------- page reading

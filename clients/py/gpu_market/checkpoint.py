@@ -457,23 +457,29 @@ class CheckpointStore:
 
     # -------------------------------------------------------------- manifests
 
-    def _manifest_seqs(self, dl: _Deadline) -> list[int]:
-        """Every manifest seq in the store, ascending."""
-        seqs: list[int] = []
+    def _listing(self, dl: _Deadline, folder: str, action: str) -> Iterator[tuple[str, Any]]:
+        """``(name, object)`` of every object under ``<prefix>/<folder>/`` (at most
+        ``MAX_LIST_PAGES`` pages)."""
         token: str | None = None
-        prefix = self._key("manifests") + "/"
+        prefix = self._key(folder) + "/"
         for _ in range(MAX_LIST_PAGES):
             kw: dict[str, Any] = {"Prefix": prefix, "MaxKeys": 1000}
             if token:
                 kw["ContinuationToken"] = token
-            resp = self._call(dl, "list the manifests", "list_objects_v2", **kw)
+            resp = self._call(dl, action, "list_objects_v2", **kw)
             for obj in resp.get("Contents", []):
-                m = _MANIFEST_NAME.fullmatch(str(obj.get("Key", ""))[len(prefix):])
-                if m:
-                    seqs.append(int(m.group(1)))
+                yield str(obj.get("Key", ""))[len(prefix):], obj
             token = resp.get("NextContinuationToken") if resp.get("IsTruncated") else None
             if not token:
                 break
+
+    def _manifest_seqs(self, dl: _Deadline) -> list[int]:
+        """Every manifest seq in the store, ascending."""
+        seqs: list[int] = []
+        for name, _ in self._listing(dl, "manifests", "list the manifests"):
+            m = _MANIFEST_NAME.fullmatch(name)
+            if m:
+                seqs.append(int(m.group(1)))
         return sorted(seqs)
 
     def _read_manifest(self, seq: int, dl: _Deadline) -> Manifest:
@@ -731,22 +737,10 @@ class CheckpointStore:
         for seq in seqs:
             named.update(b for f in self._read_manifest(seq, dl).files for b in f.blobs)
         cutoff = self._clock() - min_age_s
-        prefix, token, swept = self._key("blobs") + "/", None, 0
-        doomed: list[str] = []
-        for _ in range(MAX_LIST_PAGES):
-            kw: dict[str, Any] = {"Prefix": prefix, "MaxKeys": 1000}
-            if token:
-                kw["ContinuationToken"] = token
-            resp = self._call(dl, "list the blobs", "list_objects_v2", **kw)
-            for obj in resp.get("Contents", []):
-                digest = str(obj.get("Key", ""))[len(prefix):]
-                modified = obj.get("LastModified")
-                if digest in named or modified is None or modified.timestamp() > cutoff:
-                    continue
-                doomed.append(digest)
-            token = resp.get("NextContinuationToken") if resp.get("IsTruncated") else None
-            if not token:
-                break
+        swept = 0
+        doomed = [digest for digest, obj in self._listing(dl, "blobs", "list the blobs")
+                  if digest not in named and obj.get("LastModified") is not None
+                  and obj["LastModified"].timestamp() <= cutoff]
         for digest in doomed:
             self._call(dl, f"delete blob {digest}", "delete_object",
                        Key=self._key("blobs", digest))

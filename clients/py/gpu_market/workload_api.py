@@ -148,21 +148,11 @@ def _http_error(endpoint: str, what: str,
     return WorkerApiError(message, status=status, endpoint=endpoint, server_error=server)
 
 
-def _unreachable(endpoint: str, error: httpx.TransportError) -> WorkerApiError:
+def _unreachable(endpoint: str, error: httpx.TransportError | NetError) -> WorkerApiError:
+    """No (complete) answer: not reachable, past the call's deadline, or over the size cap."""
     if isinstance(error, httpx.TimeoutException):
         why = f"timed out ({type(error).__name__})"
-    else:
-        why = str(error) or type(error).__name__
-    return WorkerApiError(
-        f"cannot reach the provider's worker at {endpoint}: {why} (is the worker running and "
-        "its endpoint reachable from here?)",
-        endpoint=endpoint,
-    )
-
-
-def _lost(endpoint: str, error: NetError) -> WorkerApiError:
-    """No complete answer within the call's deadline and size cap."""
-    if isinstance(error, DeadlineExceeded):
+    elif isinstance(error, DeadlineExceeded):
         why = "timed out (no complete answer within the deadline)"
     elif isinstance(error, ResponseTooLarge):
         why = f"its answer is over {_MAX_ANSWER_BYTES} bytes"
@@ -227,7 +217,7 @@ def deliver_workload(
             try:
                 response = client.post(url, content=body, headers=headers)
             except NetError as e:
-                error = _lost(base, e)
+                error = _unreachable(base, e)
             else:
                 if 200 <= response.status < 300:
                     return _json_answer(base, response)
@@ -260,7 +250,7 @@ def workload_status(
         with BoundedClient(timeout, _MAX_ANSWER_BYTES) as client:
             response = client.get(url, headers=headers)
     except NetError as e:
-        raise _lost(base, e) from None
+        raise _unreachable(base, e) from None
     if not 200 <= response.status < 300:
         raise _http_error(base, "report the workload status", response)
     return _json_answer(base, response)
