@@ -196,11 +196,12 @@ def net(tmp_path_factory: pytest.TempPathFactory,
     _node()
     workdir: Path = tmp_path_factory.mktemp("browser-rent")
     m = market_factory(workdir, ["owner", "user", "validator", "worker", "owner_q", "worker_q",
-                                 "rejecter", "undecided", "late", "tokenless"], {
+                                 "rejecter", "undecided", "late", "tokenless", "shopper"], {
         "window_seconds": WINDOW, "max_missed_windows": 2, "min_stake_per_gpu": 100,
         "validator_min_bond": 100, "unbonding_seconds": 0},
         stake={"owner": 10_000 * 10**6, "owner_q": 10_000 * 10**6, "validator": 10_000 * 10**6},
-        payment={"user": TOKENS, "rejecter": TOKENS, "undecided": TOKENS, "late": TOKENS})
+        payment={"user": TOKENS, "rejecter": TOKENS, "undecided": TOKENS, "late": TOKENS,
+                 "shopper": TOKENS})
     # A wallet with tokens and not one lamport: the admin pays for its token account.
     solless = Keypair()
     m.kps["solless"], m.keys["solless"] = solless, write_keypair(workdir / "solless.json", solless)
@@ -342,6 +343,28 @@ def test_a_dead_provider_is_said_before_any_money_moves(net: Net) -> None:
     _nothing_moved(net, "late", before, r)
     # The worker's API is gone, so the page's requests to it fail: that is the scenario.
     _clean({**r, "problems": [p for p in r["problems"] if "/v1/rent/workers/" not in p]})
+    _artifacts_ok(r, 5)
+
+
+def test_a_price_raised_after_the_offers_loaded_is_said_before_any_money_moves(net: Net
+                                                                              ) -> None:
+    """The page never pays more than the price it showed: a provider that raises its price
+    between the offers' load and the click is refused before the wallet is asked."""
+    before = net.wallet("shopper")
+
+    def raise_price(hold: dict[str, Any]) -> None:
+        assert hold["hold"] == "chosen" and hold["provider"] == str(net.provider)
+        net.client.update_provider(net.kps["owner"], net.provider, price_per_gpu_second=2 * RATE)
+
+    try:
+        r = net.drive("price-raised", "shopper", net.provider, on_hold=raise_price)
+    finally:
+        net.client.update_provider(net.kps["owner"], net.provider, price_per_gpu_second=RATE)
+    _ran(r)
+    assert "raised its price" in r["error"] and "nothing was sent" in r["error"], r["error"]
+    assert r["wallet_requests"] == [], "the wallet was asked to sign"
+    _nothing_moved(net, "shopper", before, r)
+    _clean(r)
     _artifacts_ok(r, 5)
 
 

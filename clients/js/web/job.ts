@@ -117,6 +117,11 @@ export async function createJob(wallet: Connected, config: Config, offer: Offer,
   if (input.maxPricePerHour !== null && price * 3600n > input.maxPricePerHour) {
     throw new Refusal(`provider ${offer.provider} charges ${tokens(price * 3600n, config.decimals)} per GPU-hour, above your max price ${tokens(input.maxPricePerHour, config.decimals)}; nothing was sent`);
   }
+  // Without a max price the job never pays more than the price the user was shown.
+  const shown = BigInt(offer.price_per_gpu_second);
+  if (input.maxPricePerHour === null && price > shown) {
+    throw new Refusal(`provider ${offer.provider} raised its price from ${tokens(shown * 3600n, config.decimals)} to ${tokens(price * 3600n, config.decimals)} per GPU-hour since the offers were loaded; nothing was sent: review the offer and rent again`);
+  }
   if (input.gpus > offer.gpus_free) throw new Refusal(`provider ${offer.provider} has ${offer.gpus_free} free GPU(s); ask for fewer`);
   const deposit = depositFor(price, input.gpus, input.microHours, params.windowSeconds);
   const account = await ata(user, m.paymentMint);
@@ -161,7 +166,7 @@ export async function createJob(wallet: Connected, config: Config, offer: Offer,
     await getCreateJobInstructionAsync({
       user: createNoopSigner(user), market: address(config.market), provider, paymentMint: m.paymentMint,
       userPaymentAccount: account, jobId, gpuCount: input.gpus, deposit,
-      maxPricePerGpuSecond: input.maxPricePerHour === null ? price : input.maxPricePerHour / 3600n,
+      maxPricePerGpuSecond: input.maxPricePerHour === null ? shown : input.maxPricePerHour / 3600n,
       committee: committee.map((k) => address(k)), quorum, workloadHash, expectedParams: params,
     }),
     await committeeAccounts(address(config.market), committee.map((k) => address(k))),

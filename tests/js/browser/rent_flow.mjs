@@ -11,6 +11,8 @@
 //   no-sol         a wallet without SOL for fees: the page's error, nothing asked or sent;
 //   no-tokens      a wallet without enough tokens for the deposit: the same;
 //   dead-provider  the form filled; [hold "chosen": the caller kills the provider's worker];
+//                  rent: the page's error, nothing asked or sent;
+//   price-raised   the form filled; [hold "chosen": the caller raises the provider's price];
 //                  rent: the page's error, nothing asked or sent.
 //
 // Usage: node rent_flow.mjs --scenario S --url http://127.0.0.1:P/dashboard/rent --keypair F
@@ -32,7 +34,8 @@ import { createInterface } from "node:readline";
 import { parseArgs } from "node:util";
 import { WALLET_NAME, launch, leaks, readKeypair, walletPage, within } from "./browser.mjs";
 
-const SCENARIOS = ["rent", "reject", "reject-delivery", "no-sol", "no-tokens", "dead-provider"];
+const SCENARIOS = ["rent", "reject", "reject-delivery", "no-sol", "no-tokens", "dead-provider",
+  "price-raised"];
 const { values: opt } = parseArgs({
   options: {
     scenario: { type: "string" },
@@ -338,6 +341,10 @@ async function scenario() {
     case "dead-provider":
       await hold("chosen", { provider: opt.provider });
       await refused("the page saying the provider is offline");
+      break;
+    case "price-raised":
+      await hold("chosen", { provider: opt.provider });
+      await refused("the page saying the provider raised its price");
       break;
   }
   result.ok = true;
