@@ -49,6 +49,9 @@ __all__ = [
 ]
 
 _MAX_RETRY_AFTER_S = 30.0
+LOGS_DEADLINE_S = 120.0
+"""Without ``follow``, the whole log answer arrives within this (``stream_logs``)."""
+_MAX_ERROR_BYTES = 64 << 10
 _MAX_ANSWER_BYTES = 1 << 20
 """A deliver or status answer larger than this is refused (a worker's is a few hundred bytes)."""
 _BACKOFF_S = 0.5
@@ -265,11 +268,14 @@ def stream_logs(
     tail: int | None = None,
     follow: bool = False,
     timeout: float = 10.0,
+    deadline: float = LOGS_DEADLINE_S,
 ) -> Iterator[bytes]:
     """Yield the workload's log output as the worker sends it (bytes chunks, stdout and
     stderr as the worker merges them). ``tail``: only the last N lines; ``follow``: keep
     streaming until the worker ends the response (the container stopped) or the caller
-    stops iterating; ``timeout`` then bounds connecting, not waiting for output.
+    stops iterating; ``timeout`` then bounds connecting, not waiting for output. Without
+    ``follow`` the whole answer must arrive within ``deadline`` seconds (a worker that
+    trickles it cannot hold the caller). An error answer is read up to 64 KiB.
 
     A generator: the request is made, and WorkerApiError raised, on the first ``next()``.
     Closing the generator closes the connection.
@@ -290,10 +296,23 @@ def stream_logs(
             client.stream("GET", url, params=params, headers=headers) as response,
         ):
             if not response.is_success:
-                response.read()
-                raise _http_error(base, "serve the logs", response)
+                body = bytearray()
+                for chunk in response.iter_bytes():
+                    body += chunk
+                    if len(body) > _MAX_ERROR_BYTES:
+                        break
+                raise _http_error(base, "serve the logs", BoundedResponse(
+                    response.status_code, bytes(body[:_MAX_ERROR_BYTES]),
+                    {k.lower(): v for k, v in response.headers.items()}))
             streaming = True
-            yield from response.iter_bytes()
+            end = None if follow else time.monotonic() + deadline
+            for chunk in response.iter_bytes():
+                if end is not None and time.monotonic() > end:
+                    raise WorkerApiError(
+                        f"the provider's worker at {base} did not send the logs within "
+                        f"{deadline:g} s (it answers too slowly); ask for fewer lines "
+                        "(--tail) or try again later", endpoint=base)
+                yield chunk
     except httpx.TransportError as e:
         if not streaming:
             raise _unreachable(base, e) from None

@@ -394,6 +394,19 @@ def test_a_worker_trickling_its_answer_cannot_hold_the_caller(sleeps, call):
         assert err.value.status is None
 
 
+def test_a_log_tail_trickled_past_its_deadline_stops(sleeps):
+    listener, _ = _trickling_worker(b"line\n" * 100, 0.05)
+    with listener:
+        endpoint = f"http://127.0.0.1:{listener.getsockname()[1]}"
+        start = time.monotonic()
+        got = bytearray()
+        with pytest.raises(WorkerApiError, match="did not send the logs within 1 s"):
+            for chunk in stream_logs(endpoint, JOB, spec_hash(SPEC), bytes(USER), tail=100,
+                                     deadline=1.0):
+                got += chunk
+        assert time.monotonic() - start < 5 and 0 < len(got) < 500  # the whole takes 25 s
+
+
 def test_an_oversized_answer_is_refused(worker, monkeypatch):
     monkeypatch.setattr(workload_api, "_MAX_ANSWER_BYTES", 64)
     with pytest.raises(WorkerApiError, match="over 64 bytes"):
