@@ -51,8 +51,8 @@ measured sizes, each job at most once per transaction, a job's older intent neve
 transaction than its newer one), their accounts loaded from this validator's lookup tables
 (``settle_tables.SettleTables``). A fresh quorum-1 intent that would go alone waits up to
 ``batch_hold_windows`` of its job's windows for a later pass to pair it (never under ``force``,
-never once sent). A Finishing job's intents skip all of that: they go at once, one legacy
-transaction each, so its settlement never waits for a table to be created, extended or warmed
+never once sent). A Finishing job's intents skip all of that: they go at once, as legacy
+transactions (``_send_legacy``), so its settlement never waits for a table to be created, extended or warmed
 up while the job's settlement grace runs out.
 
 Per batch: every intent of the transaction is marked ``sent`` before it is sent and

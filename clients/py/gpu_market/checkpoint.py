@@ -725,8 +725,9 @@ class CheckpointStore:
         ``min_age_s`` (by the store's LastModified and this machine's clock); returns how
         many. Every manifest is read first, and a manifest that cannot be read or does not
         verify stops the sweep before anything is deleted: a blob is only ever deleted when
-        every manifest that could name it was read. A writer forgets the blobs it stored
-        (``_stored``) and the files it hashed, so content that comes back is sent again."""
+        every manifest that could name it was read. A writer forgets the blobs it swept
+        (``_stored``), so content that comes back is sent again (a file's cached hash is
+        reused only while all its blobs are known to be stored)."""
         dl = _Deadline(self.deadline_s, "sweeping unreferenced blobs")
         seqs = self._manifest_seqs(dl)
         if len(seqs) > MAX_SWEEP_MANIFESTS:
@@ -737,7 +738,6 @@ class CheckpointStore:
         for seq in seqs:
             named.update(b for f in self._read_manifest(seq, dl).files for b in f.blobs)
         cutoff = self._clock() - min_age_s
-        swept = 0
         doomed = [digest for digest, obj in self._listing(dl, "blobs", "list the blobs")
                   if digest not in named and obj.get("LastModified") is not None
                   and obj["LastModified"].timestamp() <= cutoff]
@@ -745,13 +745,10 @@ class CheckpointStore:
             self._call(dl, f"delete blob {digest}", "delete_object",
                        Key=self._key("blobs", digest))
             self._stored.discard(digest)
-            swept += 1
         if doomed:
-            gone = set(doomed)
-            self._hashed = {rel: v for rel, v in self._hashed.items()
-                            if not gone.intersection(v[1].blobs)}
-            log.info("checkpoint store %s: swept %d unreferenced blob(s)", self.where, swept)
-        return swept
+            log.info("checkpoint store %s: swept %d unreferenced blob(s)", self.where,
+                     len(doomed))
+        return len(doomed)
 
     # -------------------------------------------------------------- restore
 
