@@ -123,16 +123,24 @@ def _job_b58(job: object) -> str:
     return str(Pubkey.from_bytes(raw))
 
 
-def _server_error(response: BoundedResponse) -> str | None:
-    body = response.json_object()
-    if body is None:
-        return response.body.decode("utf-8", "replace").strip()[:_ERROR_TEXT_CHARS] or None
-    error = body.get("error")
-    return error[:_ERROR_TEXT_CHARS] if isinstance(error, str) else None
+def _server_error(response: httpx.Response | BoundedResponse) -> str | None:
+    if isinstance(response, BoundedResponse):
+        body: Any = response.json_object()
+        text = response.body.decode("utf-8", "replace").strip()
+    else:
+        try:
+            body = response.json()
+        except (ValueError, UnicodeDecodeError):
+            body = None
+        text = response.text.strip()
+    if isinstance(body, dict) and isinstance(body.get("error"), str):
+        return body["error"][:_ERROR_TEXT_CHARS]
+    return None if isinstance(body, dict) else (text[:_ERROR_TEXT_CHARS] or None)
 
 
-def _http_error(endpoint: str, what: str, response: BoundedResponse) -> WorkerApiError:
-    status = response.status
+def _http_error(endpoint: str, what: str,
+                response: httpx.Response | BoundedResponse) -> WorkerApiError:
+    status = response.status if isinstance(response, BoundedResponse) else response.status_code
     server = _server_error(response)
     hint = _HINTS.get(status)
     message = f"the provider's worker at {endpoint} refused to {what}: HTTP {status}"
